@@ -1,0 +1,95 @@
+"""Strict JSON in and out, and the validation of names that become filenames.
+
+Python's json module accepts NaN, Infinity and duplicate keys by default and will write lone
+surrogates; a job store shared between processes and languages must do none of that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from ._errors import InvalidJobId, InvalidRequest
+
+# Ids and queue names become parts of filenames, joined by dots: so no dots, no slashes, no
+# leading dash (would read as an option in shell tools), ASCII only, bounded length.
+_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z")
+MAX_ID_LENGTH = 128
+MAX_QUEUE_LENGTH = 64
+
+
+def check_name(value: object, *, what: str, max_length: int) -> str:
+    """Return ``value`` if it is a safe name part, else raise :class:`InvalidJobId` naming why."""
+    if not isinstance(value, str):
+        raise InvalidJobId(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise InvalidJobId(f"{what} must not be empty")
+    if len(value) > max_length:
+        raise InvalidJobId(f"{what} is {len(value)} characters long; the limit is {max_length}")
+    if not _NAME_RE.match(value):
+        raise InvalidJobId(
+            f"{what} {value!r} is not a safe name: use ASCII letters, digits, '_' and '-' "
+            "(not first), with no dots, slashes, spaces or NUL"
+        )
+    return value
+
+
+def check_job_id(value: object) -> str:
+    return check_name(value, what="job id", max_length=MAX_ID_LENGTH)
+
+
+def check_queue(value: object) -> str:
+    return check_name(value, what="queue name", max_length=MAX_QUEUE_LENGTH)
+
+
+def dumps(obj: Any, *, what: str = "value", sort_keys: bool = False) -> bytes:
+    """Serialise ``obj`` as strict UTF-8 JSON, or raise :class:`InvalidRequest` saying why."""
+    try:
+        text = json.dumps(
+            obj, allow_nan=False, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys
+        )
+        return text.encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        # TypeError: not serialisable; ValueError: NaN/Infinity or a circular reference.
+        raise InvalidRequest(f"{what} is not strict JSON: {exc}") from None
+    except UnicodeEncodeError as exc:
+        raise InvalidRequest(f"{what} contains a lone surrogate and cannot be UTF-8: {exc}") from None
+    except RecursionError:
+        raise InvalidRequest(f"{what} is nested too deeply to serialise") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def loads(data: bytes) -> Any:
+    """Parse strict JSON; raises ``ValueError`` (with the cause) on anything else."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8: {exc}") from None
+    if text.startswith("\ufeff"):
+        raise ValueError("starts with a byte order mark")
+    try:
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc}") from None
+
+
+def target_key(target: Any) -> str:
+    """A filename-safe digest naming a notification target; equal JSON values share it."""
+    canonical = dumps(target, what="target", sort_keys=True)
+    return hashlib.sha256(canonical).hexdigest()[:32]

@@ -1,0 +1,142 @@
+"""Durable, hostile-file-safe file operations: the only module that writes job data.
+
+Contract of the write path (see FORMAT.md, "Durability"): data is written to a fresh file in
+the store's own ``tmp/`` (never the OS temp dir, so rename never crosses filesystems), fsynced
+and closed with errors checked, then renamed or linked into place, then the destination
+directory is fsynced. A failed fsync or close is never retried: the file is removed and the
+error raised, because a second fsync can report success for data that never reached the disk.
+With ``durable=False`` the fsyncs are skipped; renames keep every step atomic under process
+crashes, but a power loss may lose recent acknowledged work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+class Unreadable(Exception):
+    """A file that is not a readable regular file of acceptable size; the message says why."""
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_new(path: str, data: bytes, *, durable: bool) -> None:
+    """Create ``path`` exclusively and write ``data`` to it; remove it again on any error."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        if durable:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink_quietly(path)
+        raise
+    try:
+        os.close(fd)
+    except OSError:
+        _unlink_quietly(path)
+        raise
+
+
+def rename_into(src: str, dst: str, *, durable: bool) -> None:
+    """Atomically move ``src`` to ``dst`` (replacing it) and make the new entry durable."""
+    os.rename(src, dst)
+    if durable:
+        fsync_dir(os.path.dirname(dst))
+
+
+def link_into(src: str, dst: str, *, durable: bool) -> None:
+    """Publish ``src`` at ``dst`` only if ``dst`` does not exist (FileExistsError otherwise).
+
+    ``src`` is left in place; the caller unlinks it once the new entry is durable.
+    """
+    os.link(src, dst)
+    if durable:
+        fsync_dir(os.path.dirname(dst))
+
+
+def unlink(path: str, *, missing_ok: bool = True) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+        return False
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def read_regular(path: str, cap: int) -> bytes:
+    """Read a regular file without following links, blocking on FIFOs, or reading past ``cap``.
+
+    Raises FileNotFoundError if it is gone, :class:`Unreadable` for anything else wrong.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Unreadable("is a symbolic link") from None
+        raise Unreadable(f"cannot be opened: {os.strerror(exc.errno or 0)}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Unreadable(f"is not a regular file (mode {stat.filemode(st.st_mode)})")
+        if st.st_size > cap:
+            raise Unreadable(f"is {st.st_size} bytes, over the cap of {cap}")
+        chunks = []
+        remaining = cap + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > cap:
+            raise Unreadable(f"grew past the cap of {cap} bytes while being read")
+        return data
+    finally:
+        os.close(fd)
+
+
+def ensure_dir(path: str, *, durable: bool) -> None:
+    """Create ``path`` (one level) if missing; fsync its parent when it was created."""
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        return
+    if durable:
+        fsync_dir(os.path.dirname(path))
+
+
+def scan_names(path: str) -> list[str]:
+    """Names in a directory, or [] if it does not exist."""
+    try:
+        with os.scandir(path) as it:
+            return [entry.name for entry in it]
+    except FileNotFoundError:
+        return []

@@ -1,0 +1,222 @@
+"""Lease handles: what ``pull_work`` and ``pull_notification`` return.
+
+A handle is the only way to commit a claimed job. Its methods delegate to the store through
+the small :class:`_Committer` protocol, so this module does not import the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ._errors import LeaseLost
+from ._records import JobState, Record
+
+if TYPE_CHECKING:
+    from ._leases import NotifyLock
+
+log = logging.getLogger("fsjobstore")
+
+OnCompromised = Callable[[LeaseLost], object]
+
+
+class _Committer(Protocol):
+    def _commit_work(self, lease: WorkLease, kind: str, payload: Any, retry: bool,
+                     delay: float | None) -> None: ...
+    def _finish_notification(self, lease: NotificationLease, delivered: list[Any],
+                             error: str | None) -> None: ...
+
+
+class _Lease:
+    """Shared compromise bookkeeping: the callback runs once, with the reason."""
+
+    def __init__(self, on_compromised: OnCompromised | None) -> None:
+        self._mutex = threading.Lock()
+        self._callback = on_compromised
+        self._compromised: LeaseLost | None = None
+        self._notified = False
+        self._finished = False
+
+    @property
+    def on_compromised(self) -> OnCompromised | None:
+        return self._callback
+
+    @on_compromised.setter
+    def on_compromised(self, callback: OnCompromised | None) -> None:
+        # Setting it after the lease was already lost still delivers the news, once.
+        with self._mutex:
+            self._callback = callback
+        self._deliver()
+
+    @property
+    def compromised(self) -> LeaseLost | None:
+        """Why the lease was lost, or None while it is (as far as we know) ours."""
+        return self._compromised
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def _compromise(self, error: LeaseLost) -> None:
+        with self._mutex:
+            if self._compromised is not None or self._finished:
+                return
+            self._compromised = error
+        self._deliver()
+
+    def _deliver(self) -> None:
+        with self._mutex:
+            if self._compromised is None or self._notified or self._callback is None:
+                return
+            self._notified = True
+            callback, error = self._callback, self._compromised
+        try:
+            callback(error)
+        except Exception:  # a user's callback must not kill the heartbeat thread
+            log.exception("on_compromised callback raised")
+
+    def _mark_finished(self) -> None:
+        with self._mutex:
+            self._finished = True
+
+
+class WorkLease(_Lease):
+    """An exclusive claim on one job. Commit it with :meth:`fulfill`, :meth:`fail` or :meth:`release`.
+
+    :attr:`token` is unique to this claim and is part of the claimed file's name; a commit is a
+    rename of exactly that name, so once the claim is taken over (the lease expired, or a
+    recovery found us dead) every commit raises :class:`LeaseLost` and changes nothing. Use the
+    token as the idempotency key for side effects outside the store: execution is at least
+    once, commit is exactly once.
+
+    As a context manager: an exception in the body counts as a failed attempt (retried per the
+    job's ``max_attempts``) and is re-raised; leaving the body without committing releases.
+    """
+
+    def __init__(self, store: _Committer, record: Record, token: str,
+                 on_compromised: OnCompromised | None) -> None:
+        super().__init__(on_compromised)
+        self._store = store
+        self._record = record
+        self._committing = False  # set once the commit's fence rename is under way
+        self.token = token
+
+    @property
+    def id(self) -> str:
+        return self._record.id
+
+    @property
+    def request(self) -> Any:
+        return self._record.request
+
+    @property
+    def queue(self) -> str:
+        return self._record.queue
+
+    @property
+    def priority(self) -> int:
+        return self._record.priority
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number: 1 for the first run, 2 for the first retry, ..."""
+        return self._record.attempts + 1
+
+    @property
+    def max_attempts(self) -> int:
+        return self._record.max_attempts
+
+    def fulfill(self, value: bytes | str) -> None:
+        """Make the job final with ``value``. Raises :class:`LeaseLost` if the claim is gone."""
+        self._store._commit_work(self, "fulfill", value, False, None)
+
+    def fail(self, error: BaseException | str, *, retry: bool = True, delay: float | None = None) -> None:
+        """Record a failed attempt; retried after ``delay`` (or the store's backoff) while
+        attempts remain and ``retry`` is true, otherwise the job becomes final ``failed``."""
+        self._store._commit_work(self, "fail", error, retry, delay)
+
+    def release(self) -> None:
+        """Give the job back untouched (the attempt is not counted)."""
+        self._store._commit_work(self, "release", None, False, None)
+
+    def __enter__(self) -> WorkLease:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._finished:
+            return
+        try:
+            if exc is not None and isinstance(exc, Exception):
+                self.fail(exc)
+            else:  # clean exit, or KeyboardInterrupt/SystemExit: not the job's fault
+                self.release()
+        except LeaseLost:
+            if exc is None:
+                raise
+
+    def __repr__(self) -> str:
+        return f"<WorkLease id={self.id!r} queue={self.queue!r} attempt={self.attempt} token={self.token!r}>"
+
+
+class NotificationLease(_Lease):
+    """An exclusive claim on delivering one final job's result to its waiting targets.
+
+    Call :meth:`done` with the targets that were delivered; they are removed while the lease is
+    still held. The rest are offered again after a backoff.
+    """
+
+    def __init__(self, store: _Committer, record: Record, state: JobState, waiting: tuple[Any, ...],
+                 keys: frozenset[str], lock: NotifyLock, attempts: int,
+                 on_compromised: OnCompromised | None) -> None:
+        super().__init__(on_compromised)
+        self._store = store
+        self._record = record
+        self._keys = keys  # the targets offered, to tell them from ones queued meanwhile
+        self._lock = lock
+        self.state = state
+        self.waiting = waiting
+        self.attempts = attempts
+
+    @property
+    def id(self) -> str:
+        return self._record.id
+
+    @property
+    def request(self) -> Any:
+        return self._record.request
+
+    @property
+    def value(self) -> bytes | None:
+        return self._record.value
+
+    @property
+    def error(self) -> str | None:
+        return self._record.error
+
+    def done(self, delivered: Iterable[Any] = (), *, error: str | None = None) -> None:
+        """Remove the ``delivered`` targets and release the lease. ``error`` describes why the
+        others were not delivered; it is kept with the notification for the next attempt."""
+        self._store._finish_notification(self, list(delivered), error)
+
+    def release(self) -> None:
+        """Release without delivering anything (the same as ``done([])``)."""
+        self.done([])
+
+    def __enter__(self) -> NotificationLease:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if not self._finished:
+            try:
+                self.done([], error=None if exc is None else f"{type(exc).__name__}: {exc}")
+            except LeaseLost:
+                if exc is None:
+                    raise
+
+    def __repr__(self) -> str:
+        return f"<NotificationLease id={self.id!r} state={self.state.value} waiting={len(self.waiting)}>"

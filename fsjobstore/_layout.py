@@ -1,0 +1,161 @@
+"""The directory tree and the filename grammar (FORMAT.md is the contract this module implements).
+
+Names carry what a process must know without opening the file: the sort order of pending jobs,
+the due time of scheduled ones, and the claim token of active ones. Dots separate fields, which
+is why ids, queue names and tokens may not contain dots.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+FORMAT_VERSION = 1
+MARKER = "fsjobstore.json"
+
+# Priority: lower runs sooner (beanstalkd/kqueue convention). Stored offset so that the
+# fixed-width decimal sorts as the number does.
+MIN_PRIORITY = -999_999
+MAX_PRIORITY = 999_999
+_PRIO_OFFSET = 1_000_000
+
+_ID = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}"
+_Q = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}"
+_TOKEN = r"[0-9a-f]{16}-[0-9a-f]{1,16}"
+
+PENDING_RE = re.compile(rf"(?P<prio>\d{{7}})\.(?P<seq>\d{{20}})\.(?P<id>{_ID})\.json\Z")
+SCHEDULED_RE = re.compile(
+    rf"(?P<due>\d{{17}})\.(?P<queue>{_Q})\.(?P<prio>\d{{7}})\.(?P<seq>\d{{20}})\.(?P<id>{_ID})\.json\Z"
+)
+ACTIVE_RE = re.compile(rf"(?P<id>{_ID})\.(?P<token>{_TOKEN})\.(?P<kind>json|commit|recover)\Z")
+FINAL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
+TARGET_RE = re.compile(r"(?P<key>[0-9a-f]{32})\.json\Z")
+OWNER_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.owner\Z")
+NOTIFY_LOCK_RE = re.compile(rf"(?P<id>{_ID})\.notify\Z")
+TMP_RE = re.compile(rf"(?P<token>{_TOKEN})\.(?P<purpose>new|newid|commit|aux)\.(?P<rest>.+)\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Absolute paths of one store's directories."""
+
+    root: str
+
+    @property
+    def marker(self) -> str:
+        return os.path.join(self.root, MARKER)
+
+    @property
+    def jobs(self) -> str:  # the watched subtree: every routine move stays inside it
+        return os.path.join(self.root, "jobs")
+
+    @property
+    def pending(self) -> str:
+        return os.path.join(self.jobs, "pending")
+
+    @property
+    def scheduled(self) -> str:
+        return os.path.join(self.jobs, "scheduled")
+
+    @property
+    def active(self) -> str:
+        return os.path.join(self.jobs, "active")
+
+    @property
+    def fulfilled(self) -> str:
+        return os.path.join(self.jobs, "fulfilled")
+
+    @property
+    def failed(self) -> str:
+        return os.path.join(self.jobs, "failed")
+
+    @property
+    def notify(self) -> str:
+        return os.path.join(self.jobs, "notify")
+
+    @property
+    def targets(self) -> str:
+        return os.path.join(self.root, "targets")
+
+    @property
+    def leases(self) -> str:
+        return os.path.join(self.root, "leases")
+
+    @property
+    def ids(self) -> str:
+        return os.path.join(self.root, "ids")
+
+    @property
+    def tmp(self) -> str:
+        return os.path.join(self.root, "tmp")
+
+    @property
+    def quarantine(self) -> str:
+        return os.path.join(self.root, "quarantine")
+
+    def all_dirs(self) -> tuple[str, ...]:
+        return (
+            self.jobs, self.pending, self.scheduled, self.active, self.fulfilled, self.failed,
+            self.notify, self.targets, self.leases, self.ids, self.tmp, self.quarantine,
+        )
+
+    # -- names -------------------------------------------------------------------------------
+    def pending_dir(self, queue: str) -> str:
+        return os.path.join(self.pending, queue)
+
+    def pending_path(self, queue: str, priority: int, seq: str, job_id: str) -> str:
+        return os.path.join(self.pending, queue, pending_name(priority, seq, job_id))
+
+    def scheduled_path(self, due: float, queue: str, priority: int, seq: str, job_id: str) -> str:
+        name = f"{due_field(due)}.{queue}.{prio_field(priority)}.{seq}.{job_id}.json"
+        return os.path.join(self.scheduled, name)
+
+    def active_path(self, job_id: str, token: str, kind: str = "json") -> str:
+        return os.path.join(self.active, f"{job_id}.{token}.{kind}")
+
+    def final_path(self, state: str, job_id: str) -> str:
+        return os.path.join(self.fulfilled if state == "fulfilled" else self.failed, f"{job_id}.json")
+
+    def notify_path(self, job_id: str) -> str:
+        return os.path.join(self.notify, f"{job_id}.json")
+
+    def target_dir(self, job_id: str) -> str:
+        return os.path.join(self.targets, job_id)
+
+    def owner_path(self, owner: str) -> str:
+        return os.path.join(self.leases, f"{owner}.owner")
+
+    def notify_lock_path(self, job_id: str) -> str:
+        return os.path.join(self.leases, f"{job_id}.notify")
+
+    def id_marker(self, job_id: str) -> str:
+        return os.path.join(self.ids, job_id)
+
+    def tmp_path(self, token: str, purpose: str, rest: str) -> str:
+        return os.path.join(self.tmp, f"{token}.{purpose}.{rest}")
+
+
+def prio_field(priority: int) -> str:
+    return f"{priority + _PRIO_OFFSET:07d}"
+
+
+def prio_value(field: str) -> int:
+    return int(field) - _PRIO_OFFSET
+
+
+def due_field(due: float) -> str:
+    """Due time as whole microseconds since the epoch, fixed width so names sort by time."""
+    return f"{max(0, int(due * 1_000_000)):017d}"
+
+
+def seq_field(created_ns: int) -> str:
+    return f"{created_ns:020d}"
+
+
+def pending_name(priority: int, seq: str, job_id: str) -> str:
+    return f"{prio_field(priority)}.{seq}.{job_id}.json"
+
+
+def token_owner(token: str) -> str:
+    return token.split("-", 1)[0]

@@ -1,0 +1,223 @@
+"""Leases: who holds what, and how the others can tell the holder is gone.
+
+Two facts decide whether a claim's holder is gone (FORMAT.md, "Leases"):
+
+* **Dead.** Each open store holds an exclusive ``flock`` (taken through filelock's
+  ``lock_descriptor``) on its own ``leases/<owner>.owner`` file for as long as it lives. The
+  kernel drops that lock the instant the process exits, however it exits, so any process on the
+  same host can prove the owner dead with one non-blocking lock attempt.
+* **Hung.** The owner's heartbeat thread rewrites a counter in that file every
+  ``heartbeat_interval``. An observer that sees the counter unchanged for ``lease_duration``
+  seconds of *its own* monotonic clock declares the owner expired. Wall clocks and file mtimes
+  are never compared, so clock jumps and skew cannot expire a live owner early.
+
+We do not use filelock's ``SoftFileLease``: it detects a dead holder only by expiry (not at once
+via flock), and runs a thread per lease; here one heartbeat covers every claim of a process.
+Leases only say who *should* work; what stops a superseded holder from committing is the
+fencing rename in ``_store`` (the claim token is part of the claimed file's name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable
+from typing import Literal
+
+from filelock import lock_descriptor, unlock_descriptor
+
+from ._fsops import FILE_MODE
+from ._layout import Layout
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_BEAT_WIDTH = 255  # fixed width so a heartbeat is one pwrite, never a truncate + write
+
+Status = Literal["alive", "dead", "expired"]
+
+
+class OwnerLease:
+    """This store instance's liveness file, locked for its lifetime and beaten by its thread."""
+
+    def __init__(self, layout: Layout, lease_duration: float) -> None:
+        self.owner = secrets.token_hex(8)
+        self.path = layout.owner_path(self.owner)
+        self._lease_duration = lease_duration
+        self._beats = 0
+        self._lock = threading.Lock()
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+        try:
+            if not lock_descriptor(fd, blocking=False):  # a fresh random name: nobody else has it
+                raise OSError(errno.EAGAIN, "could not lock a fresh owner file", self.path)
+            self._fd: int | None = fd
+            self.beat()
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            raise
+
+    def beat(self) -> None:
+        """Publish a new heartbeat value; raises OSError if it cannot be written."""
+        with self._lock:
+            if self._fd is None:
+                return
+            self._beats += 1
+            doc = {
+                "owner": self.owner, "pid": os.getpid(), "host": socket.gethostname(),
+                "lease_duration": self._lease_duration, "beat": self._beats,
+            }
+            line = json.dumps(doc, separators=(",", ":")).encode()[:_BEAT_WIDTH]
+            os.pwrite(self._fd, line.ljust(_BEAT_WIDTH) + b"\n", 0)
+
+    def close(self) -> None:
+        """Unlink first, then unlock: an observer never sees our file unlocked while it exists."""
+        with self._lock:
+            if self._fd is None:
+                return
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            with contextlib.suppress(OSError):
+                unlock_descriptor(self._fd)
+            os.close(self._fd)
+            self._fd = None
+
+    def abandon_after_fork(self) -> None:
+        """In a forked child: drop our copy of the parent's descriptor without unlocking it."""
+        with contextlib.suppress(OSError):
+            if self._fd is not None:
+                os.close(self._fd)
+        self._fd = None
+
+
+class OwnerProbe:
+    """Judges other owners: dead (lock free or file gone), expired (beat frozen), or alive.
+
+    Expiry needs observation over time, so a probe kept by a long-lived process (the store's
+    heartbeat thread, a waiting worker) detects hung owners; a one-shot ``recover()`` from cron
+    detects dead owners only. That is by design: a short run has no honest way to tell a hung
+    process from a slow one.
+    """
+
+    def __init__(self, layout: Layout, lease_duration: float, clock: Callable[[], float]) -> None:
+        self._layout = layout
+        self._lease_duration = lease_duration
+        self._clock = clock
+        self._seen: dict[str, tuple[bytes, float]] = {}
+        self._lock = threading.Lock()
+
+    def status(self, owner: str) -> Status:
+        path = self._layout.owner_path(owner)
+        try:
+            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC)
+        except FileNotFoundError:
+            return "dead"
+        except OSError:
+            return "dead"  # a planted symlink or worse is no live owner of ours
+        try:
+            if lock_descriptor(fd, blocking=False):
+                # RACE: the owner may be creating its file right now (O_CREAT then flock). Our
+                # lock attempt could win that instant; we only ever ask about owners whose
+                # tokens we found on claimed files, and an owner locks its file before it makes
+                # any claim, so a free lock here really means the owner exited.
+                unlock_descriptor(fd)
+                return "dead"
+            content = os.pread(fd, _BEAT_WIDTH + 1, 0)
+        finally:
+            os.close(fd)
+        now = self._clock()
+        with self._lock:
+            seen = self._seen.get(owner)
+            if seen is None or seen[0] != content:
+                self._seen[owner] = (content, now)
+                return "alive"
+            duration = max(self._lease_duration, _declared_duration(content))
+            return "expired" if now - seen[1] >= duration else "alive"
+
+    def forget(self, owner: str) -> None:
+        with self._lock:
+            self._seen.pop(owner, None)
+
+
+def _declared_duration(content: bytes) -> float:
+    """The holder's own lease_duration: never expire a peer sooner than it agreed to."""
+    try:
+        value = json.loads(content.decode("utf-8", "replace").strip() or "{}").get("lease_duration", 0)
+        return float(value) if isinstance(value, int | float) else 0.0
+    except (ValueError, AttributeError):
+        return 0.0
+
+
+class NotifyLock:
+    """Exclusive, per-job lock on ``leases/<id>.notify`` that is safe to unlink while held.
+
+    The classic pattern: open-or-create, flock, then check that the path still names the inode we
+    locked; if a previous holder unlinked it in between, we locked a ghost and retry. Holders
+    unlink the path before unlocking, so the lock file never outlives the notification.
+    """
+
+    def __init__(self, fd: int, path: str, ino: tuple[int, int]) -> None:
+        self._fd: int | None = fd
+        self.path = path
+        self._ino = ino
+
+    @classmethod
+    def try_acquire(cls, path: str, owner: str) -> NotifyLock | None:
+        for _ in range(3):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC, FILE_MODE)
+            try:
+                if not lock_descriptor(fd, blocking=False):
+                    os.close(fd)
+                    return None
+                st = os.fstat(fd)
+                try:
+                    cur = os.stat(path, follow_symlinks=False)
+                except FileNotFoundError:
+                    os.close(fd)
+                    continue
+                if (st.st_dev, st.st_ino) != (cur.st_dev, cur.st_ino):
+                    os.close(fd)
+                    continue
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, owner.encode() + b"\n", 0)
+                return cls(fd, path, (st.st_dev, st.st_ino))
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                raise
+        return None
+
+    def still_ours(self) -> bool:
+        if self._fd is None:
+            return False
+        try:
+            cur = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return (cur.st_dev, cur.st_ino) == self._ino
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        if self.still_ours():
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+        with contextlib.suppress(OSError):
+            unlock_descriptor(self._fd)
+        os.close(self._fd)
+        self._fd = None
+
+
+def notify_lock_holder(path: str) -> str | None:
+    """The owner named in a notify lock file, if it can be read."""
+    try:
+        with open(path, "rb", buffering=0) as fh:  # lock files are tiny and ours
+            text = fh.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return text if len(text) == 16 and all(c in "0123456789abcdef" for c in text) else None

@@ -1,0 +1,169 @@
+"""Job records: the JSON document in each job file, and the frozen snapshots handed to users."""
+
+from __future__ import annotations
+
+import base64
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._codec import check_job_id, check_queue, dumps, loads
+from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
+
+
+class JobState(str, enum.Enum):
+    """Where a job is. The state is the directory its file is in; see FORMAT.md."""
+
+    PENDING = "pending"  # due, waiting for a worker
+    SCHEDULED = "scheduled"  # waiting for its run_at, or for a retry backoff
+    ACTIVE = "active"  # leased by a worker
+    FULFILLED = "fulfilled"  # final, with a value
+    FAILED = "failed"  # final, attempts exhausted or failed without retry
+
+    @property
+    def is_final(self) -> bool:
+        return self in (JobState.FULFILLED, JobState.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A snapshot of one job, as :meth:`JobStore.get` and :meth:`JobStore.create` return it."""
+
+    id: str
+    state: JobState
+    queue: str
+    priority: int
+    request: Any
+    attempts: int
+    max_attempts: int
+    created_at: float
+    run_at: float | None = None
+    value: bytes | None = None
+    error: str | None = None
+    finished_at: float | None = None
+    waiting: tuple[Any, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """The content of a job file (format version 1). Immutable: a transition writes a new one."""
+
+    id: str
+    queue: str
+    priority: int
+    request: Any
+    created_at: float
+    seq: str
+    max_attempts: int
+    attempts: int = 0
+    not_before: float | None = None
+    error: str | None = None
+    value: bytes | None = None
+    finished_at: float | None = None
+    committed_by: str | None = None
+
+    def to_bytes(self) -> bytes:
+        doc: dict[str, Any] = {
+            "format": FORMAT_VERSION,
+            "id": self.id,
+            "queue": self.queue,
+            "priority": self.priority,
+            "created_at": self.created_at,
+            "seq": self.seq,
+            "attempts": self.attempts,
+            "max_attempts": self.max_attempts,
+            "not_before": self.not_before,
+            "error": self.error,
+            "finished_at": self.finished_at,
+            "committed_by": self.committed_by,
+            "value": None if self.value is None else encode_value(self.value),
+            "request": self.request,
+        }
+        return dumps(doc, what="job record") + b"\n"
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Record:
+        """Parse and validate; raises ``ValueError`` naming the first problem."""
+        doc = loads(data)
+        if not isinstance(doc, dict):
+            raise ValueError("top level is not an object")
+        version = doc.get("format")
+        if version != FORMAT_VERSION:
+            raise ValueError(f"unknown format version {version!r}")
+        try:
+            rec = cls(
+                id=check_job_id(doc["id"]),
+                queue=check_queue(doc["queue"]),
+                priority=_int(doc["priority"], "priority", MIN_PRIORITY, MAX_PRIORITY),
+                request=doc["request"],
+                created_at=_num(doc["created_at"], "created_at"),
+                seq=_seq(doc["seq"]),
+                max_attempts=_int(doc["max_attempts"], "max_attempts", 1, 1_000_000),
+                attempts=_int(doc["attempts"], "attempts", 0, 1_000_000),
+                not_before=_opt_num(doc.get("not_before"), "not_before"),
+                error=_opt_str(doc.get("error"), "error"),
+                value=_opt_value(doc.get("value")),
+                finished_at=_opt_num(doc.get("finished_at"), "finished_at"),
+                committed_by=_opt_str(doc.get("committed_by"), "committed_by"),
+            )
+        except KeyError as exc:
+            raise ValueError(f"missing field {exc.args[0]!r}") from None
+        except Exception as exc:  # InvalidJobId is a ValueError; keep one error type out
+            raise ValueError(str(exc)) from None
+        return rec
+
+    def snapshot(self, state: JobState, waiting: tuple[Any, ...] = ()) -> Job:
+        return Job(
+            id=self.id, state=state, queue=self.queue, priority=self.priority,
+            request=self.request, attempts=self.attempts, max_attempts=self.max_attempts,
+            created_at=self.created_at, run_at=self.not_before, value=self.value,
+            error=self.error, finished_at=self.finished_at, waiting=waiting,
+        )
+
+
+def encode_value(value: bytes) -> dict[str, str]:
+    """Readable with ``cat`` when the value is UTF-8 text; base64 otherwise."""
+    try:
+        return {"encoding": "utf-8", "data": value.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"encoding": "base64", "data": base64.b64encode(value).decode("ascii")}
+
+
+def _opt_value(doc: Any) -> bytes | None:
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), str):
+        raise ValueError("value is not an {encoding, data} object")
+    if doc.get("encoding") == "utf-8":
+        return str(doc["data"]).encode("utf-8")
+    if doc.get("encoding") == "base64":
+        return base64.b64decode(doc["data"], validate=True)
+    raise ValueError(f"unknown value encoding {doc.get('encoding')!r}")
+
+
+def _int(v: Any, name: str, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
+    return v
+
+
+def _num(v: Any, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e11:
+        raise ValueError(f"{name} must be a timestamp, got {v!r}")
+    return float(v)
+
+
+def _opt_num(v: Any, name: str) -> float | None:
+    return None if v is None else _num(v, name)
+
+
+def _opt_str(v: Any, name: str) -> str | None:
+    if v is not None and not isinstance(v, str):
+        raise ValueError(f"{name} must be a string or null")
+    return v
+
+
+def _seq(v: Any) -> str:
+    if not isinstance(v, str) or len(v) != 20 or not v.isdigit() or not v.isascii():
+        raise ValueError(f"seq must be 20 decimal digits, got {v!r}")
+    return v

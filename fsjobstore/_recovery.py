@@ -1,0 +1,245 @@
+"""Recovery: return the jobs of dead or expired holders, finish or undo half-done commits,
+remove the temp files of dead processes, break stale locks, and quarantine what cannot be read.
+
+Every step claims what it repairs with a rename first (the same fencing as a worker's commit),
+so several processes may recover the same store at once: for each item exactly one wins the
+rename and the others see ENOENT and move on. Running it twice changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from . import _fsops as fs
+from ._layout import ACTIVE_RE, FINAL_RE, NOTIFY_LOCK_RE, OWNER_RE, TARGET_RE, TMP_RE, token_owner
+from ._leases import NotifyLock, OwnerProbe, notify_lock_holder
+from ._tree import DESTS, Tree
+
+log = logging.getLogger("fsjobstore")
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What one :meth:`JobStore.recover` pass did."""
+
+    requeued: int = 0  # claims of dead/expired holders returned to pending
+    failed: int = 0  # ... of which had no attempts left and became final "failed"
+    commits_finished: int = 0  # half-done commits completed from their durable temp file
+    duplicates_dropped: int = 0  # leftover copies of a job that exists elsewhere
+    temp_files_removed: int = 0
+    creates_finished: int = 0  # create(job_id=...) interrupted after reserving the id
+    locks_removed: int = 0
+    notifications_restored: int = 0
+    quarantined: int = 0
+
+
+class _Host(Protocol):
+    _tree: Tree
+    _probe: OwnerProbe
+    _wall: Callable[[], float]
+
+    def _owner_id(self) -> str: ...
+    def _new_token(self) -> str: ...
+    def _holds(self, token: str) -> bool: ...
+    def _after_final(self, job_id: str) -> None: ...
+
+
+def recover(host: _Host) -> RecoveryReport:
+    counts: dict[str, int] = {f.name: 0 for f in dataclasses.fields(RecoveryReport)}
+    me = host._owner_id()
+    _sweep_active(host, me, counts)
+    _sweep_tmp(host, me, counts)
+    _sweep_leases(host, me, counts)
+    _sweep_targets(host, counts)
+    return RecoveryReport(**counts)
+
+
+def _sweep_active(host: _Host, me: str, counts: dict[str, int]) -> None:
+    tree = host._tree
+    for name in fs.scan_names(tree.layout.active):
+        m = ACTIVE_RE.match(name)
+        path = os.path.join(tree.layout.active, name)
+        if not m:
+            counts["quarantined"] += tree.quarantine(path, "unrecognised name in jobs/active")
+            continue
+        owner = token_owner(m["token"])
+        if owner == me:
+            continue  # our own threads hold it; we are alive by definition
+        status = host._probe.status(owner)
+        if status == "alive":
+            continue
+        take_over(host, path, m["id"], m["token"], m["kind"],
+                  "its process exited" if status == "dead" else "its heartbeat stopped", counts)
+
+
+def take_over(host: _Host, path: str, job_id: str, old_token: str, kind: str, why: str,
+              counts: dict[str, int]) -> None:
+    """Fence out the old holder with a rename, then finish its commit or requeue the job."""
+    tree, lay = host._tree, host._tree.layout
+    token = host._new_token()
+    mine = lay.active_path(job_id, token, "recover")
+    try:
+        os.rename(path, mine)
+    except FileNotFoundError:
+        return  # another recoverer, or the holder itself, got there first
+    log.info("taking over job %s from %s: %s", job_id, old_token, why)
+    if kind in ("commit", "recover") and _finish_commit(host, job_id, old_token, mine, counts):
+        return
+    # RACE: a copy may exist elsewhere only if a previous recoverer published it and died
+    # before unlinking its ".recover" entry; the job cannot move into pending meanwhile because
+    # only the holder of a claim publishes it, and we hold this one.
+    if tree.exists_elsewhere(job_id, mine):
+        fs.unlink(mine)
+        counts["duplicates_dropped"] += 1
+        return
+    try:
+        record = tree.read_record(mine)
+    except FileNotFoundError:
+        return
+    except (fs.Unreadable, ValueError) as exc:
+        counts["quarantined"] += tree.quarantine(mine, f"active job file {exc}")
+        return
+    attempts = record.attempts + 1
+    error = f"attempt {attempts} lost: {why}"
+    if attempts >= record.max_attempts:
+        new = dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
+                                  finished_at=host._wall(), not_before=None)
+        dest = "failed"
+    else:
+        new = dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
+                                  not_before=None)
+        dest = "pending"
+    tmp = lay.tmp_path(token, "commit", f"{job_id}.{dest}.json")
+    fs.write_new(tmp, new.to_bytes(), durable=tree.durable)
+    try:
+        tree.publish(tmp, new, dest)
+    except FileExistsError:  # a result appeared meanwhile: keep it, drop our copy
+        fs.unlink(tmp)
+        counts["duplicates_dropped"] += 1
+    else:
+        counts["failed" if dest == "failed" else "requeued"] += 1
+    fs.unlink(mine)
+    if dest == "failed":
+        host._after_final(job_id)
+
+
+def _finish_commit(host: _Host, job_id: str, old_token: str, mine: str, counts: dict[str, int]) -> bool:
+    """Complete a commit whose temp file is durable; False if there is none to complete."""
+    tree = host._tree
+    prefix = f"{old_token}.commit.{job_id}."
+    for name in fs.scan_names(tree.layout.tmp):
+        if not name.startswith(prefix):
+            continue
+        dest = name[len(prefix):].removesuffix(".json")
+        tmp = os.path.join(tree.layout.tmp, name)
+        if dest not in DESTS:
+            continue
+        try:
+            record = tree.read_record(tmp)
+        except (FileNotFoundError, fs.Unreadable, ValueError):
+            continue  # torn or gone: the commit never completed; requeue instead
+        try:
+            tree.publish(tmp, record, dest)
+        except (FileExistsError, FileNotFoundError):
+            fs.unlink(tmp)  # the holder finished it itself while we looked
+        fs.unlink(mine)
+        counts["commits_finished"] += 1
+        if dest in ("fulfilled", "failed"):
+            host._after_final(job_id)
+        return True
+    return False
+
+
+def _sweep_tmp(host: _Host, me: str, counts: dict[str, int]) -> None:
+    tree = host._tree
+    for name in fs.scan_names(tree.layout.tmp):
+        path = os.path.join(tree.layout.tmp, name)
+        m = TMP_RE.match(name)
+        if not m:
+            counts["quarantined"] += tree.quarantine(path, "unrecognised name in tmp")
+            continue
+        owner = token_owner(m["token"])
+        # Only a *dead* owner's temp files go: a live producer may be between write and rename.
+        if owner == me or host._probe.status(owner) != "dead":
+            continue
+        if m["purpose"] == "newid":
+            _finish_create(host, path, counts)
+        elif fs.unlink(path):
+            counts["temp_files_removed"] += 1
+
+
+def _finish_create(host: _Host, path: str, counts: dict[str, int]) -> None:
+    """A create(job_id=...) that died after reserving the id (a hard link in ids/) but before
+    publishing: publish it, since the id is now taken and nobody else can create that job."""
+    tree = host._tree
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        record = tree.read_record(path)
+    except FileNotFoundError:
+        return
+    except (fs.Unreadable, ValueError) as exc:
+        counts["quarantined"] += tree.quarantine(path, f"temp job file {exc}")
+        return
+    if st.st_nlink < 2 or tree.exists_elsewhere(record.id, path):
+        if fs.unlink(path):
+            counts["temp_files_removed"] += 1
+        return
+    due = record.not_before is not None and record.not_before > host._wall()
+    with contextlib.suppress(FileNotFoundError):
+        tree.publish(path, record, "scheduled" if due else "pending")
+        counts["creates_finished"] += 1
+
+
+def _sweep_leases(host: _Host, me: str, counts: dict[str, int]) -> None:
+    tree = host._tree
+    for name in fs.scan_names(tree.layout.leases):
+        path = os.path.join(tree.layout.leases, name)
+        m = OWNER_RE.match(name)
+        if m:
+            if m["owner"] != me and host._probe.status(m["owner"]) == "dead" and fs.unlink(path):
+                host._probe.forget(m["owner"])
+                counts["locks_removed"] += 1
+            continue
+        if NOTIFY_LOCK_RE.match(name):
+            lock = NotifyLock.try_acquire(path, me)
+            if lock is not None:  # nobody holds it: its holder died
+                lock.release()
+                counts["locks_removed"] += 1
+                continue
+            holder = notify_lock_holder(path)
+            if holder and holder != me and host._probe.status(holder) == "expired":
+                # RACE: the hung holder may wake and call done(); it rechecks its lock's inode
+                # first and raises LeaseLost, so at worst its targets are delivered twice.
+                fs.unlink(path)
+                counts["locks_removed"] += 1
+            continue
+        counts["quarantined"] += tree.quarantine(path, "unrecognised name in leases")
+
+
+def _sweep_targets(host: _Host, counts: dict[str, int]) -> None:
+    """A crash between publishing a final job and indexing its notification leaves targets
+    that nobody would deliver: index them again."""
+    tree, lay = host._tree, host._tree.layout
+    for job_id in fs.scan_names(lay.targets):
+        tdir = lay.target_dir(job_id)
+        if not FINAL_RE.match(job_id + ".json") or not os.path.isdir(tdir) or os.path.islink(tdir):
+            counts["quarantined"] += tree.quarantine(tdir, "unrecognised entry in targets")
+            continue
+        names = fs.scan_names(tdir)
+        for name in names:
+            if not TARGET_RE.match(name):
+                counts["quarantined"] += tree.quarantine(os.path.join(tdir, name), "unrecognised target name")
+        if not names:
+            with contextlib.suppress(OSError):
+                os.rmdir(tdir)
+            continue
+        final = any(os.path.lexists(lay.final_path(s, job_id)) for s in ("fulfilled", "failed"))
+        if final and not os.path.lexists(lay.notify_path(job_id)) and tree.has_targets(job_id):
+            host._after_final(job_id)
+            counts["notifications_restored"] += 1

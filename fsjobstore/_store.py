@@ -1,0 +1,983 @@
+"""JobStore: create jobs, lease them to workers, commit results, and hand results to notifiers."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import itertools
+import logging
+import os
+import random
+import stat
+import threading
+import time
+import traceback
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from . import _fsops as fs
+from ._codec import check_job_id, check_queue, dumps, target_key
+from ._errors import (
+    CorruptJob, InvalidRequest, InvalidState, JobExists, JobNotFound, LeaseLost, StoreClosed,
+    StoreFormatError, UntrustedStore, ValueTooLarge,
+)
+from ._handles import NotificationLease, OnCompromised, WorkLease
+from ._layout import (
+    FINAL_RE, FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY, PENDING_RE, SCHEDULED_RE, Layout,
+    prio_value, seq_field, token_owner,
+)
+from ._leases import NotifyLock, OwnerLease, OwnerProbe, notify_lock_holder
+from ._pending import QueueIndex
+from ._records import Job, JobState, Record
+from ._recovery import RecoveryReport, recover, take_over
+from ._tree import Location, Tree
+from ._wakeup import Waker
+
+log = logging.getLogger("fsjobstore")
+
+_LIVE_STORES: weakref.WeakSet[JobStore] = weakref.WeakSet()
+MAX_ERROR_CHARS = 64 * 1024
+
+
+def default_backoff(attempt: int) -> float:
+    """Seconds before retry number ``attempt``: 1, 2, 4, ... capped at 300, times a random
+    factor in [0.5, 1) so that jobs failed together do not retry together."""
+    return min(300.0, 2.0 ** max(0, attempt - 1)) * random.uniform(0.5, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStatistics:
+    """A snapshot of one store's counts, from a single listing of each directory."""
+
+    pending: int
+    scheduled: int
+    active: int
+    fulfilled: int
+    failed: int
+    notifications: int  # final jobs with targets still waiting
+    quarantined: int
+    pending_by_queue: Mapping[str, int]
+    oldest_pending_age: float | None  # seconds since the oldest pending job was created
+    watching: bool  # whether this process gets inotify wake-ups
+
+
+class JobStore:
+    """A job store in one directory, shared by any number of threads and processes.
+
+    :param path: the store's directory; created if missing. Relative paths are resolved once.
+    :param durable: fsync files and directories before acknowledging (see FORMAT.md). With
+        False, every operation is still atomic under process crashes, but a power loss may undo
+        recent acknowledged operations.
+    :param lease_duration: seconds without a heartbeat after which another process may take a
+        hung holder's job. A dead holder's jobs are taken at once, whatever this says.
+    :param heartbeat_interval: seconds between heartbeats (default ``lease_duration / 4``).
+    :param max_attempts: default for jobs that do not set their own.
+    :param backoff: ``attempt -> seconds`` before a failed job (or notification) is retried.
+    :param poll_interval: longest a waiting puller sleeps before rescanning, whether or not
+        inotify said anything (it cannot see other hosts, and it can overflow).
+    :param clock: monotonic seconds, for leases and timeouts (injectable for tests).
+    :param wall_clock: epoch seconds, for ``run_at``/``delay`` and timestamps.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durable: bool = True,
+        lease_duration: float = 30.0,
+        heartbeat_interval: float | None = None,
+        max_attempts: int = 3,
+        backoff: Callable[[int], float] = default_backoff,
+        max_value_bytes: int = 16 * 1024 * 1024,
+        max_request_bytes: int = 1024 * 1024,
+        poll_interval: float = 1.0,
+        watch: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not lease_duration > 0:
+            raise InvalidRequest(f"lease_duration must be positive, got {lease_duration!r}")
+        heartbeat = lease_duration / 4 if heartbeat_interval is None else heartbeat_interval
+        if not 0 < heartbeat < lease_duration:
+            raise InvalidRequest("heartbeat_interval must be positive and shorter than lease_duration")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InvalidRequest(f"max_attempts must be a positive integer, got {max_attempts!r}")
+        self.path = os.path.abspath(os.fspath(path))
+        self.durable = durable
+        self.lease_duration = float(lease_duration)
+        self.heartbeat_interval = float(heartbeat)
+        self.max_attempts = max_attempts
+        self.max_value_bytes = max_value_bytes
+        self.max_request_bytes = max_request_bytes
+        self.poll_interval = poll_interval
+        self._backoff = backoff
+        self._watch = watch
+        self._clock = clock
+        self._wall = wall_clock
+        self._layout = Layout(self.path)
+        self._open_tree()
+        record_cap = 2 * max_value_bytes + max_request_bytes + MAX_ERROR_CHARS * 4 + 65536
+        self._tree = Tree(self._layout, durable=durable, record_cap=record_cap,
+                          target_cap=max_request_bytes + 4096)
+        self._probe = OwnerProbe(self._layout, self.lease_duration, clock)
+        self._mutex = threading.RLock()
+        self._owner: OwnerLease | None = None
+        self._tokens = itertools.count(1)
+        self._last_seq = 0
+        self._held_work: dict[str, WorkLease] = {}
+        self._held_notes: dict[str, NotificationLease] = {}
+        self._indexes: dict[str, QueueIndex] = {}
+        self._queues_listed_at = float("-inf")
+        self._next_due = 0.0
+        self._sched_listed_at = float("-inf")
+        self._sched_mutex = threading.Lock()
+        self._waker: Waker | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._last_beat = clock()
+        self._closed = False
+        self._pid = os.getpid()
+        _LIVE_STORES.add(self)
+
+    # == opening ===================================================================================
+    def _open_tree(self) -> None:
+        lay = self._layout
+        try:
+            os.makedirs(lay.root, fs.DIR_MODE, exist_ok=True)
+        except FileExistsError:
+            raise UntrustedStore(f"{lay.root} exists and is not a directory") from None
+        _check_trusted(lay.root)
+        for directory in lay.all_dirs():
+            fs.ensure_dir(directory, durable=self.durable)
+            _check_trusted(directory)
+        self._check_marker()
+
+    def _check_marker(self) -> None:
+        lay = self._layout
+        try:
+            data = fs.read_regular(lay.marker, 65536)
+        except FileNotFoundError:
+            tmp = os.path.join(lay.tmp, f"marker.{uuid.uuid4().hex}")
+            fs.write_new(tmp, dumps({"format": FORMAT_VERSION, "created_at": time.time()}) + b"\n",
+                         durable=self.durable)
+            try:
+                fs.link_into(tmp, lay.marker, durable=self.durable)
+            except FileExistsError:
+                pass  # another process initialised the store at the same moment
+            finally:
+                fs.unlink(tmp)
+            data = fs.read_regular(lay.marker, 65536)
+        except fs.Unreadable as exc:
+            raise StoreFormatError(f"{lay.marker} {exc}") from None
+        try:
+            import json
+            version = json.loads(data).get("format")
+        except (ValueError, AttributeError):
+            raise StoreFormatError(f"{lay.marker} is not valid JSON") from None
+        if version != FORMAT_VERSION:
+            raise StoreFormatError(
+                f"{lay.root} holds a format {version!r} store; this fsjobstore reads format {FORMAT_VERSION}"
+            )
+
+    # == small internals used by the handles and by recovery ========================================
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed(f"the JobStore at {self.path} is closed")
+        if os.getpid() != self._pid:
+            self._after_fork()
+
+    def _ensure_owner(self) -> OwnerLease:
+        with self._mutex:
+            if self._owner is None:
+                self._owner = OwnerLease(self._layout, self.lease_duration)
+            return self._owner
+
+    def _owner_id(self) -> str:
+        return self._ensure_owner().owner
+
+    def _new_token(self) -> str:
+        return f"{self._owner_id()}-{next(self._tokens):x}"
+
+    def _holds(self, token: str) -> bool:
+        return token in self._held_work
+
+    def _next_seq(self) -> str:
+        with self._mutex:
+            # Strictly increasing within a process, so FIFO holds even when the clock repeats.
+            self._last_seq = max(time.time_ns(), self._last_seq + 1)
+            return seq_field(self._last_seq)
+
+    def _after_fork(self) -> None:
+        """A forked child must not reuse the parent's owner lock, claims or threads."""
+        self._pid = os.getpid()
+        if self._owner is not None:
+            self._owner.abandon_after_fork()
+        self._owner = None
+        self._held_work = {}
+        self._held_notes = {}
+        self._thread = None
+        self._waker = None
+        self._mutex = threading.RLock()
+        self._sched_mutex = threading.Lock()
+        self._stop = threading.Event()
+        self._indexes = {}
+
+    # == creating ==================================================================================
+    def create(
+        self,
+        request: Any,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        delay: float | timedelta | None = None,
+        run_at: float | datetime | None = None,
+        max_attempts: int | None = None,
+        job_id: str | None = None,
+    ) -> Job:
+        """Store a new job and return its snapshot once it is durable.
+
+        ``priority``: lower runs sooner (-999,999 .. 999,999); equal priorities run in creation
+        order. ``delay`` (seconds or timedelta) or ``run_at`` (epoch seconds or an aware
+        datetime) holds the job back until then. ``job_id`` lets the caller choose the id; using
+        an id twice raises :class:`JobExists`, so it doubles as an idempotency key.
+        """
+        self._check_open()
+        queue = check_queue(queue)
+        if isinstance(priority, bool) or not isinstance(priority, int) or not (
+            MIN_PRIORITY <= priority <= MAX_PRIORITY
+        ):
+            raise InvalidRequest(f"priority must be an integer in [{MIN_PRIORITY}, {MAX_PRIORITY}], got {priority!r}")
+        attempts_cap = self.max_attempts if max_attempts is None else max_attempts
+        if isinstance(attempts_cap, bool) or not isinstance(attempts_cap, int) or not 1 <= attempts_cap <= 1_000_000:
+            raise InvalidRequest(f"max_attempts must be an integer in [1, 1000000], got {max_attempts!r}")
+        explicit = job_id is not None
+        job_id = check_job_id(job_id) if explicit else uuid.uuid4().hex
+        request_bytes = dumps(request, what="request")
+        if len(request_bytes) > self.max_request_bytes:
+            raise ValueTooLarge(f"request is {len(request_bytes)} bytes; max_request_bytes is {self.max_request_bytes}")
+        now = self._wall()
+        not_before = _due_time(now, delay, run_at)
+        record = Record(id=job_id, queue=queue, priority=priority, request=request, created_at=now,
+                        seq=self._next_seq(), max_attempts=attempts_cap, not_before=not_before)
+        dest = "scheduled" if not_before is not None and not_before > now else "pending"
+        token = self._new_token()
+        tmp = self._layout.tmp_path(token, "newid" if explicit else "new", f"{job_id}.json")
+        fs.write_new(tmp, record.to_bytes(), durable=self.durable)
+        try:
+            if explicit:
+                try:
+                    fs.link_into(tmp, self._layout.id_marker(job_id), durable=self.durable)
+                except FileExistsError:
+                    raise JobExists(f"a job with id {job_id!r} was already created in this store") from None
+            self._tree.publish(tmp, record, dest)
+        except BaseException:
+            fs.unlink(tmp)
+            raise
+        if dest == "scheduled":
+            with self._sched_mutex:
+                self._next_due = min(self._next_due, not_before or 0.0)
+        return record.snapshot(JobState(dest))
+
+    # == claiming work =============================================================================
+    def pull_work(
+        self,
+        *,
+        queues: str | Sequence[str] | None = None,
+        timeout: float | None = 0,
+        on_compromised: OnCompromised | None = None,
+    ) -> WorkLease | None:
+        """Lease one due job, or return None.
+
+        ``queues``: a name or a list in priority order (all queues when None). ``timeout``: 0
+        never waits; a positive number waits up to that many seconds; None waits forever.
+        ``on_compromised`` is installed before the lease is visible, so no loss is missed.
+        """
+        self._check_open()
+        names = None if queues is None else [check_queue(q) for q in ([queues] if isinstance(queues, str) else queues)]
+        return self._pull(lambda: self._claim_work(names, on_compromised), timeout)
+
+    def _pull(self, attempt: Callable[[], Any], timeout: float | None) -> Any:
+        if timeout is not None and timeout < 0:
+            raise InvalidRequest(f"timeout must be >= 0 or None, got {timeout!r}")
+        self._start_background()
+        deadline = None if timeout is None else self._clock() + timeout
+        while True:
+            waker = self._waker
+            generation = waker.generation if waker else 0
+            got = attempt()
+            if got is not None or timeout == 0:
+                return got
+            remaining = float("inf") if deadline is None else deadline - self._clock()
+            if remaining <= 0:
+                return None
+            pause = min(remaining, self.poll_interval, max(0.001, self._next_due - self._wall()))
+            if waker is not None and waker.watching:
+                waker.wait(generation, pause)
+            else:
+                time.sleep(pause)
+                self._invalidate_indexes()
+            self._check_open()
+
+    def _claim_work(self, queues: list[str] | None, on_compromised: OnCompromised | None) -> WorkLease | None:
+        self._promote_due()
+        for _ in range(10_000):  # bounded: every turn consumes one name
+            index = self._pick_queue(queues)
+            if index is None:
+                return None
+            name = index.pop()
+            if name is None:
+                continue
+            m = PENDING_RE.match(name)
+            assert m is not None  # the index only holds valid names
+            token = self._new_token()
+            active = self._layout.active_path(m["id"], token)
+            try:
+                os.rename(os.path.join(index.directory, name), active)
+            except FileNotFoundError:
+                continue  # another worker claimed it first
+            lease = self._lease_from_active(active, m["id"], os.path.basename(index.directory), token,
+                                            on_compromised)
+            if lease is not None:
+                return lease
+        return None
+
+    def _lease_from_active(self, active: str, job_id: str, queue: str, token: str,
+                           on_compromised: OnCompromised | None) -> WorkLease | None:
+        try:
+            record = self._tree.read_record(active)
+        except FileNotFoundError:
+            return None
+        except (fs.Unreadable, ValueError) as exc:
+            self._tree.quarantine(active, f"claimed job file {exc}")
+            return None
+        if record.id != job_id or record.queue != queue:
+            self._tree.quarantine(active, f"file content names job {record.id!r} in queue {record.queue!r}")
+            return None
+        lease = WorkLease(self, record, token, on_compromised)
+        with self._mutex:
+            self._held_work[token] = lease
+        return lease
+
+    def _pick_queue(self, queues: list[str] | None) -> QueueIndex | None:
+        if queues is not None:
+            for q in queues:
+                index = self._index(q)
+                if index.peek() is not None:
+                    return index
+            return None
+        best: tuple[str, QueueIndex] | None = None
+        for q in self._all_queues():
+            index = self._index(q)
+            head = index.peek()
+            if head is not None and (best is None or head < best[0]):
+                best = (head, index)
+        return None if best is None else best[1]
+
+    def _all_queues(self) -> list[str]:
+        now = self._clock()
+        with self._mutex:
+            if now - self._queues_listed_at >= self.poll_interval:
+                for q in fs.scan_names(self._layout.pending):
+                    if q not in self._indexes:
+                        try:
+                            check_queue(q)
+                        except InvalidRequest:
+                            self._tree.quarantine(self._layout.pending_dir(q), "unrecognised queue directory")
+                            continue
+                        self._index(q)
+                self._queues_listed_at = now
+            return list(self._indexes)
+
+    def _index(self, queue: str) -> QueueIndex:
+        with self._mutex:
+            index = self._indexes.get(queue)
+            if index is None:
+                directory = self._layout.pending_dir(queue)
+                index = QueueIndex(
+                    directory, 512, rescan_interval=max(self.poll_interval, 2.0), clock=self._clock,
+                    on_bad_name=lambda n, d=directory: self._tree.quarantine(
+                        os.path.join(d, n), "unrecognised name in a pending queue"),
+                )
+                self._indexes[queue] = index
+            return index
+
+    def _invalidate_indexes(self) -> None:
+        with self._mutex:
+            for index in self._indexes.values():
+                index.invalidate()
+            self._queues_listed_at = float("-inf")
+
+    def _promote_due(self) -> None:
+        """Move scheduled jobs whose time has come into pending (a rename each)."""
+        now = self._wall()
+        with self._sched_mutex:
+            if now < self._next_due and self._clock() - self._sched_listed_at < self.poll_interval:
+                return
+            self._sched_listed_at = self._clock()
+            next_due = float("inf")
+            touched: set[str] = set()
+            for name in sorted(fs.scan_names(self._layout.scheduled)):
+                m = SCHEDULED_RE.match(name)
+                src = os.path.join(self._layout.scheduled, name)
+                if not m:
+                    self._tree.quarantine(src, "unrecognised name in jobs/scheduled")
+                    continue
+                due = int(m["due"]) / 1_000_000
+                if due > now:
+                    next_due = due
+                    break
+                dst = self._layout.pending_path(m["queue"], prio_value(m["prio"]), m["seq"], m["id"])
+                fs.ensure_dir(os.path.dirname(dst), durable=self.durable)
+                try:
+                    os.rename(src, dst)
+                except FileNotFoundError:
+                    continue  # another process promoted it
+                touched.add(os.path.dirname(dst))
+                self._index(m["queue"]).add(os.path.basename(dst))
+            if self.durable:
+                for directory in touched:
+                    fs.fsync_dir(directory)
+            self._next_due = next_due
+
+    # == committing work (called by WorkLease) =====================================================
+    def _commit_work(self, lease: WorkLease, kind: str, payload: Any, retry: bool, delay: float | None) -> None:
+        if lease.finished:
+            raise InvalidState(f"the lease on job {lease.id} was already committed")
+        if os.getpid() != self._pid:
+            raise LeaseLost("this lease belongs to the parent process", reason="closed")
+        record, token, lay = lease._record, lease.token, self._layout
+        active = lay.active_path(record.id, token)
+        if kind == "release":
+            self._set_committing(lease, True)
+            dst = lay.pending_path(record.queue, record.priority, record.seq, record.id)
+            fs.ensure_dir(os.path.dirname(dst), durable=self.durable)
+            try:
+                fs.rename_into(active, dst, durable=self.durable)
+            except FileNotFoundError:
+                raise self._lost(lease) from None
+            self._finish(lease)
+            return
+        new, dest = self._next_record(record, token, kind, payload, retry, delay)
+        tmp = lay.tmp_path(token, "commit", f"{record.id}.{dest}.json")
+        fs.write_new(tmp, new.to_bytes(), durable=self.durable)
+        self._set_committing(lease, True)
+        committing = lay.active_path(record.id, token, "commit")
+        try:
+            os.rename(active, committing)  # the fence: fails if our claim was taken over
+        except FileNotFoundError:
+            fs.unlink(tmp)
+            raise self._lost(lease) from None
+        try:
+            self._tree.publish(tmp, new, dest)
+        except (FileExistsError, FileNotFoundError):
+            # RACE: we were judged hung after fencing, and a recoverer finished our commit from
+            # our own temp file. That is our result; anything else is someone else's.
+            fs.unlink(tmp)
+            if not self._published_by(token, new, dest):
+                raise self._lost(lease) from None
+        fs.unlink(committing)
+        self._finish(lease)
+        if dest in ("fulfilled", "failed"):
+            self._after_final(record.id)
+
+    def _next_record(self, record: Record, token: str, kind: str, payload: Any, retry: bool,
+                     delay: float | None) -> tuple[Record, str]:
+        now = self._wall()
+        if kind == "fulfill":
+            value = _as_bytes(payload)
+            if len(value) > self.max_value_bytes:
+                raise ValueTooLarge(f"value is {len(value)} bytes; max_value_bytes is {self.max_value_bytes}")
+            return dataclasses.replace(record, value=value, attempts=record.attempts + 1, finished_at=now,
+                                       committed_by=token, not_before=None), "fulfilled"
+        error = _error_text(payload)
+        attempts = record.attempts + 1
+        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0):
+            raise InvalidRequest(f"delay must be a non-negative number of seconds, got {delay!r}")
+        if retry and attempts < record.max_attempts:
+            wait = self._backoff(attempts) if delay is None else float(delay)
+            due = now + wait if wait > 0 else None
+            return dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
+                                       not_before=due), ("scheduled" if due is not None else "pending")
+        return dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
+                                   finished_at=now, not_before=None), "failed"
+
+    def _published_by(self, token: str, record: Record, dest: str) -> bool:
+        try:
+            return self._tree.read_record(self._tree.dest_path(record, dest)).committed_by == token
+        except (FileNotFoundError, fs.Unreadable, ValueError):
+            return False
+
+    def _set_committing(self, lease: WorkLease, value: bool) -> None:
+        lease._committing = value
+
+    def _lost(self, lease: WorkLease) -> LeaseLost:
+        error = LeaseLost(f"the lease on job {lease.id} (token {lease.token}) was taken over; nothing was committed")
+        lease._compromise(error)
+        self._finish(lease)
+        return error
+
+    def _finish(self, lease: WorkLease) -> None:
+        lease._mark_finished()
+        with self._mutex:
+            self._held_work.pop(lease.token, None)
+
+    def _after_final(self, job_id: str) -> None:
+        """Index a final job for notification if targets are waiting (after it is durable)."""
+        if self._tree.has_targets(job_id):
+            self._mark_notify_now(job_id)
+
+    def _mark_notify_now(self, job_id: str) -> None:
+        prev = self._tree.read_notify_entry(job_id)
+        tmp = self._layout.tmp_path(self._new_token(), "aux", f"{job_id}.notify")
+        self._tree.write_notify_entry(job_id, tmp, 0.0, prev[1] if prev else 0, None)
+
+    # == resolving by id ===========================================================================
+    def fulfill(self, job_id: str, value: bytes | str) -> None:
+        """Fulfil a job without holding its lease (for jobs resolved elsewhere).
+
+        Raises :class:`InvalidState` if a live worker holds it or it is already final, and
+        :class:`JobNotFound` for an unknown id. A job held by a dead or hung worker is taken
+        over first.
+        """
+        self._check_open()
+        check_job_id(job_id)
+        data = _as_bytes(value)
+        if len(data) > self.max_value_bytes:
+            raise ValueTooLarge(f"value is {len(data)} bytes; max_value_bytes is {self.max_value_bytes}")
+        for _ in range(20):
+            loc = self._require(job_id)
+            if loc.state.is_final:
+                raise InvalidState(f"job {job_id} is already {loc.state.value}")
+            if loc.state is JobState.ACTIVE:
+                assert loc.token is not None and loc.kind is not None
+                owner = token_owner(loc.token)
+                status = "alive" if owner == self._owner_id() else self._probe.status(owner)
+                if status == "alive":
+                    raise InvalidState(f"job {job_id} is leased by a live worker")
+                take_over(self, loc.path, job_id, loc.token, loc.kind, "fulfilled by id", _counter())
+                continue
+            token = self._new_token()
+            active = self._layout.active_path(job_id, token)
+            try:
+                os.rename(loc.path, active)
+            except FileNotFoundError:
+                continue
+            lease = self._lease_from_active(active, job_id, _queue_of(loc), token, None)
+            if lease is None:
+                raise CorruptJob(f"job {job_id} could not be read and was quarantined")
+            lease.fulfill(data)
+            return
+        raise InvalidState(f"job {job_id} kept moving; try again")
+
+    def _require(self, job_id: str) -> Location:
+        loc = self._tree.locate(job_id)
+        if loc is None:
+            raise JobNotFound(f"no job with id {job_id!r} in {self.path}")
+        return loc
+
+    def get(self, job_id: str) -> Job:
+        """A snapshot of the job (state, request, value or error, attempts, waiting targets)."""
+        self._check_open()
+        check_job_id(job_id)
+        for _ in range(5):
+            loc = self._require(job_id)
+            try:
+                record = self._tree.read_record(loc.path)
+            except FileNotFoundError:
+                continue  # it moved while we read it
+            except (fs.Unreadable, ValueError) as exc:
+                self._tree.quarantine(loc.path, f"job file {exc}")
+                raise CorruptJob(f"job {job_id}: {exc}; moved to quarantine") from None
+            waiting = tuple(t for _, t, _ in self._tree.read_targets(job_id))
+            return record.snapshot(loc.state, waiting)
+        raise JobNotFound(f"job {job_id!r} kept moving while being read")
+
+    # == notifications =============================================================================
+    def queue(self, job_id: str, target: Any) -> None:
+        """Ask for the job's result to be delivered to ``target`` (any JSON value) once final.
+
+        Queueing the same target twice has no further effect. If the job is already final the
+        notification is available at once.
+        """
+        self._check_open()
+        check_job_id(job_id)
+        key = target_key(target)
+        doc = dumps({"target": target, "queued_at": self._wall()}, what="target")
+        if len(doc) > self._tree.target_cap:
+            raise ValueTooLarge(f"target is {len(doc)} bytes; the cap is {self._tree.target_cap}")
+        self._require(job_id)
+        tdir = self._layout.target_dir(job_id)
+        tmp = self._layout.tmp_path(self._new_token(), "aux", f"{job_id}.{key}.json")
+        fs.write_new(tmp, doc, durable=self.durable)
+        try:
+            for _ in range(100):
+                fs.ensure_dir(tdir, durable=self.durable)
+                try:
+                    fs.link_into(tmp, os.path.join(tdir, f"{key}.json"), durable=self.durable)
+                except FileExistsError:
+                    pass  # already queued: keep its original place in line
+                except FileNotFoundError:
+                    continue  # a notifier removed the emptied directory just now
+                break
+        finally:
+            fs.unlink(tmp)
+        # RACE: the job may become final between _require and here; checking again *after* the
+        # target is durable means either we see it final, or its committer sees our target.
+        loc = self._tree.locate(job_id)
+        if loc is not None and loc.state.is_final:
+            self._mark_notify_now(job_id)
+
+    def unqueue(self, job_id: str, target: Any) -> bool:
+        """Stop waiting to notify ``target``; True if it was waiting. A notifier already
+        delivering it may still do so."""
+        return self.unqueue_all(job_id, [target]) == 1
+
+    def unqueue_all(self, job_id: str, targets: Iterable[Any]) -> int:
+        """Batch :meth:`unqueue`; returns how many of ``targets`` were waiting."""
+        self._check_open()
+        check_job_id(job_id)
+        keys = {target_key(t) for t in targets}
+        self._require(job_id)
+        return self._remove_targets(job_id, keys)
+
+    def _remove_targets(self, job_id: str, keys: Iterable[str]) -> int:
+        tdir = self._layout.target_dir(job_id)
+        removed = sum(fs.unlink(os.path.join(tdir, f"{key}.json")) for key in keys)
+        if removed and self.durable:
+            fs.fsync_dir(tdir)
+        return removed
+
+    def pull_notification(
+        self, *, timeout: float | None = 0, on_compromised: OnCompromised | None = None
+    ) -> NotificationLease | None:
+        """Lease one final job whose result is waiting to be delivered, or return None."""
+        self._check_open()
+        return self._pull(lambda: self._claim_notification(on_compromised), timeout)  # type: ignore[no-any-return]
+
+    def _claim_notification(self, on_compromised: OnCompromised | None) -> NotificationLease | None:
+        lay, now = self._layout, self._wall()
+        due: list[tuple[float, str, int]] = []
+        for name in fs.scan_names(lay.notify):
+            m = FINAL_RE.match(name)
+            if not m:
+                self._tree.quarantine(os.path.join(lay.notify, name), "unrecognised name in jobs/notify")
+                continue
+            entry = self._tree.read_notify_entry(m["id"])
+            if entry is None:
+                continue
+            if entry[0] > now:
+                with self._sched_mutex:
+                    self._next_due = min(self._next_due, entry[0])
+                continue
+            due.append((entry[0], m["id"], entry[1]))
+        due.sort()
+        me = self._owner_id()
+        for _, job_id, _ in due:
+            lock_path = lay.notify_lock_path(job_id)
+            lock = NotifyLock.try_acquire(lock_path, me)
+            if lock is None:
+                holder = notify_lock_holder(lock_path)
+                if holder and holder != me and self._probe.status(holder) == "expired":
+                    fs.unlink(lock_path)  # RACE: see _recovery._sweep_leases
+                continue
+            lease = self._open_notification(job_id, lock, now, on_compromised)
+            if lease is not None:
+                return lease
+        return None
+
+    def _open_notification(self, job_id: str, lock: NotifyLock, now: float,
+                           on_compromised: OnCompromised | None) -> NotificationLease | None:
+        try:
+            entry = self._tree.read_notify_entry(job_id)  # again, now that we hold the lock
+            if entry is None or entry[0] > now:
+                return None
+            loc = self._tree.locate(job_id)
+            if loc is None or not loc.state.is_final:
+                fs.unlink(self._layout.notify_path(job_id))  # an index entry for no final job
+                return None
+            try:
+                record = self._tree.read_record(loc.path)
+            except (fs.Unreadable, ValueError) as exc:
+                self._tree.quarantine(loc.path, f"job file {exc}")
+                fs.unlink(self._layout.notify_path(job_id))
+                return None
+            targets = self._tree.read_targets(job_id)
+            if not targets:
+                self._drop_notify_entry(job_id)
+                return None
+            lease = NotificationLease(self, record, loc.state, tuple(t for _, t, _ in targets),
+                                      frozenset(k for k, _, _ in targets), lock, entry[1], on_compromised)
+            with self._mutex:
+                self._held_notes[job_id] = lease
+            lock = None  # type: ignore[assignment]  # ownership passed to the lease
+            return lease
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _drop_notify_entry(self, job_id: str) -> None:
+        fs.unlink(self._layout.notify_path(job_id))
+        # RACE: a target queued after we read the list would be stranded without an entry;
+        # queue() writes the target before checking for an entry, so checking again here after
+        # the unlink catches it.
+        if self._tree.has_targets(job_id):
+            self._mark_notify_now(job_id)
+        else:
+            try:
+                os.rmdir(self._layout.target_dir(job_id))
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+
+    def _finish_notification(self, lease: NotificationLease, delivered: list[Any], error: str | None) -> None:
+        if lease.finished:
+            raise InvalidState(f"the notification lease on job {lease.id} was already done")
+        lock: NotifyLock = lease._lock
+        keys = {target_key(t) for t in delivered}
+        try:
+            if not lock.still_ours() or lease.compromised is not None:
+                err = LeaseLost(f"the notification lease on job {lease.id} was lost; nothing was removed")
+                lease._compromise(err)
+                raise err
+            # RACE: the lock could be broken between the check above and these unlinks only if
+            # we stalled for a whole lease; the targets were delivered, so removing them is right.
+            self._remove_targets(lease.id, keys)
+            remaining = self._tree.read_targets(lease.id)
+            if remaining:
+                attempts = lease.attempts + 1
+                fresh = any(k not in lease._keys for k, _, _ in remaining)
+                not_before = self._wall() if fresh else self._wall() + self._backoff(attempts)
+                tmp = self._layout.tmp_path(self._new_token(), "aux", f"{lease.id}.notify")
+                text = None if error is None else _error_text(error)
+                self._tree.write_notify_entry(lease.id, tmp, not_before, attempts, text)
+                with self._sched_mutex:
+                    self._next_due = min(self._next_due, not_before)
+            else:
+                self._drop_notify_entry(lease.id)
+        finally:
+            lock.release()
+            lease._mark_finished()
+            with self._mutex:
+                self._held_notes.pop(lease.id, None)
+
+    # == maintenance ===============================================================================
+    def recover(self) -> RecoveryReport:
+        """Repair what crashed or hung processes left behind; safe to run anywhere, any time."""
+        self._check_open()
+        return recover(self)
+
+    def statistics(self) -> StoreStatistics:
+        self._check_open()
+        lay = self._layout
+        by_queue: dict[str, int] = {}
+        oldest: int | None = None
+        for q in fs.scan_names(lay.pending):
+            names = [n for n in fs.scan_names(lay.pending_dir(q)) if PENDING_RE.match(n)]
+            by_queue[q] = len(names)
+            for n in names:
+                seq = int(n.split(".", 2)[1])
+                oldest = seq if oldest is None else min(oldest, seq)
+        quarantined = sum(1 for n in fs.scan_names(lay.quarantine) if not n.endswith(".reason"))
+        return StoreStatistics(
+            pending=sum(by_queue.values()),
+            scheduled=len(fs.scan_names(lay.scheduled)),
+            active=len(fs.scan_names(lay.active)),
+            fulfilled=len(fs.scan_names(lay.fulfilled)),
+            failed=len(fs.scan_names(lay.failed)),
+            notifications=len(fs.scan_names(lay.notify)),
+            quarantined=quarantined,
+            pending_by_queue=by_queue,
+            oldest_pending_age=None if oldest is None else max(0.0, self._wall() - oldest / 1e9),
+            watching=bool(self._waker and self._waker.watching),
+        )
+
+    def _start_background(self) -> None:
+        with self._mutex:
+            if self._thread is not None or self._closed:
+                return
+            self._ensure_owner()
+            if self._watch:
+                waker = Waker(self._layout.jobs, self._on_arrival)
+                waker.start()
+                self._waker = waker
+            self._last_beat = self._clock()
+            self._thread = threading.Thread(target=self._heart, name=f"fsjobstore-heartbeat-{self._pid}",
+                                            daemon=True)
+            self._thread.start()
+
+    def _on_arrival(self, path: str) -> None:
+        lay = self._layout
+        parent, name = os.path.split(path)
+        if os.path.dirname(parent) == lay.pending:
+            queue = os.path.basename(parent)
+            with self._mutex:
+                index = self._indexes.get(queue)
+                if index is None:
+                    self._queues_listed_at = float("-inf")
+            if index is not None:
+                index.add(name)
+        elif parent == lay.scheduled:
+            m = SCHEDULED_RE.match(name)
+            if m:
+                with self._sched_mutex:
+                    self._next_due = min(self._next_due, int(m["due"]) / 1_000_000)
+
+    def _heart(self) -> None:
+        next_recovery = self._clock()
+        while not self._stop.is_set():
+            if self._clock() >= next_recovery:
+                try:
+                    recover(self)
+                except Exception:
+                    log.exception("background recovery failed; will try again")
+                next_recovery = self._clock() + max(self.heartbeat_interval, self.lease_duration / 2)
+            if self._stop.wait(self.heartbeat_interval):
+                return
+            self._beat_once()
+
+    def _beat_once(self) -> None:
+        owner = self._owner
+        if owner is None:
+            return
+        now = self._clock()
+        gap, self._last_beat = now - self._last_beat, now
+        problem: LeaseLost | None = None
+        try:
+            owner.beat()
+        except OSError as exc:
+            problem = LeaseLost(f"heartbeat could not be written: {exc}", reason="heartbeat-failed")
+        if problem is None and gap > 0.75 * self.lease_duration:
+            problem = LeaseLost(f"this process did not beat for {gap:.1f}s (lease {self.lease_duration}s); "
+                                "its claims may have been taken over", reason="stalled")
+        with self._mutex:
+            work, notes = list(self._held_work.values()), list(self._held_notes.values())
+        for lease in work:
+            if problem is not None:
+                lease._compromise(problem)
+            elif not lease._committing and not os.path.lexists(
+                self._layout.active_path(lease.id, lease.token)
+            ):
+                lease._compromise(LeaseLost(f"job {lease.id} was taken over by another process"))
+        for note in notes:
+            if problem is not None:
+                note._compromise(problem)
+            elif not note.finished and not note._lock.still_ours():
+                note._compromise(LeaseLost(f"the notification lease on job {note.id} was broken"))
+
+    def close(self) -> None:
+        """Release held leases (giving their jobs back), stop the threads, drop the owner lock."""
+        if self._closed:
+            return
+        if os.getpid() != self._pid:
+            self._after_fork()
+        with self._mutex:
+            work, notes = list(self._held_work.values()), list(self._held_notes.values())
+        for lease in work:
+            try:
+                lease.release()
+            except Exception:  # already lost: nothing of ours to give back
+                log.debug("release on close failed for %s", lease.id, exc_info=True)
+        for note in notes:
+            note._lock.release()
+            note._compromise(LeaseLost("the store was closed", reason="closed"))
+            note._mark_finished()
+        self._closed = True
+        self._stop.set()
+        if self._waker is not None:
+            self._waker.stop()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
+        if self._owner is not None:
+            self._owner.close()
+        _LIVE_STORES.discard(self)
+
+    def __enter__(self) -> JobStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<JobStore {self.path!r} durable={self.durable}>"
+
+
+# == helpers =======================================================================================
+def _check_trusted(path: str) -> None:
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise UntrustedStore(f"{path} is a symbolic link; store directories must be real directories")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UntrustedStore(f"{path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise UntrustedStore(f"{path} is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
+    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+        raise UntrustedStore(f"{path} is world-writable without the sticky bit")
+
+
+def _due_time(now: float, delay: float | timedelta | None, run_at: float | datetime | None) -> float | None:
+    if delay is not None and run_at is not None:
+        raise InvalidRequest("give delay or run_at, not both")
+    if delay is not None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < 1e9:
+            raise InvalidRequest(f"delay must be a non-negative number of seconds, got {delay!r}")
+        return now + seconds if seconds > 0 else None
+    if run_at is not None:
+        if isinstance(run_at, datetime):
+            if run_at.tzinfo is None:
+                raise InvalidRequest("run_at must be a timezone-aware datetime (naive times are ambiguous)")
+            return run_at.timestamp()
+        if isinstance(run_at, bool) or not isinstance(run_at, int | float) or not 0 <= run_at < 1e11:
+            raise InvalidRequest(f"run_at must be epoch seconds or an aware datetime, got {run_at!r}")
+        return float(run_at)
+    return None
+
+
+def _as_bytes(value: Any) -> bytes:
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidRequest(f"value is not encodable as UTF-8: {exc}") from None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise InvalidRequest(f"value must be bytes or str, not {type(value).__name__}")
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, BaseException):
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__)).rstrip()
+    elif isinstance(error, str):
+        text = error
+    else:
+        raise InvalidRequest(f"error must be an exception or a str, not {type(error).__name__}")
+    text = text.encode("utf-8", "replace").decode("utf-8")  # drop lone surrogates
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 40] + f"... [{len(text) - MAX_ERROR_CHARS + 40} chars cut]"
+    return text
+
+
+def _queue_of(loc: Location) -> str:
+    name = os.path.basename(loc.path)
+    if loc.state is JobState.PENDING:
+        return os.path.basename(os.path.dirname(loc.path))
+    m = SCHEDULED_RE.match(name)
+    assert m is not None
+    return m["queue"]
+
+
+def _counter() -> dict[str, int]:
+    return {f.name: 0 for f in dataclasses.fields(RecoveryReport)}
+
+
+def _reset_after_fork() -> None:
+    for store in list(_LIVE_STORES):
+        store._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)

@@ -1,0 +1,198 @@
+"""Operations on one store's tree that both the store and recovery perform.
+
+Every transition ends in :meth:`Tree.publish`: a fully written temp file is renamed (or, for
+final states, hard-linked so that an existing result is never replaced) into the directory of
+its new state, and that directory is fsynced before the caller removes the old entry. A crash
+between the two leaves the job in two places, which recovery resolves; never in none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from . import _fsops as fs
+from ._codec import dumps, loads
+from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, TARGET_RE, Layout
+from ._records import JobState, Record
+
+log = logging.getLogger("fsjobstore")
+
+DESTS = ("pending", "scheduled", "fulfilled", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    state: JobState
+    path: str
+    token: str | None = None  # for ACTIVE: the claim token in the name
+    kind: str | None = None  # for ACTIVE: json | commit | recover
+
+
+class Tree:
+    def __init__(self, layout: Layout, *, durable: bool, record_cap: int, target_cap: int) -> None:
+        self.layout = layout
+        self.durable = durable
+        self.record_cap = record_cap
+        self.target_cap = target_cap
+
+    # -- reading -------------------------------------------------------------------------------
+    def read_record(self, path: str) -> Record:
+        """Raises FileNotFoundError, or fs.Unreadable / ValueError naming what is wrong."""
+        return Record.from_bytes(fs.read_regular(path, self.record_cap))
+
+    def dest_path(self, record: Record, dest: str) -> str:
+        lay = self.layout
+        if dest == "pending":
+            return lay.pending_path(record.queue, record.priority, record.seq, record.id)
+        if dest == "scheduled":
+            return lay.scheduled_path(record.not_before or 0.0, record.queue, record.priority,
+                                      record.seq, record.id)
+        return lay.final_path(dest, record.id)
+
+    def publish(self, tmp_path: str, record: Record, dest: str) -> str:
+        """Move a complete temp file into ``dest`` durably; returns the new path.
+
+        Final states are published with link(): if a result already exists we raise
+        FileExistsError instead of replacing it, so at most one result per job can ever exist.
+        """
+        dst = self.dest_path(record, dest)
+        if dest == "pending":
+            fs.ensure_dir(os.path.dirname(dst), durable=self.durable)
+        if dest in ("fulfilled", "failed"):
+            fs.link_into(tmp_path, dst, durable=self.durable)
+            fs.unlink(tmp_path)
+        else:
+            fs.rename_into(tmp_path, dst, durable=self.durable)
+        return dst
+
+    # -- finding a job by id -------------------------------------------------------------------
+    def locate(self, job_id: str) -> Location | None:
+        """Find a job's file. Jobs move while we look, so a miss is retried a few times."""
+        for _ in range(3):
+            found = self._locate_once(job_id)
+            if found is not None:
+                return found
+        return None
+
+    def _locate_once(self, job_id: str) -> Location | None:
+        lay = self.layout
+        # Look at later states first: a job moves forward, so it cannot slip past us backwards
+        # except on retry/release, which the caller's repeat covers.
+        for state, directory in ((JobState.FULFILLED, lay.fulfilled), (JobState.FAILED, lay.failed)):
+            path = os.path.join(directory, f"{job_id}.json")
+            if os.path.lexists(path):
+                return Location(state, path)
+        suffix_active = f"{job_id}."
+        for name in fs.scan_names(lay.active):
+            if name.startswith(suffix_active):
+                m = ACTIVE_RE.match(name)
+                if m and m["id"] == job_id:
+                    return Location(JobState.ACTIVE, os.path.join(lay.active, name), m["token"], m["kind"])
+        tail = f".{job_id}.json"
+        for queue in fs.scan_names(lay.pending):
+            qdir = lay.pending_dir(queue)
+            for name in fs.scan_names(qdir):
+                if name.endswith(tail) and PENDING_RE.match(name):
+                    return Location(JobState.PENDING, os.path.join(qdir, name))
+        for name in fs.scan_names(lay.scheduled):
+            if name.endswith(tail) and SCHEDULED_RE.match(name):
+                return Location(JobState.SCHEDULED, os.path.join(lay.scheduled, name))
+        return None
+
+    def exists_elsewhere(self, job_id: str, not_path: str) -> bool:
+        """True if a copy of the job exists at any path other than ``not_path``."""
+        for _ in range(2):
+            for loc in self._all_locations(job_id):
+                if loc != not_path:
+                    return True
+        return False
+
+    def _all_locations(self, job_id: str) -> Iterator[str]:
+        lay = self.layout
+        for directory in (lay.fulfilled, lay.failed):
+            path = os.path.join(directory, f"{job_id}.json")
+            if os.path.lexists(path):
+                yield path
+        tail = f".{job_id}.json"
+        for queue in fs.scan_names(lay.pending):
+            for name in fs.scan_names(lay.pending_dir(queue)):
+                if name.endswith(tail):
+                    yield os.path.join(lay.pending_dir(queue), name)
+        for name in fs.scan_names(lay.scheduled):
+            if name.endswith(tail):
+                yield os.path.join(lay.scheduled, name)
+        for name in fs.scan_names(lay.active):
+            m = ACTIVE_RE.match(name)
+            if m and m["id"] == job_id:
+                yield os.path.join(lay.active, name)
+
+    # -- notification targets and the notify index --------------------------------------------
+    def read_targets(self, job_id: str) -> list[tuple[str, Any, float]]:
+        """(key, target, queued_at) of every waiting target, oldest first; bad files quarantined."""
+        tdir = self.layout.target_dir(job_id)
+        out = []
+        for name in fs.scan_names(tdir):
+            m = TARGET_RE.match(name)
+            if not m:
+                continue
+            path = os.path.join(tdir, name)
+            try:
+                doc = loads(fs.read_regular(path, self.target_cap))
+                if not isinstance(doc, dict) or "target" not in doc:
+                    raise ValueError("not a target document")
+                queued = doc.get("queued_at")
+                out.append((m["key"], doc["target"], float(queued) if isinstance(queued, int | float) else 0.0))
+            except FileNotFoundError:
+                continue
+            except (fs.Unreadable, ValueError) as exc:
+                self.quarantine(path, f"target file {exc}")
+        out.sort(key=lambda item: (item[2], item[0]))
+        return out
+
+    def has_targets(self, job_id: str) -> bool:
+        return any(TARGET_RE.match(n) for n in fs.scan_names(self.layout.target_dir(job_id)))
+
+    def write_notify_entry(self, job_id: str, tmp_path: str, not_before: float, attempts: int,
+                           error: str | None) -> None:
+        """Create or replace ``jobs/notify/<id>.json`` atomically."""
+        doc = {"id": job_id, "not_before": not_before, "attempts": attempts, "error": error}
+        fs.write_new(tmp_path, dumps(doc) + b"\n", durable=self.durable)
+        fs.rename_into(tmp_path, self.layout.notify_path(job_id), durable=self.durable)
+
+    def read_notify_entry(self, job_id: str) -> tuple[float, int] | None:
+        """(not_before, attempts), or None if the entry is gone; bad entries read as due now."""
+        path = self.layout.notify_path(job_id)
+        try:
+            doc = json.loads(fs.read_regular(path, 64 * 1024))
+            return float(doc.get("not_before", 0.0)), int(doc.get("attempts", 0))
+        except FileNotFoundError:
+            return None
+        except (fs.Unreadable, ValueError, TypeError, AttributeError):
+            return 0.0, 0
+
+    # -- quarantine ----------------------------------------------------------------------------
+    def quarantine(self, path: str, reason: str) -> bool:
+        """Move ``path`` aside with a reason file; False if it was already gone."""
+        lay = self.layout
+        rel = os.path.relpath(path, lay.root).replace(os.sep, "~")
+        stamp = f"{time.time_ns():020d}"
+        dest = os.path.join(lay.quarantine, f"{stamp}.{rel}")
+        try:
+            os.rename(path, dest)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            log.warning("cannot quarantine %s (%s): %s", path, reason, exc)
+            return False
+        with contextlib.suppress(OSError):
+            doc = {"from": os.path.relpath(path, lay.root), "reason": reason, "at": time.time()}
+            fs.write_new(dest + ".reason", dumps(doc) + b"\n", durable=False)
+        log.warning("quarantined %s: %s", path, reason)
+        return True
