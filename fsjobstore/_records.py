@@ -11,7 +11,7 @@ from ._codec import check_job_id, check_queue, dumps, loads
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
 
 
-class JobState(str, enum.Enum):
+class JobState(enum.StrEnum):
     """Where a job is. The state is the directory its file is in; see FORMAT.md."""
 
     PENDING = "pending"  # due, waiting for a worker

@@ -22,13 +22,29 @@ from typing import Any
 from . import _fsops as fs
 from ._codec import check_job_id, check_queue, dumps, target_key
 from ._errors import (
-    CorruptJob, InvalidRequest, InvalidState, JobExists, JobNotFound, LeaseLost, StoreClosed,
-    StoreFormatError, UntrustedStore, ValueTooLarge,
+    CorruptJob,
+    InvalidRequest,
+    InvalidState,
+    JobExists,
+    JobNotFound,
+    LeaseLost,
+    StoreClosed,
+    StoreFormatError,
+    UntrustedStore,
+    ValueTooLarge,
 )
 from ._handles import NotificationLease, OnCompromised, WorkLease
 from ._layout import (
-    FINAL_RE, FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY, PENDING_RE, SCHEDULED_RE, Layout,
-    prio_value, seq_field, token_owner,
+    FINAL_RE,
+    FORMAT_VERSION,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    PENDING_RE,
+    SCHEDULED_RE,
+    Layout,
+    prio_value,
+    seq_field,
+    token_owner,
 )
 from ._leases import NotifyLock, OwnerLease, OwnerProbe, notify_lock_holder
 from ._pending import QueueIndex
@@ -298,7 +314,8 @@ class JobStore:
         """
         self._check_open()
         names = None if queues is None else [check_queue(q) for q in ([queues] if isinstance(queues, str) else queues)]
-        return self._pull(lambda: self._claim_work(names, on_compromised), timeout)
+        lease: WorkLease | None = self._pull(lambda: self._claim_work(names, on_compromised), timeout)
+        return lease
 
     def _pull(self, attempt: Callable[[], Any], timeout: float | None) -> Any:
         if timeout is not None and timeout < 0:
@@ -397,11 +414,12 @@ class JobStore:
             index = self._indexes.get(queue)
             if index is None:
                 directory = self._layout.pending_dir(queue)
-                index = QueueIndex(
-                    directory, 512, rescan_interval=max(self.poll_interval, 2.0), clock=self._clock,
-                    on_bad_name=lambda n, d=directory: self._tree.quarantine(
-                        os.path.join(d, n), "unrecognised name in a pending queue"),
-                )
+
+                def bad_name(name: str, directory: str = directory) -> None:
+                    self._tree.quarantine(os.path.join(directory, name), "unrecognised name in a pending queue")
+
+                index = QueueIndex(directory, 512, rescan_interval=max(self.poll_interval, 2.0),
+                                   clock=self._clock, on_bad_name=bad_name)
                 self._indexes[queue] = index
             return index
 
@@ -656,7 +674,8 @@ class JobStore:
     ) -> NotificationLease | None:
         """Lease one final job whose result is waiting to be delivered, or return None."""
         self._check_open()
-        return self._pull(lambda: self._claim_notification(on_compromised), timeout)  # type: ignore[no-any-return]
+        lease: NotificationLease | None = self._pull(lambda: self._claim_notification(on_compromised), timeout)
+        return lease
 
     def _claim_notification(self, on_compromised: OnCompromised | None) -> NotificationLease | None:
         lay, now = self._layout, self._wall()

@@ -40,7 +40,7 @@ class Waker:
             return
         waker = self
 
-        class _Handler(FileSystemEventHandler):  # type: ignore[misc]
+        class _Handler(FileSystemEventHandler):
             def on_any_event(self, event: Any) -> None:
                 if event.is_directory or event.event_type not in ("created", "moved"):
                     return

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsjobstore import JobStore
+
+
+class FakeWall:
+    """An injectable wall clock that only moves when told to."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> str:
+    return str(tmp_path / "store")
+
+
+@pytest.fixture
+def open_store(root: str) -> Iterator[Callable[..., JobStore]]:
+    """Open stores on one directory (each one is like a separate process); all closed at the end."""
+    stores: list[JobStore] = []
+
+    def _open(path: str | None = None, **kwargs: Any) -> JobStore:
+        kwargs.setdefault("durable", True)
+        store = JobStore(path or root, **kwargs)
+        stores.append(store)
+        return store
+
+    yield _open
+    for store in stores:
+        store.close()
+
+
+@pytest.fixture
+def store(open_store: Callable[..., JobStore]) -> JobStore:
+    return open_store(backoff=lambda attempt: 0.0)
+
+
+def files_under(path: str) -> list[str]:
+    out = []
+    for dirpath, _dirs, names in os.walk(path):
+        out.extend(os.path.relpath(os.path.join(dirpath, n), path) for n in names)
+    return sorted(out)

@@ -1,0 +1,394 @@
+"""Unit tests of every public call, in one process."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import FakeWall, files_under
+from fsjobstore import (
+    InvalidJobId, InvalidRequest, InvalidState, JobExists, JobNotFound, JobState, JobStore, JobStoreError,
+    LeaseLost, StoreClosed, UntrustedStore, ValueTooLarge,
+)
+
+
+def test_an_empty_store_hands_out_nothing(store: JobStore) -> None:
+    assert store.pull_work() is None
+    assert store.pull_notification() is None
+    assert store.statistics().pending == 0
+
+
+def test_a_directory_never_written_to_is_an_empty_store(tmp_path: Path) -> None:
+    with JobStore(tmp_path / "fresh") as s:
+        assert s.pull_work(timeout=0) is None
+        assert s.recover().requeued == 0
+
+
+def test_a_relative_path_is_resolved_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with JobStore("rel") as s:
+        job = s.create({"x": 1})
+        monkeypatch.chdir("/")
+        lease = s.pull_work()
+        assert lease is not None and lease.id == job.id
+        lease.fulfill(b"ok")
+    assert os.path.isfile(tmp_path / "rel" / "jobs" / "fulfilled" / f"{job.id}.json")
+
+
+def test_create_pull_fulfill_round_trip_returns_bytes(store: JobStore) -> None:
+    job = store.create({"calculate": "3+3"})
+    assert job.state is JobState.PENDING and job.attempts == 0
+    lease = store.pull_work()
+    assert lease is not None
+    assert (lease.id, lease.request, lease.queue, lease.attempt) == (job.id, {"calculate": "3+3"}, "default", 1)
+    lease.fulfill("6")
+    got = store.get(job.id)
+    assert got.state is JobState.FULFILLED and got.value == b"6" and got.attempts == 1
+    assert got.finished_at is not None
+
+
+def test_binary_values_round_trip(store: JobStore) -> None:
+    job = store.create(None)
+    lease = store.pull_work()
+    assert lease is not None
+    lease.fulfill(bytes(range(256)))
+    assert store.get(job.id).value == bytes(range(256))
+
+
+def test_lower_priority_runs_sooner_and_equal_priority_is_fifo(store: JobStore) -> None:
+    ids = [store.create(i, priority=p).id for i, p in enumerate([5, 0, 5, -3, 0])]
+    order = []
+    while (lease := store.pull_work()) is not None:
+        order.append(lease.id)
+        lease.fulfill(b"")
+    assert order == [ids[3], ids[1], ids[4], ids[0], ids[2]]
+
+
+def test_queues_are_separate_and_a_list_is_tried_in_order(store: JobStore) -> None:
+    a = store.create("a", queue="alpha")
+    b = store.create("b", queue="beta", priority=-100)
+    assert store.pull_work(queues="gamma") is None
+    first = store.pull_work(queues=["alpha", "beta"])
+    assert first is not None and first.id == a.id
+    second = store.pull_work(queues=["alpha", "beta"])
+    assert second is not None and second.id == b.id
+
+
+def test_all_queues_are_merged_by_priority(store: JobStore) -> None:
+    store.create("a", queue="alpha", priority=3)
+    b = store.create("b", queue="beta", priority=1)
+    lease = store.pull_work()
+    assert lease is not None and lease.id == b.id
+
+
+def test_a_delayed_job_is_not_handed_out_before_it_is_due(open_store: Callable[..., JobStore]) -> None:
+    wall = FakeWall()
+    s = open_store(wall_clock=wall)
+    job = s.create("later", delay=60)
+    assert s.get(job.id).state is JobState.SCHEDULED
+    assert s.pull_work() is None
+    wall.advance(59)
+    assert s.pull_work() is None
+    wall.advance(2)
+    lease = s.pull_work()
+    assert lease is not None and lease.id == job.id
+
+
+def test_run_at_accepts_aware_datetimes_and_rejects_naive_ones(open_store: Callable[..., JobStore]) -> None:
+    wall = FakeWall()
+    s = open_store(wall_clock=wall)
+    when = dt.datetime.fromtimestamp(wall.now + 10, tz=dt.UTC)
+    job = s.create(1, run_at=when)
+    assert s.get(job.id).run_at == pytest.approx(wall.now + 10)
+    with pytest.raises(InvalidRequest, match="timezone-aware"):
+        s.create(1, run_at=dt.datetime(2030, 1, 1))
+    with pytest.raises(InvalidRequest, match="not both"):
+        s.create(1, run_at=wall.now, delay=1)
+
+
+def test_failed_attempts_retry_until_max_attempts_then_fail_with_the_last_error(store: JobStore) -> None:
+    job = store.create("flaky", max_attempts=3)
+    for attempt in (1, 2, 3):
+        lease = store.pull_work()
+        assert lease is not None and lease.attempt == attempt
+        lease.fail(RuntimeError(f"boom {attempt}"))
+    assert store.pull_work() is None
+    got = store.get(job.id)
+    assert got.state is JobState.FAILED and got.attempts == 3
+    assert got.error is not None and "RuntimeError: boom 3" in got.error
+
+
+def test_a_failed_attempt_waits_for_its_backoff(open_store: Callable[..., JobStore]) -> None:
+    wall = FakeWall()
+    s = open_store(wall_clock=wall, backoff=lambda attempt: 30.0 * attempt)
+    job = s.create("x")
+    lease = s.pull_work()
+    assert lease is not None
+    lease.fail("nope")
+    assert s.get(job.id).state is JobState.SCHEDULED
+    wall.advance(29)
+    assert s.pull_work() is None
+    wall.advance(2)
+    again = s.pull_work()
+    assert again is not None and again.attempt == 2
+
+
+def test_fail_without_retry_is_final_at_once(store: JobStore) -> None:
+    job = store.create("x", max_attempts=10)
+    lease = store.pull_work()
+    assert lease is not None
+    lease.fail("permanent", retry=False)
+    assert store.get(job.id).state is JobState.FAILED
+
+
+def test_release_gives_the_job_back_without_counting_an_attempt(store: JobStore) -> None:
+    job = store.create("x")
+    lease = store.pull_work()
+    assert lease is not None
+    lease.release()
+    again = store.pull_work()
+    assert again is not None and again.id == job.id and again.attempt == 1
+
+
+def test_a_lease_commits_once(store: JobStore) -> None:
+    store.create("x")
+    lease = store.pull_work()
+    assert lease is not None
+    lease.fulfill(b"1")
+    with pytest.raises(InvalidState):
+        lease.fulfill(b"2")
+    with pytest.raises(InvalidState):
+        lease.release()
+
+
+def test_an_exception_in_the_with_block_is_a_failed_attempt(store: JobStore) -> None:
+    job = store.create("x")
+    lease = store.pull_work()
+    assert lease is not None
+    with pytest.raises(ZeroDivisionError), lease:
+        1 / 0  # noqa: B018
+    got = store.get(job.id)
+    assert got.attempts == 1 and got.error is not None and "ZeroDivisionError" in got.error
+
+
+def test_leaving_the_with_block_without_fulfilling_releases(store: JobStore) -> None:
+    job = store.create("x")
+    lease = store.pull_work()
+    assert lease is not None
+    with lease:
+        pass
+    assert store.get(job.id).state is JobState.PENDING and store.get(job.id).attempts == 0
+
+
+def test_fulfill_by_id_resolves_a_pending_job(store: JobStore) -> None:
+    job = store.create("x")
+    store.fulfill(job.id, "done elsewhere")
+    assert store.get(job.id).value == b"done elsewhere"
+    assert store.pull_work() is None
+
+
+def test_fulfill_by_id_refuses_a_job_a_live_worker_holds(open_store: Callable[..., JobStore]) -> None:
+    worker, other = open_store(), open_store()
+    job = worker.create("x")
+    lease = worker.pull_work()
+    assert lease is not None
+    with pytest.raises(InvalidState, match="live worker"):
+        other.fulfill(job.id, b"no")
+    lease.fulfill(b"yes")
+    with pytest.raises(InvalidState, match="already fulfilled"):
+        other.fulfill(job.id, b"no")
+    assert other.get(job.id).value == b"yes"
+
+
+def test_fulfill_by_id_takes_over_a_dead_workers_job(open_store: Callable[..., JobStore]) -> None:
+    worker, other = open_store(), open_store()
+    job = worker.create("x")
+    lease = worker.pull_work()
+    assert lease is not None
+    worker._owner.close()  # type: ignore[union-attr]  # as if the process had died
+    other.fulfill(job.id, b"rescued")
+    assert other.get(job.id).value == b"rescued"
+    with pytest.raises(LeaseLost):
+        lease.fulfill(b"late")
+    assert other.get(job.id).value == b"rescued"
+
+
+def test_unknown_ids_raise_job_not_found_which_is_a_key_error(store: JobStore) -> None:
+    for call in (lambda: store.get("nope"), lambda: store.fulfill("nope", b""), lambda: store.queue("nope", 1),
+                 lambda: store.unqueue("nope", 1)):
+        with pytest.raises(JobNotFound) as info:
+            call()
+        assert isinstance(info.value, KeyError) and isinstance(info.value, JobStoreError)
+
+
+@pytest.mark.parametrize("bad", ["..", "a/b", "a\x00b", "x" * 129, ".hidden", "-flag", "é", "a.b", "", "a b"])
+def test_unsafe_job_ids_are_refused(store: JobStore, bad: str) -> None:
+    with pytest.raises(InvalidJobId):
+        store.create(1, job_id=bad)
+    assert files_under(os.path.join(store.path, "jobs")) == []
+
+
+def test_a_chosen_job_id_can_be_used_only_once(store: JobStore) -> None:
+    store.create(1, job_id="order-42")
+    with pytest.raises(JobExists):
+        store.create(2, job_id="order-42")
+    assert store.get("order-42").request == 1
+
+
+@pytest.mark.parametrize("request_", [float("nan"), float("inf"), {1, 2}, object(), "\ud800", {"a": b"bytes"}])
+def test_requests_that_are_not_strict_json_are_refused(store: JobStore, request_: object) -> None:
+    with pytest.raises(InvalidRequest):
+        store.create(request_)
+    assert store.statistics().pending == 0
+
+
+def test_oversized_requests_and_values_are_refused_and_change_nothing(open_store: Callable[..., JobStore]) -> None:
+    s = open_store(max_request_bytes=100, max_value_bytes=10)
+    with pytest.raises(ValueTooLarge):
+        s.create("x" * 200)
+    job = s.create("ok")
+    lease = s.pull_work()
+    assert lease is not None
+    with pytest.raises(ValueTooLarge):
+        lease.fulfill(b"x" * 11)
+    lease.fulfill(b"x" * 10)
+    assert s.get(job.id).value == b"x" * 10
+
+
+def test_bad_arguments_name_the_problem(store: JobStore) -> None:
+    with pytest.raises(InvalidRequest, match="priority"):
+        store.create(1, priority=10**7)
+    with pytest.raises(InvalidRequest, match="max_attempts"):
+        store.create(1, max_attempts=0)
+    with pytest.raises(InvalidRequest, match="delay"):
+        store.create(1, delay=-1)
+    with pytest.raises(InvalidRequest, match="timeout"):
+        store.pull_work(timeout=-1)
+    with pytest.raises(InvalidJobId, match="queue"):
+        store.create(1, queue="../etc")
+    job = store.create(1)
+    lease = store.pull_work()
+    assert lease is not None
+    with pytest.raises(InvalidRequest, match="bytes or str"):
+        lease.fulfill(123)  # type: ignore[arg-type]
+    lease.release()
+    assert store.get(job.id).state is JobState.PENDING
+
+
+def test_get_returns_a_frozen_snapshot(store: JobStore) -> None:
+    job = store.create({"k": [1, 2]}, queue="q1", priority=7)
+    got = store.get(job.id)
+    assert (got.queue, got.priority, got.request, got.max_attempts) == ("q1", 7, {"k": [1, 2]}, 3)
+    with pytest.raises(AttributeError):
+        got.state = JobState.FAILED  # type: ignore[misc]
+
+
+def test_statistics_count_each_state(store: JobStore) -> None:
+    store.create(1, queue="a")
+    store.create(2, queue="b")
+    store.create(3, delay=100)
+    lease = store.pull_work(queues="a")
+    assert lease is not None
+    stats = store.statistics()
+    assert (stats.pending, stats.scheduled, stats.active) == (1, 1, 1)
+    assert stats.pending_by_queue == {"a": 0, "b": 1}
+    assert stats.oldest_pending_age is not None and stats.oldest_pending_age >= 0
+    lease.fulfill(b"")
+    assert store.statistics().fulfilled == 1
+
+
+def test_a_closed_store_refuses_calls(root: str) -> None:
+    s = JobStore(root)
+    s.close()
+    with pytest.raises(StoreClosed):
+        s.create(1)
+
+
+def test_closing_gives_held_jobs_back(root: str) -> None:
+    s = JobStore(root)
+    job = s.create(1)
+    assert s.pull_work() is not None
+    s.close()
+    with JobStore(root) as again:
+        assert again.get(job.id).state is JobState.PENDING
+
+
+def test_a_world_writable_root_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "open"
+    bad.mkdir()
+    bad.chmod(0o777)
+    with pytest.raises(UntrustedStore, match="world-writable") as info:
+        JobStore(bad)
+    assert isinstance(info.value, PermissionError)
+
+
+def test_a_root_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to chown")
+    other = tmp_path / "theirs"
+    other.mkdir()
+    os.chown(other, 65534, 65534)
+    with pytest.raises(UntrustedStore, match="owned by uid 65534"):
+        JobStore(other)
+
+
+def test_durable_false_stores_work_the_same(open_store: Callable[..., JobStore]) -> None:
+    s = open_store(durable=False)
+    job = s.create(1)
+    lease = s.pull_work()
+    assert lease is not None
+    lease.fulfill(b"x")
+    assert s.get(job.id).value == b"x"
+
+
+def test_a_store_on_dev_shm_works(tmp_path: Path) -> None:
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    path = f"/dev/shm/fsjobstore-test-{os.getpid()}"
+    try:
+        with JobStore(path) as s:
+            job = s.create("shm")
+            lease = s.pull_work()
+            assert lease is not None
+            lease.fulfill(b"ok")
+            assert s.get(job.id).value == b"ok"
+    finally:
+        import shutil
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_waiting_puller_is_woken_by_a_create_not_by_polling(open_store: Callable[..., JobStore]) -> None:
+    # poll_interval is longer than the timeout: only an inotify wake-up can deliver the job in time.
+    worker = open_store(poll_interval=60.0)
+    producer = open_store()
+    worker.pull_work()  # start the watcher
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(worker.pull_work(timeout=20)))
+    t.start()
+    threading.Event().wait(0.3)
+    job = producer.create("wake")
+    t.join(30)
+    lease = got[0]
+    assert lease is not None and lease.id == job.id  # type: ignore[attr-defined]
+
+
+def test_without_inotify_a_periodic_scan_still_finds_work(open_store: Callable[..., JobStore]) -> None:
+    worker = open_store(watch=False, poll_interval=0.05)
+    producer = open_store()
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(worker.pull_work(timeout=20)))
+    t.start()
+    threading.Event().wait(0.2)
+    job = producer.create("found")
+    t.join(30)
+    assert got[0] is not None and got[0].id == job.id  # type: ignore[attr-defined]
+    assert worker.statistics().watching is False
+
+
+def test_pull_with_a_timeout_returns_none_when_nothing_arrives(store: JobStore) -> None:
+    assert store.pull_work(timeout=0.2) is None
