@@ -1,0 +1,109 @@
+"""Files planted in the store by others are quarantined or ignored; good jobs keep flowing."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from fsjobstore import CorruptJob, JobStore
+
+GOOD_NAME = "0000000.00000000000000000001.planted.json"
+
+
+def _pending(store: JobStore, name: str = GOOD_NAME) -> str:
+    d = os.path.join(store.path, "jobs", "pending", "default")
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, name)
+
+
+def _drain(store: JobStore) -> list[str]:
+    done = []
+    while (lease := store.pull_work()) is not None:
+        lease.fulfill(b"ok")
+        done.append(lease.id)
+    return done
+
+
+def _plant_file(path: str, content: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(content)
+
+
+PLANTS = {
+    "empty": lambda p: _plant_file(p, b""),
+    "truncated": lambda p: _plant_file(p, b'{"format":1,"id":"planted"'),
+    "garbage": lambda p: _plant_file(p, b"\x00\xff\xfe garbage"),
+    "bom": lambda p: _plant_file(p, b"\xef\xbb\xbf{}"),
+    "nan": lambda p: _plant_file(p, b'{"format":1,"x":NaN}'),
+    "dupkeys": lambda p: _plant_file(p, b'{"format":1,"format":1}'),
+    "deep": lambda p: _plant_file(p, b"[" * 100_000 + b"]" * 100_000),
+    "future": lambda p: _plant_file(p, b'{"format":99}'),
+    "symlink_passwd": lambda p: os.symlink("/etc/passwd", p),
+    "symlink_zero": lambda p: os.symlink("/dev/zero", p),
+    "dangling": lambda p: os.symlink("/nonexistent/x", p),
+    "fifo": lambda p: os.mkfifo(p),
+    "directory": lambda p: os.mkdir(p),
+    "sparse_huge": lambda p: (open(p, "wb").truncate(1 << 30)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PLANTS))
+def test_a_planted_pending_file_is_quarantined_and_good_jobs_flow(store: JobStore, kind: str) -> None:
+    assert store.pull_work() is None  # start the watcher and heartbeat before counting descriptors
+    good = store.create("good")
+    PLANTS[kind](_pending(store))
+    fds_before = len(os.listdir("/proc/self/fd"))
+    assert _drain(store) == [good.id]
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    assert store.statistics().quarantined == 1
+    reasons = [n for n in os.listdir(os.path.join(store.path, "quarantine")) if n.endswith(".reason")]
+    assert len(reasons) == 1
+    assert os.path.exists("/etc/passwd")
+
+
+def test_a_socket_in_pending_is_quarantined(store: JobStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _pending(store)
+    monkeypatch.chdir(os.path.dirname(path))  # AF_UNIX paths are limited to 108 bytes
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(os.path.basename(path))
+        good = store.create("good")
+        assert _drain(store) == [good.id]
+        assert store.statistics().quarantined == 1
+    finally:
+        sock.close()
+
+
+def test_files_with_unknown_names_are_moved_aside(store: JobStore) -> None:
+    good = store.create("good")
+    for name in ("junk.txt", "notes"):
+        _plant_file(_pending(store, name), b"hello")
+    assert _drain(store) == [good.id]
+    assert store.statistics().quarantined == 2
+
+
+def test_a_valid_job_file_under_the_wrong_name_is_quarantined(store: JobStore) -> None:
+    real = store.create("real")
+    src = os.path.join(store.path, "jobs", "pending", "default")
+    [name] = os.listdir(src)
+    os.link(os.path.join(src, name), _pending(store))  # content says "real", name says "planted"
+    assert _drain(store) == [real.id]
+    assert store.statistics().quarantined == 1
+
+
+def test_get_of_a_corrupt_final_job_raises_corrupt_job_and_quarantines_it(store: JobStore) -> None:
+    path = os.path.join(store.path, "jobs", "fulfilled", "broken.json")
+    _plant_file(path, b"{nope")
+    with pytest.raises(CorruptJob):
+        store.get("broken")
+    assert not os.path.exists(path)
+
+
+def test_planted_files_in_other_directories_are_quarantined_by_recovery(store: JobStore) -> None:
+    for rel in ("jobs/active/whatever", "tmp/whatever", "leases/whatever", "targets/bad.name"):
+        _plant_file(os.path.join(store.path, rel), b"x")
+    report = store.recover()
+    assert report.quarantined == 4
+    assert store.recover().quarantined == 0

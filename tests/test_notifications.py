@@ -1,0 +1,169 @@
+"""Notifications: queue/unqueue, delivery, partial delivery, backoff, exclusivity."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from conftest import FakeWall
+from fsjobstore import InvalidState, JobState, JobStore, LeaseLost
+
+
+def _finish(store: JobStore, value: bytes = b"v") -> None:
+    lease = store.pull_work()
+    assert lease is not None
+    lease.fulfill(value)
+
+
+def test_targets_queued_before_fulfilment_are_notified_after_it(store: JobStore) -> None:
+    job = store.create("x")
+    store.queue(job.id, {"url": "a"})
+    store.queue(job.id, "b")
+    assert store.pull_notification() is None  # not final yet
+    _finish(store, b"result")
+    note = store.pull_notification()
+    assert note is not None
+    assert (note.id, note.state, note.value, note.waiting) == (job.id, JobState.FULFILLED, b"result",
+                                                               ({"url": "a"}, "b"))
+    note.done(note.waiting)
+    assert store.pull_notification() is None
+    assert store.get(job.id).waiting == ()
+
+
+def test_a_target_queued_on_a_final_job_is_available_at_once(store: JobStore) -> None:
+    job = store.create("x")
+    _finish(store)
+    assert store.pull_notification() is None
+    store.queue(job.id, "late")
+    note = store.pull_notification()
+    assert note is not None and note.waiting == ("late",)
+
+
+def test_queueing_the_same_target_twice_waits_once(store: JobStore) -> None:
+    job = store.create("x")
+    store.queue(job.id, {"b": 1, "a": 2})
+    store.queue(job.id, {"a": 2, "b": 1})
+    assert store.get(job.id).waiting == ({"b": 1, "a": 2},)
+
+
+def test_unqueue_and_unqueue_all_remove_targets(store: JobStore) -> None:
+    job = store.create("x")
+    for t in ("a", "b", "c", "d"):
+        store.queue(job.id, t)
+    assert store.unqueue(job.id, "a") is True
+    assert store.unqueue(job.id, "a") is False
+    assert store.unqueue_all(job.id, ["b", "c", "zzz"]) == 2
+    assert store.get(job.id).waiting == ("d",)
+
+
+def test_unqueueing_every_target_of_a_final_job_leaves_nothing_to_notify(store: JobStore) -> None:
+    job = store.create("x")
+    store.queue(job.id, "a")
+    _finish(store)
+    store.unqueue(job.id, "a")
+    assert store.pull_notification() is None
+
+
+def test_partial_delivery_keeps_the_rest_for_later_after_a_backoff(open_store: Callable[..., JobStore]) -> None:
+    wall = FakeWall()
+    s = open_store(wall_clock=wall, backoff=lambda attempt: 10.0)
+    job = s.create("x")
+    for t in ("ok", "down"):
+        s.queue(job.id, t)
+    _finish(s)
+    note = s.pull_notification()
+    assert note is not None
+    note.done(["ok"], error="connection refused")
+    assert s.get(job.id).waiting == ("down",)
+    assert s.pull_notification() is None  # backing off, not in a hot loop
+    wall.advance(11)
+    again = s.pull_notification()
+    assert again is not None and again.waiting == ("down",) and again.attempts == 1
+    again.done(["down"])
+    assert s.pull_notification() is None
+
+
+def test_a_new_target_during_delivery_is_not_held_back_by_the_backoff(open_store: Callable[..., JobStore]) -> None:
+    wall = FakeWall()
+    s = open_store(wall_clock=wall, backoff=lambda attempt: 100.0)
+    job = s.create("x")
+    s.queue(job.id, "first")
+    _finish(s)
+    note = s.pull_notification()
+    assert note is not None
+    s.queue(job.id, "second")
+    note.done([])
+    again = s.pull_notification()
+    assert again is not None and set(again.waiting) == {"first", "second"}
+
+
+def test_a_failed_job_notifies_with_its_error(store: JobStore) -> None:
+    job = store.create("x", max_attempts=1)
+    store.queue(job.id, "t")
+    lease = store.pull_work()
+    assert lease is not None
+    lease.fail("it broke")
+    note = store.pull_notification()
+    assert note is not None and note.state is JobState.FAILED and note.value is None
+    assert note.error == "it broke"
+
+
+def test_a_notification_is_handed_to_one_notifier_at_a_time(open_store: Callable[..., JobStore]) -> None:
+    a, b = open_store(backoff=lambda n: 0.0), open_store(backoff=lambda n: 0.0)
+    job = a.create("x")
+    a.queue(job.id, "t")
+    _finish(a)
+    note = a.pull_notification()
+    assert note is not None
+    assert b.pull_notification() is None
+    note.done([])
+    assert b.pull_notification() is not None
+
+
+def test_a_notifier_that_died_frees_its_notification_at_once(open_store: Callable[..., JobStore]) -> None:
+    a, b = open_store(backoff=lambda n: 0.0), open_store(backoff=lambda n: 0.0)
+    job = a.create("x")
+    a.queue(job.id, "t")
+    _finish(a)
+    note = a.pull_notification()
+    assert note is not None
+    note._lock.release()  # what the kernel does to flock when the process dies
+    taken = b.pull_notification()
+    assert taken is not None and taken.waiting == ("t",)
+    with pytest.raises(LeaseLost):
+        note.done(["t"])
+    assert b.get(job.id).waiting == ("t",)  # the loser removed nothing
+
+
+def test_done_twice_is_refused(store: JobStore) -> None:
+    job = store.create("x")
+    store.queue(job.id, "t")
+    _finish(store)
+    note = store.pull_notification()
+    assert note is not None
+    note.done(["t"])
+    with pytest.raises(InvalidState):
+        note.done(["t"])
+
+
+def test_a_notification_lease_as_context_manager_releases_on_exit(store: JobStore) -> None:
+    job = store.create("x")
+    store.queue(job.id, "t")
+    _finish(store)
+    note = store.pull_notification()
+    assert note is not None
+    with pytest.raises(ValueError), note:
+        raise ValueError("delivery failed")
+    assert store.get(job.id).waiting == ("t",)
+
+
+def test_recovery_restores_a_lost_notification_index_entry(store: JobStore) -> None:
+    import os
+    job = store.create("x")
+    store.queue(job.id, "t")
+    _finish(store)
+    os.unlink(os.path.join(store.path, "jobs", "notify", f"{job.id}.json"))  # crash before indexing
+    assert store.pull_notification() is None
+    assert store.recover().notifications_restored == 1
+    assert store.pull_notification() is not None
