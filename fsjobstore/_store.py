@@ -294,8 +294,7 @@ class JobStore:
             fs.unlink(tmp)
             raise
         if dest == "scheduled":
-            with self._sched_mutex:
-                self._next_due = min(self._next_due, not_before or 0.0)
+            self._note_due(not_before or 0.0)
         return record.snapshot(JobState(dest))
 
     # == claiming work =============================================================================
@@ -331,6 +330,11 @@ class JobStore:
             remaining = float("inf") if deadline is None else deadline - self._clock()
             if remaining <= 0:
                 return None
+            if waker is None and self._watch:
+                # Started only when a pull has to wait: watching costs a busy process a thread
+                # hop per event it causes itself. Start, then look again before sleeping.
+                self._start_waker()
+                continue
             pause = min(remaining, self.poll_interval, max(0.001, self._next_due - self._wall()))
             if waker is not None and waker.watching:
                 waker.wait(generation, pause)
@@ -418,7 +422,7 @@ class JobStore:
                 def bad_name(name: str, directory: str = directory) -> None:
                     self._tree.quarantine(os.path.join(directory, name), "unrecognised name in a pending queue")
 
-                index = QueueIndex(directory, 512, rescan_interval=max(self.poll_interval, 2.0),
+                index = QueueIndex(directory, 512, rescan_interval=self.poll_interval,
                                    clock=self._clock, on_bad_name=bad_name)
                 self._indexes[queue] = index
             return index
@@ -428,6 +432,11 @@ class JobStore:
             for index in self._indexes.values():
                 index.invalidate()
             self._queues_listed_at = float("-inf")
+
+    def _note_due(self, due: float) -> None:
+        """Something becomes due at ``due``: make sure pullers look (and wake) by then."""
+        with self._sched_mutex:
+            self._next_due = min(self._next_due, due)
 
     def _promote_due(self) -> None:
         """Move scheduled jobs whose time has come into pending (a rename each)."""
@@ -499,6 +508,8 @@ class JobStore:
                 raise self._lost(lease) from None
         fs.unlink(committing)
         self._finish(lease)
+        if dest == "scheduled":
+            self._note_due(new.not_before or 0.0)
         if dest in ("fulfilled", "failed"):
             self._after_final(record.id)
 
@@ -689,8 +700,7 @@ class JobStore:
             if entry is None:
                 continue
             if entry[0] > now:
-                with self._sched_mutex:
-                    self._next_due = min(self._next_due, entry[0])
+                self._note_due(entry[0])
                 continue
             due.append((entry[0], m["id"], entry[1]))
         due.sort()
@@ -773,8 +783,7 @@ class JobStore:
                 tmp = self._layout.tmp_path(self._new_token(), "aux", f"{lease.id}.notify")
                 text = None if error is None else _error_text(error)
                 self._tree.write_notify_entry(lease.id, tmp, not_before, attempts, text)
-                with self._sched_mutex:
-                    self._next_due = min(self._next_due, not_before)
+                self._note_due(not_before)
             else:
                 self._drop_notify_entry(lease.id)
         finally:
@@ -819,14 +828,17 @@ class JobStore:
             if self._thread is not None or self._closed:
                 return
             self._ensure_owner()
-            if self._watch:
-                waker = Waker(self._layout.jobs, self._on_arrival)
-                waker.start()
-                self._waker = waker
             self._last_beat = self._clock()
             self._thread = threading.Thread(target=self._heart, name=f"fsjobstore-heartbeat-{self._pid}",
                                             daemon=True)
             self._thread.start()
+
+    def _start_waker(self) -> None:
+        with self._mutex:
+            if self._waker is None and not self._closed:
+                waker = Waker(self._layout.jobs, self._on_arrival)
+                waker.start()
+                self._waker = waker
 
     def _on_arrival(self, path: str) -> None:
         lay = self._layout
@@ -842,8 +854,7 @@ class JobStore:
         elif parent == lay.scheduled:
             m = SCHEDULED_RE.match(name)
             if m:
-                with self._sched_mutex:
-                    self._next_due = min(self._next_due, int(m["due"]) / 1_000_000)
+                self._note_due(int(m["due"]) / 1_000_000)
 
     def _heart(self) -> None:
         next_recovery = self._clock()

@@ -33,7 +33,7 @@ class Waker:
 
     def start(self) -> None:
         try:
-            from watchdog.events import FileSystemEventHandler
+            from watchdog.events import FileCreatedEvent, FileMovedEvent, FileSystemEventHandler
             from watchdog.observers import Observer
         except ImportError:  # pragma: no cover - watchdog is a dependency
             log.warning("watchdog is not importable; pullers will poll")
@@ -50,7 +50,10 @@ class Waker:
         try:
             observer = Observer()
             observer.daemon = True
-            observer.schedule(_Handler(), self._root, recursive=True)
+            # Only creations and moves can mean new work. Filtering here narrows the inotify mask
+            # itself, so the kernel never queues the open/modify/close events of every write.
+            observer.schedule(_Handler(), self._root, recursive=True,
+                              event_filter=[FileCreatedEvent, FileMovedEvent])
             observer.start()
         except Exception as exc:  # inotify limits, unsupported filesystems: degrade to polling
             log.warning("cannot watch %s (%s); pullers will poll", self._root, exc)

@@ -9,7 +9,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fsjobstore import JobStore, LeaseLost  # noqa: E402
+from fsjobstore import JobStore, LeaseLost
 
 
 def log(path: str, line: str) -> None:

@@ -9,11 +9,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from conftest import FakeWall, files_under
+
 from fsjobstore import (
-    InvalidJobId, InvalidRequest, InvalidState, JobExists, JobNotFound, JobState, JobStore, JobStoreError,
-    LeaseLost, StoreClosed, UntrustedStore, ValueTooLarge,
+    InvalidJobId,
+    InvalidRequest,
+    InvalidState,
+    JobExists,
+    JobNotFound,
+    JobState,
+    JobStore,
+    JobStoreError,
+    LeaseLost,
+    StoreClosed,
+    UntrustedStore,
+    ValueTooLarge,
 )
 
 
@@ -366,7 +376,7 @@ def test_a_waiting_puller_is_woken_by_a_create_not_by_polling(open_store: Callab
     # poll_interval is longer than the timeout: only an inotify wake-up can deliver the job in time.
     worker = open_store(poll_interval=60.0)
     producer = open_store()
-    worker.pull_work()  # start the watcher
+    worker.pull_work(timeout=0.01)  # start the watcher
     got: list[object] = []
     t = threading.Thread(target=lambda: got.append(worker.pull_work(timeout=20)))
     t.start()

@@ -45,13 +45,13 @@ PLANTS = {
     "dangling": lambda p: os.symlink("/nonexistent/x", p),
     "fifo": lambda p: os.mkfifo(p),
     "directory": lambda p: os.mkdir(p),
-    "sparse_huge": lambda p: (open(p, "wb").truncate(1 << 30)),
+    "sparse_huge": lambda p: os.truncate(_plant_file(p, b"") or p, 1 << 30),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(PLANTS))
 def test_a_planted_pending_file_is_quarantined_and_good_jobs_flow(store: JobStore, kind: str) -> None:
-    assert store.pull_work() is None  # start the watcher and heartbeat before counting descriptors
+    assert store.pull_work(timeout=0.01) is None  # start the watcher and heartbeat before counting
     good = store.create("good")
     PLANTS[kind](_pending(store))
     fds_before = len(os.listdir("/proc/self/fd"))

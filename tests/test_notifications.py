@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-
 from conftest import FakeWall
+
 from fsjobstore import InvalidState, JobState, JobStore, LeaseLost
 
 
