@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,12 +122,20 @@ class Record:
         )
 
 
+# Control characters other than tab/newline/CR become 6-byte \uXXXX escapes in JSON; without
+# them, escaping at most doubles the text ('"' and '\\'), so records stay under the read cap.
+_ESCAPES_BADLY = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
 def encode_value(value: bytes) -> dict[str, str]:
-    """Readable with ``cat`` when the value is UTF-8 text; base64 otherwise."""
+    """Readable with ``cat`` when the value is plain UTF-8 text; base64 otherwise."""
     try:
-        return {"encoding": "utf-8", "data": value.decode("utf-8")}
+        text = value.decode("utf-8")
     except UnicodeDecodeError:
-        return {"encoding": "base64", "data": base64.b64encode(value).decode("ascii")}
+        text = None
+    if text is not None and not _ESCAPES_BADLY.search(text):
+        return {"encoding": "utf-8", "data": text}
+    return {"encoding": "base64", "data": base64.b64encode(value).decode("ascii")}
 
 
 def _opt_value(doc: Any) -> bytes | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import itertools
@@ -18,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+
+from filelock import lock_descriptor
 
 from . import _fsops as fs
 from ._codec import check_job_id, check_queue, dumps, target_key
@@ -122,7 +125,9 @@ class JobStore:
             raise InvalidRequest("heartbeat_interval must be positive and shorter than lease_duration")
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidRequest(f"max_attempts must be a positive integer, got {max_attempts!r}")
-        self.path = os.path.abspath(os.fspath(path))
+        # The caller chose this path, so a symlink to the store is resolved once; inside the
+        # store, symlinked directories are refused (see _check_trusted).
+        self.path = os.path.realpath(os.path.abspath(os.fspath(path)))
         self.durable = durable
         self.lease_duration = float(lease_duration)
         self.heartbeat_interval = float(heartbeat)
@@ -136,7 +141,9 @@ class JobStore:
         self._wall = wall_clock
         self._layout = Layout(self.path)
         self._open_tree()
-        record_cap = 2 * max_value_bytes + max_request_bytes + MAX_ERROR_CHARS * 4 + 65536
+        # Worst cases once serialised: a text value doubles ('"' escapes), an error's
+        # characters can take 6 bytes each (\uXXXX); the request was measured serialised.
+        record_cap = 2 * max_value_bytes + max_request_bytes + MAX_ERROR_CHARS * 6 + 65536
         self._tree = Tree(self._layout, durable=durable, record_cap=record_cap,
                           target_cap=max_request_bytes + 4096)
         self._probe = OwnerProbe(self._layout, self.lease_duration, clock)
@@ -288,6 +295,7 @@ class JobStore:
                 try:
                     fs.link_into(tmp, self._layout.id_marker(job_id), durable=self.durable)
                 except FileExistsError:
+                    self._republish_orphan(job_id)
                     raise JobExists(f"a job with id {job_id!r} was already created in this store") from None
             self._tree.publish(tmp, record, dest)
         except BaseException:
@@ -296,6 +304,34 @@ class JobStore:
         if dest == "scheduled":
             self._note_due(not_before or 0.0)
         return record.snapshot(JobState(dest))
+
+    def _republish_orphan(self, job_id: str) -> None:
+        """If ``ids/<id>`` is the only copy of a job (a create lost its temp file to a crash or
+        power loss after reserving the id), publish the job from it: the id is spent, so the job
+        it names must exist. The marker's flock makes concurrent repairs take turns."""
+        marker = self._layout.id_marker(job_id)
+        try:
+            fd = os.open(marker, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return
+        try:
+            lock_descriptor(fd, blocking=True)
+            if os.fstat(fd).st_nlink > 1 or self._tree.locate(job_id) is not None:
+                return  # published, or a create is between its link and its rename
+            try:
+                record = self._tree.read_record(marker)
+            except (FileNotFoundError, fs.Unreadable, ValueError):
+                return
+            if record.id != job_id:
+                return
+            due = record.not_before is not None and record.not_before > self._wall()
+            dst = self._tree.dest_path(record, "scheduled" if due else "pending")
+            fs.ensure_dir(os.path.dirname(dst), durable=self.durable)
+            with contextlib.suppress(FileExistsError):
+                fs.link_into(marker, dst, durable=self.durable)
+                log.warning("job %s was reserved but never published; published it from ids/", job_id)
+        finally:
+            os.close(fd)  # releases the flock
 
     # == claiming work =============================================================================
     def pull_work(

@@ -402,3 +402,43 @@ def test_without_inotify_a_periodic_scan_still_finds_work(open_store: Callable[.
 
 def test_pull_with_a_timeout_returns_none_when_nothing_arrives(store: JobStore) -> None:
     assert store.pull_work(timeout=0.2) is None
+
+
+def test_a_symlink_to_a_store_is_followed_but_a_symlinked_subdirectory_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    JobStore(real).close()
+    (tmp_path / "link").symlink_to(real)
+    with JobStore(tmp_path / "link") as s:
+        assert s.path == str(real)
+    (real / "jobs" / "failed").rmdir()
+    (real / "jobs" / "failed").symlink_to(tmp_path)
+    with pytest.raises(UntrustedStore, match="symbolic link"):
+        JobStore(real)
+
+
+def test_an_id_reserved_by_a_create_that_lost_its_file_is_published_on_retry(store: JobStore) -> None:
+    # As a power loss can leave it: ids/<id> durable, the temp file and its rename gone.
+    store.create({"first": True}, job_id="order-7")
+    pending = os.path.join(store.path, "jobs", "pending", "default")
+    [name] = os.listdir(pending)
+    os.unlink(os.path.join(pending, name))
+    with pytest.raises(JobExists):
+        store.create({"first": False}, job_id="order-7")
+    assert store.get("order-7").request == {"first": True}
+    lease = store.pull_work()
+    assert lease is not None and lease.id == "order-7"
+
+
+CAP = 300_000  # large enough that the read cap's fixed slack cannot hide an escaping blow-up
+
+
+@pytest.mark.parametrize("unit", [b"\x01", b'"', b"\\", "é\n".encode(), b"\xff", b"a"])
+def test_a_value_at_the_cap_reads_back_whatever_its_bytes(open_store: Callable[..., JobStore], unit: bytes) -> None:
+    s = open_store(max_value_bytes=CAP, max_request_bytes=100, durable=False)
+    value = (unit * CAP)[:CAP]
+    job = s.create("x" * 90)
+    lease = s.pull_work()
+    assert lease is not None
+    lease.fulfill(value)
+    assert s.get(job.id).value == value
+    assert s.statistics().quarantined == 0

@@ -7,13 +7,23 @@ from collections.abc import Callable
 import pytest
 from conftest import FakeWall
 
-from fsjobstore import InvalidState, JobState, JobStore, LeaseLost
+from fsjobstore import InvalidState, JobState, JobStore, LeaseLost, NotificationLease
 
 
 def _finish(store: JobStore, value: bytes = b"v") -> None:
     lease = store.pull_work()
     assert lease is not None
     lease.fulfill(value)
+
+
+def _leased_notification(store: JobStore, target: object = "t") -> tuple[str, NotificationLease]:
+    """A fulfilled job with one target waiting, its notification leased by ``store``."""
+    job = store.create("x")
+    store.queue(job.id, target)
+    _finish(store)
+    note = store.pull_notification()
+    assert note is not None
+    return job.id, note
 
 
 def test_targets_queued_before_fulfilment_are_notified_after_it(store: JobStore) -> None:
@@ -111,11 +121,7 @@ def test_a_failed_job_notifies_with_its_error(store: JobStore) -> None:
 
 def test_a_notification_is_handed_to_one_notifier_at_a_time(open_store: Callable[..., JobStore]) -> None:
     a, b = open_store(backoff=lambda n: 0.0), open_store(backoff=lambda n: 0.0)
-    job = a.create("x")
-    a.queue(job.id, "t")
-    _finish(a)
-    note = a.pull_notification()
-    assert note is not None
+    _, note = _leased_notification(a)
     assert b.pull_notification() is None
     note.done([])
     assert b.pull_notification() is not None
@@ -123,39 +129,27 @@ def test_a_notification_is_handed_to_one_notifier_at_a_time(open_store: Callable
 
 def test_a_notifier_that_died_frees_its_notification_at_once(open_store: Callable[..., JobStore]) -> None:
     a, b = open_store(backoff=lambda n: 0.0), open_store(backoff=lambda n: 0.0)
-    job = a.create("x")
-    a.queue(job.id, "t")
-    _finish(a)
-    note = a.pull_notification()
-    assert note is not None
+    job_id, note = _leased_notification(a)
     note._lock.release()  # what the kernel does to flock when the process dies
     taken = b.pull_notification()
     assert taken is not None and taken.waiting == ("t",)
     with pytest.raises(LeaseLost):
         note.done(["t"])
-    assert b.get(job.id).waiting == ("t",)  # the loser removed nothing
+    assert b.get(job_id).waiting == ("t",)  # the loser removed nothing
 
 
 def test_done_twice_is_refused(store: JobStore) -> None:
-    job = store.create("x")
-    store.queue(job.id, "t")
-    _finish(store)
-    note = store.pull_notification()
-    assert note is not None
+    _, note = _leased_notification(store)
     note.done(["t"])
     with pytest.raises(InvalidState):
         note.done(["t"])
 
 
 def test_a_notification_lease_as_context_manager_releases_on_exit(store: JobStore) -> None:
-    job = store.create("x")
-    store.queue(job.id, "t")
-    _finish(store)
-    note = store.pull_notification()
-    assert note is not None
+    job_id, note = _leased_notification(store)
     with pytest.raises(ValueError), note:
         raise ValueError("delivery failed")
-    assert store.get(job.id).waiting == ("t",)
+    assert store.get(job_id).waiting == ("t",)
 
 
 def test_recovery_restores_a_lost_notification_index_entry(store: JobStore) -> None:
