@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import secrets
@@ -50,16 +51,21 @@ class OwnerLease:
         self._lease_duration = lease_duration
         self._beats = 0
         self._lock = threading.Lock()
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+        # The file must never be visible under its real name unlocked, or a prober could judge
+        # us dead in the instant between create and flock. So: create and lock it under a hidden
+        # name that no sweep looks at, then rename it into place already locked.
+        hidden = os.path.join(os.path.dirname(self.path), f".{self.owner}.init")
+        fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
         try:
             if not lock_descriptor(fd, blocking=False):  # a fresh random name: nobody else has it
-                raise OSError(errno.EAGAIN, "could not lock a fresh owner file", self.path)
+                raise OSError(errno.EAGAIN, "could not lock a fresh owner file", hidden)
             self._fd: int | None = fd
             self.beat()
+            os.rename(hidden, self.path)
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
-                os.unlink(self.path)
+                os.unlink(hidden)
             raise
 
     def beat(self) -> None:
@@ -120,12 +126,15 @@ class OwnerProbe:
         except OSError:
             return "dead"  # a planted symlink or worse is no live owner of ours
         try:
-            if lock_descriptor(fd, blocking=False):
-                # RACE: the owner may be creating its file right now (O_CREAT then flock). Our
-                # lock attempt could win that instant; we only ever ask about owners whose
-                # tokens we found on claimed files, and an owner locks its file before it makes
-                # any claim, so a free lock here really means the owner exited.
-                unlock_descriptor(fd)
+            # A *shared* lock: probers running at once must not see each other as the owner
+            # (filelock's lock_descriptor only takes exclusive locks, hence fcntl here). The
+            # owner holds an exclusive lock, so this succeeds only once the owner has exited;
+            # the owner's file appears already locked (see OwnerLease), so no startup window.
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pass
+            else:
                 return "dead"
             content = os.pread(fd, _BEAT_WIDTH + 1, 0)
         finally:

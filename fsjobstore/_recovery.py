@@ -122,6 +122,11 @@ def take_over(host: _Host, path: str, job_id: str, old_token: str, kind: str, wh
     except FileExistsError:  # a result appeared meanwhile: keep it, drop our copy
         fs.unlink(tmp)
         counts["duplicates_dropped"] += 1
+    except FileNotFoundError:
+        # RACE: we hung after our take-over, and another recoverer took it over from us and
+        # finished it from our temp file. Its work stands; ours is void.
+        fs.unlink(mine)
+        return
     else:
         counts["failed" if dest == "failed" else "requeued"] += 1
     fs.unlink(mine)
@@ -199,6 +204,8 @@ def _finish_create(host: _Host, path: str, counts: dict[str, int]) -> None:
 def _sweep_leases(host: _Host, me: str, counts: dict[str, int]) -> None:
     tree = host._tree
     for name in fs.scan_names(tree.layout.leases):
+        if name.startswith("."):
+            continue  # an owner being born (see OwnerLease); never judged
         path = os.path.join(tree.layout.leases, name)
         m = OWNER_RE.match(name)
         if m:

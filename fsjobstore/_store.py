@@ -290,6 +290,7 @@ class JobStore:
         token = self._new_token()
         tmp = self._layout.tmp_path(token, "newid" if explicit else "new", f"{job_id}.json")
         fs.write_new(tmp, record.to_bytes(), durable=self.durable)
+        reserved = False
         try:
             if explicit:
                 try:
@@ -297,9 +298,13 @@ class JobStore:
                 except FileExistsError:
                     self._republish_orphan(job_id)
                     raise JobExists(f"a job with id {job_id!r} was already created in this store") from None
+                reserved = True
             self._tree.publish(tmp, record, dest)
-        except BaseException:
-            fs.unlink(tmp)
+        except Exception:
+            # Publishing failed. If the temp file is still here the job was never published, so
+            # give the id back; if it is gone the job is in place and the id stays spent.
+            if fs.unlink(tmp) and reserved:
+                fs.unlink(self._layout.id_marker(job_id))
             raise
         if dest == "scheduled":
             self._note_due(not_before or 0.0)

@@ -1,0 +1,250 @@
+"""Each crash window of a commit, create and notification, and what recovery makes of it.
+
+The real code is stopped at a chosen step (that step raises), and the owner is then made dead the
+way the kernel does it when a process dies: its flock is released and its files stay.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from fsjobstore import JobState, JobStore, LeaseLost, _fsops, _tree
+
+
+class Crash(BaseException):
+    """Stands for the process dying at this instant (not an Exception: nothing catches it)."""
+
+
+def die(store: JobStore) -> None:
+    """Stop every thread and release the owner's flock without cleaning up, as process death does."""
+    store._stop.set()
+    if store._thread is not None:
+        store._thread.join()
+    if store._waker is not None:
+        store._waker.stop()
+    owner = store._owner
+    assert owner is not None and owner._fd is not None
+    os.close(owner._fd)
+    owner._fd = None
+    store._closed = True
+
+
+def names(store: JobStore, rel: str) -> list[str]:
+    return sorted(os.listdir(os.path.join(store.path, rel)))
+
+
+@pytest.fixture
+def pair(open_store: Callable[..., JobStore]) -> tuple[JobStore, JobStore]:
+    return open_store(backoff=lambda a: 0.0), open_store(backoff=lambda a: 0.0)
+
+
+def test_a_commit_that_died_after_its_fence_is_finished_from_its_temp_file(
+    pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker, rescuer = pair
+    job = worker.create("x")
+    lease = worker.pull_work()
+    assert lease is not None
+    monkeypatch.setattr(_tree.Tree, "publish", lambda *a: (_ for _ in ()).throw(Crash()))
+    with pytest.raises(Crash):
+        lease.fulfill(b"result")
+    monkeypatch.undo()
+    die(worker)
+    assert [n.rsplit(".", 1)[1] for n in names(rescuer, "jobs/active")] == ["commit"]
+    report = rescuer.recover()
+    assert report.commits_finished == 1
+    got = rescuer.get(job.id)
+    assert got.state is JobState.FULFILLED and got.value == b"result"
+    assert names(rescuer, "jobs/active") == [] and names(rescuer, "tmp") == []
+
+
+def test_a_commit_whose_temp_file_is_torn_is_undone_and_the_attempt_counted(
+    pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker, rescuer = pair
+    job = worker.create("x")
+    lease = worker.pull_work()
+    assert lease is not None
+    monkeypatch.setattr(_tree.Tree, "publish", lambda *a: (_ for _ in ()).throw(Crash()))
+    with pytest.raises(Crash):
+        lease.fulfill(b"result")
+    monkeypatch.undo()
+    die(worker)
+    [tmp] = names(rescuer, "tmp")
+    with open(os.path.join(rescuer.path, "tmp", tmp), "r+b") as fh:
+        fh.truncate(20)  # as a power loss can leave a file whose data was not yet on disk
+    report = rescuer.recover()
+    assert report.requeued == 1 and report.commits_finished == 0
+    got = rescuer.get(job.id)
+    assert got.state is JobState.PENDING and got.attempts == 1
+
+
+def test_a_commit_that_died_after_publishing_leaves_one_result(
+    pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker, rescuer = pair
+    job = worker.create("x")
+    lease = worker.pull_work()
+    assert lease is not None
+    real_unlink = _fsops.unlink
+
+    def unlink(path: str, *, missing_ok: bool = True) -> bool:
+        if path.endswith(".commit"):
+            raise Crash()
+        return real_unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(_fsops, "unlink", unlink)
+    with pytest.raises(Crash):
+        lease.fulfill(b"result")
+    monkeypatch.undo()
+    die(worker)
+    report = rescuer.recover()
+    assert report.requeued == 0 and report.duplicates_dropped == 1
+    assert rescuer.get(job.id).value == b"result"
+    assert rescuer.statistics().pending == 0 and names(rescuer, "jobs/active") == []
+
+
+def test_a_retry_that_died_after_publishing_is_not_run_twice(
+    pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker, rescuer = pair
+    job = worker.create("x")
+    lease = worker.pull_work()
+    assert lease is not None
+    real_unlink = _fsops.unlink
+    monkeypatch.setattr(_fsops, "unlink", lambda p, **k: (_ for _ in ()).throw(Crash()) if p.endswith(".commit")
+                        else real_unlink(p, **k))
+    with pytest.raises(Crash):
+        lease.fail("boom")
+    monkeypatch.undo()
+    die(worker)
+    rescuer.recover()
+    stats = rescuer.statistics()
+    assert (stats.pending, stats.active) == (1, 0)
+    assert rescuer.get(job.id).attempts == 1
+
+
+def test_temp_files_of_dead_owners_go_and_those_of_live_owners_stay(pair: tuple[JobStore, JobStore]) -> None:
+    live, other = pair
+    dead = JobStore(live.path)
+    for s in (live, dead):
+        _fsops.write_new(s._layout.tmp_path(s._new_token(), "new", "abc.json"), b"partial", durable=False)
+    die(dead)
+    report = other.recover()
+    assert report.temp_files_removed == 1
+    assert len(names(other, "tmp")) == 1 and names(other, "tmp")[0].startswith(live._owner_id())
+    assert report.locks_removed == 1  # the dead owner's liveness file
+
+
+def test_a_create_with_an_id_that_died_after_reserving_it_is_published(
+    pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    producer, rescuer = pair
+    monkeypatch.setattr(_tree.Tree, "publish", lambda *a: (_ for _ in ()).throw(Crash()))
+    monkeypatch.setattr(_fsops, "unlink", lambda *a, **k: (_ for _ in ()).throw(Crash()))  # no clean-up runs
+    with pytest.raises(Crash):
+        producer.create({"n": 1}, job_id="invoice-9")
+    monkeypatch.undo()
+    die(producer)
+    report = rescuer.recover()
+    assert report.creates_finished == 1
+    assert rescuer.get("invoice-9").request == {"n": 1}
+
+
+def test_a_create_whose_publish_fails_gives_its_id_back(pair: tuple[JobStore, JobStore],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    producer, _ = pair
+    monkeypatch.setattr(_tree.Tree, "publish", lambda *a: (_ for _ in ()).throw(OSError(28, "No space left")))
+    with pytest.raises(OSError):
+        producer.create({"n": 1}, job_id="invoice-11")
+    monkeypatch.undo()
+    assert names(producer, "tmp") == [] and names(producer, "ids") == []
+    producer.create({"n": 2}, job_id="invoice-11")
+    assert producer.get("invoice-11").request == {"n": 2}
+
+
+def test_a_create_that_died_before_reserving_its_id_leaves_nothing(
+    pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    producer, rescuer = pair
+    monkeypatch.setattr(_fsops, "link_into", lambda *a, **k: (_ for _ in ()).throw(Crash()))
+    with pytest.raises(Crash):
+        producer.create({"n": 1}, job_id="invoice-10")
+    monkeypatch.undo()
+    die(producer)
+    rescuer.recover()
+    assert names(rescuer, "tmp") == []
+    rescuer.create({"n": 2}, job_id="invoice-10")  # the id was never spent
+    assert rescuer.get("invoice-10").request == {"n": 2}
+
+
+def test_a_late_commit_after_a_take_over_raises_lease_lost_and_leaves_no_trace(pair: tuple[JobStore, JobStore]) -> None:
+    worker, rescuer = pair
+    job = worker.create("x")
+    lease = worker.pull_work()
+    assert lease is not None
+    owner = worker._owner
+    assert owner is not None
+    hidden = os.path.join(os.path.dirname(worker.path), "hidden-owner")
+    os.rename(owner.path, hidden)  # observers now see no liveness file: dead
+    assert rescuer.recover().requeued == 1
+    os.rename(hidden, owner.path)
+    before = sorted(os.listdir(os.path.join(worker.path, "tmp")))
+    with pytest.raises(LeaseLost):
+        lease.fulfill(b"late")
+    assert sorted(os.listdir(os.path.join(worker.path, "tmp"))) == before
+    assert lease.compromised is not None
+    assert rescuer.get(job.id).state is JobState.PENDING
+
+
+def test_the_heartbeat_tells_a_holder_its_job_was_taken(open_store: Callable[..., JobStore]) -> None:
+    worker = open_store(lease_duration=0.8, heartbeat_interval=0.05)
+    rescuer = open_store()
+    worker.create("x")
+    fired = threading.Event()
+    reasons: list[str] = []
+    lease = worker.pull_work(on_compromised=lambda exc: (reasons.append(exc.reason), fired.set()))
+    assert lease is not None
+    owner = worker._owner
+    assert owner is not None
+    hidden = os.path.join(os.path.dirname(worker.path), "hidden-owner")
+    os.rename(owner.path, hidden)
+    rescuer.recover()
+    os.rename(hidden, owner.path)
+    assert fired.wait(10)
+    assert reasons == ["taken-over"]
+
+
+def test_concurrent_recoveries_repair_each_thing_once(open_store: Callable[..., JobStore]) -> None:
+    workers = [open_store() for _ in range(3)]
+    ids = [workers[0].create(i).id for i in range(30)]
+    for w in workers:
+        for _ in range(10):
+            assert w.pull_work() is not None
+    for w in workers:  # all alive until every job is claimed, so nobody recovers early
+        die(w)
+    rescuers = [open_store() for _ in range(4)]
+    reports: list[int] = []
+    threads = [threading.Thread(target=lambda r=r: reports.append(r.recover().requeued)) for r in rescuers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(reports) == 30
+    assert rescuers[0].statistics().pending == 30
+    assert all(rescuers[0].get(i).attempts == 1 for i in ids)
+    assert rescuers[0].recover().requeued == 0  # idempotent
+
+
+def test_jobs_out_of_attempts_fail_when_their_worker_dies(pair: tuple[JobStore, JobStore]) -> None:
+    worker, rescuer = pair
+    job = worker.create("x", max_attempts=1)
+    assert worker.pull_work() is not None
+    die(worker)
+    assert rescuer.recover().failed == 1
+    got = rescuer.get(job.id)
+    assert got.state is JobState.FAILED and "exited" in (got.error or "")
