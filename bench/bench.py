@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fsjobstore import JobStore  # noqa: E402
+from fsjobstore import JobStore
 
 
 def raw_rename(base: str, n: int) -> float:
