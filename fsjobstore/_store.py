@@ -308,6 +308,8 @@ class JobStore:
             raise
         if dest == "scheduled":
             self._note_due(not_before or 0.0)
+        else:
+            self._note_pending(record)
         return record.snapshot(JobState(dest))
 
     def _republish_orphan(self, job_id: str) -> None:
@@ -474,6 +476,16 @@ class JobStore:
                 index.invalidate()
             self._queues_listed_at = float("-inf")
 
+    def _note_pending(self, record: Record) -> None:
+        """We just put a job in pending: our own index need not wait for inotify or a rescan
+        (inotify cannot even report files in a queue directory created a moment ago)."""
+        with self._mutex:
+            index = self._indexes.get(record.queue)
+            if index is None:
+                self._queues_listed_at = float("-inf")
+        if index is not None:
+            index.add(os.path.basename(self._tree.dest_path(record, "pending")))
+
     def _note_due(self, due: float) -> None:
         """Something becomes due at ``due``: make sure pullers look (and wake) by then."""
         with self._sched_mutex:
@@ -528,6 +540,7 @@ class JobStore:
             except FileNotFoundError:
                 raise self._lost(lease) from None
             self._finish(lease)
+            self._note_pending(record)
             return
         new, dest = self._next_record(record, token, kind, payload, retry, delay)
         tmp = lay.tmp_path(token, "commit", f"{record.id}.{dest}.json")
@@ -551,6 +564,8 @@ class JobStore:
         self._finish(lease)
         if dest == "scheduled":
             self._note_due(new.not_before or 0.0)
+        elif dest == "pending":
+            self._note_pending(new)
         if dest in ("fulfilled", "failed"):
             self._after_final(record.id)
 
@@ -718,7 +733,11 @@ class JobStore:
         tdir = self._layout.target_dir(job_id)
         removed = sum(fs.unlink(os.path.join(tdir, f"{key}.json")) for key in keys)
         if removed and self.durable:
-            fs.fsync_dir(tdir)
+            try:
+                fs.fsync_dir(tdir)
+            except FileNotFoundError:
+                # RACE: a recovery sweep removed the emptied directory; make that durable instead.
+                fs.fsync_dir(self._layout.targets)
         return removed
 
     def pull_notification(

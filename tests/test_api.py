@@ -442,3 +442,11 @@ def test_a_value_at_the_cap_reads_back_whatever_its_bytes(open_store: Callable[.
     lease.fulfill(value)
     assert s.get(job.id).value == value
     assert s.statistics().quarantined == 0
+
+
+def test_a_store_sees_its_own_job_in_a_new_queue_at_once(open_store: Callable[..., JobStore]) -> None:
+    s = open_store(poll_interval=3600.0, watch=False)  # no inotify, and the next rescan is an hour away
+    assert s.pull_work(timeout=0.01) is None  # lists the (empty) queues
+    job = s.create("x", queue="brand-new")
+    lease = s.pull_work()
+    assert lease is not None and lease.id == job.id

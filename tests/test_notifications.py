@@ -161,3 +161,23 @@ def test_recovery_restores_a_lost_notification_index_entry(store: JobStore) -> N
     assert store.pull_notification() is None
     assert store.recover().notifications_restored == 1
     assert store.pull_notification() is not None
+
+
+def test_done_survives_a_sweep_removing_the_emptied_target_directory(store: JobStore,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from fsjobstore import _fsops
+    job_id, note = _leased_notification(store)
+    real_unlink = _fsops.unlink
+
+    def unlink_then_sweep(path: str, *, missing_ok: bool = True) -> bool:
+        removed = real_unlink(path, missing_ok=missing_ok)
+        if os.sep + "targets" + os.sep in path:
+            os.rmdir(os.path.dirname(path))  # what a concurrent recovery sweep may do
+        return removed
+
+    monkeypatch.setattr(_fsops, "unlink", unlink_then_sweep)
+    note.done(["t"])
+    monkeypatch.undo()
+    assert store.get(job_id).waiting == () and store.pull_notification() is None
