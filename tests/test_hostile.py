@@ -52,14 +52,17 @@ PLANTS = {
 @pytest.mark.parametrize("kind", sorted(PLANTS))
 def test_a_planted_pending_file_is_quarantined_and_good_jobs_flow(store: JobStore, kind: str) -> None:
     assert store.pull_work(timeout=0.01) is None  # start the watcher and heartbeat before counting
-    good = store.create("good")
-    PLANTS[kind](_pending(store))
     fds_before = len(os.listdir("/proc/self/fd"))
-    assert _drain(store) == [good.id]
-    assert len(os.listdir("/proc/self/fd")) == fds_before
-    assert store.statistics().quarantined == 1
+    rounds = 10
+    for n in range(rounds):
+        good = store.create("good")
+        PLANTS[kind](_pending(store, GOOD_NAME.replace("planted", f"planted{n}")))
+        assert _drain(store) == [good.id]
+    # Background threads may hold a descriptor for a moment; a leak per bad file would show as +10.
+    assert len(os.listdir("/proc/self/fd")) - fds_before < rounds // 2
+    assert store.statistics().quarantined == rounds
     reasons = [n for n in os.listdir(os.path.join(store.path, "quarantine")) if n.endswith(".reason")]
-    assert len(reasons) == 1
+    assert len(reasons) == rounds
     assert os.path.exists("/etc/passwd")
 
 
