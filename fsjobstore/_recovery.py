@@ -238,15 +238,18 @@ def _sweep_targets(host: _Host, counts: dict[str, int]) -> None:
         if not FINAL_RE.match(job_id + ".json") or not os.path.isdir(tdir) or os.path.islink(tdir):
             counts["quarantined"] += tree.quarantine(tdir, "unrecognised entry in targets")
             continue
+        # Most target directories belong to jobs still running: two stats rule them out, so a
+        # periodic sweep stays cheap when many jobs have targets waiting.
+        final = any(os.path.lexists(lay.final_path(s, job_id)) for s in ("fulfilled", "failed"))
+        if not final or os.path.lexists(lay.notify_path(job_id)):
+            continue
         names = fs.scan_names(tdir)
         for name in names:
             if not TARGET_RE.match(name):
                 counts["quarantined"] += tree.quarantine(os.path.join(tdir, name), "unrecognised target name")
-        if not names:
+        if not any(TARGET_RE.match(n) for n in names):
             with contextlib.suppress(OSError):
                 os.rmdir(tdir)
             continue
-        final = any(os.path.lexists(lay.final_path(s, job_id)) for s in ("fulfilled", "failed"))
-        if final and not os.path.lexists(lay.notify_path(job_id)) and tree.has_targets(job_id):
-            host._after_final(job_id)
-            counts["notifications_restored"] += 1
+        host._after_final(job_id)
+        counts["notifications_restored"] += 1

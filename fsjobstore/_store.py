@@ -121,8 +121,13 @@ class JobStore:
         if not lease_duration > 0:
             raise InvalidRequest(f"lease_duration must be positive, got {lease_duration!r}")
         heartbeat = lease_duration / 4 if heartbeat_interval is None else heartbeat_interval
-        if not 0 < heartbeat < lease_duration:
-            raise InvalidRequest("heartbeat_interval must be positive and shorter than lease_duration")
+        if not 0 < heartbeat <= lease_duration / 2:
+            # A holder judges itself stalled after 0.75 x lease_duration without a beat, so beats
+            # must come well within that, or every beat would look like a stall.
+            raise InvalidRequest(
+                f"heartbeat_interval must be positive and at most lease_duration / 2 ({lease_duration / 2}), "
+                f"got {heartbeat!r}"
+            )
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidRequest(f"max_attempts must be a positive integer, got {max_attempts!r}")
         # The caller chose this path, so a symlink to the store is resolved once; inside the

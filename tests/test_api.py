@@ -450,3 +450,27 @@ def test_a_store_sees_its_own_job_in_a_new_queue_at_once(open_store: Callable[..
     job = s.create("x", queue="brand-new")
     lease = s.pull_work()
     assert lease is not None and lease.id == job.id
+
+
+def test_a_heartbeat_too_slow_for_the_lease_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidRequest, match="heartbeat_interval"):
+        JobStore(tmp_path / "s", lease_duration=10, heartbeat_interval=6)
+
+
+def test_threads_sharing_one_store_each_get_different_jobs(store: JobStore) -> None:
+    ids = {store.create(i).id for i in range(200)}
+    done: list[str] = []
+    lock = threading.Lock()
+
+    def drain() -> None:
+        while (lease := store.pull_work()) is not None:
+            lease.fulfill(lease.token)
+            with lock:
+                done.append(lease.id)
+
+    threads = [threading.Thread(target=drain) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(done) == sorted(ids)
