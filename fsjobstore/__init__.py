@@ -24,7 +24,8 @@ from ._handles import NotificationLease, WorkLease
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
 from ._records import Job, JobState
 from ._recovery import RecoveryReport
-from ._store import JobStore, StoreStatistics, default_backoff
+from ._store import JobStore, StoreStatistics
+from ._values import default_backoff
 
 __version__ = "0.1.0"
 

@@ -16,6 +16,8 @@ import errno
 import os
 import stat
 
+from ._errors import UntrustedStore
+
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -140,3 +142,16 @@ def scan_names(path: str) -> list[str]:
             return [entry.name for entry in it]
     except FileNotFoundError:
         return []
+
+
+def check_trusted(path: str) -> None:
+    """Refuse a store directory that others could write into or that is not ours."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise UntrustedStore(f"{path} is a symbolic link; store directories must be real directories")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UntrustedStore(f"{path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise UntrustedStore(f"{path} is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
+    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+        raise UntrustedStore(f"{path} is world-writable without the sticky bit")

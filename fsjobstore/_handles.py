@@ -1,7 +1,7 @@
 """Lease handles: what ``pull_work`` and ``pull_notification`` return.
 
 A handle is the only way to commit a claimed job. Its methods delegate to the store through
-the small :class:`_Committer` protocol, so this module does not import the store.
+the small ``_WorkCommitter`` and ``_NotificationCommitter`` protocols, so this module does not import the store.
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ log = logging.getLogger("fsjobstore")
 OnCompromised = Callable[[LeaseLost], object]
 
 
-class _Committer(Protocol):
+class _WorkCommitter(Protocol):
     def _commit_work(self, lease: WorkLease, kind: str, payload: Any, retry: bool,
                      delay: float | None) -> None: ...
+
+
+class _NotificationCommitter(Protocol):
     def _finish_notification(self, lease: NotificationLease, delivered: list[Any],
                              error: str | None) -> None: ...
 
@@ -96,7 +99,7 @@ class WorkLease(_Lease):
     job's ``max_attempts``) and is re-raised; leaving the body without committing releases.
     """
 
-    def __init__(self, store: _Committer, record: Record, token: str,
+    def __init__(self, store: _WorkCommitter, record: Record, token: str,
                  on_compromised: OnCompromised | None) -> None:
         super().__init__(on_compromised)
         self._store = store
@@ -169,7 +172,7 @@ class NotificationLease(_Lease):
     still held. The rest are offered again after a backoff.
     """
 
-    def __init__(self, store: _Committer, record: Record, state: JobState, waiting: tuple[Any, ...],
+    def __init__(self, store: _NotificationCommitter, record: Record, state: JobState, waiting: tuple[Any, ...],
                  keys: frozenset[str], lock: NotifyLock, attempts: int,
                  on_compromised: OnCompromised | None) -> None:
         super().__init__(on_compromised)

@@ -13,11 +13,16 @@ rename then fails with ENOENT and we move on), and the directory stays the truth
 from __future__ import annotations
 
 import heapq
+import os
 import threading
 from collections.abc import Callable
 
 from . import _fsops as fs
-from ._layout import PENDING_RE
+from ._codec import check_queue
+from ._errors import InvalidRequest
+from ._layout import PENDING_RE, SCHEDULED_RE, Layout, prio_value
+from ._records import Record
+from ._tree import Tree
 
 
 class QueueIndex:
@@ -80,3 +85,142 @@ class QueueIndex:
     def invalidate(self) -> None:
         with self._mutex:
             self._listed_at = float("-inf")
+
+
+class Pending:
+    """This process's view of ``jobs/pending`` and ``jobs/scheduled``: which queue to claim from
+    next, and when scheduled jobs fall due. Thread-safe."""
+
+    def __init__(self, layout: Layout, tree: Tree, *, durable: bool, poll_interval: float,
+                 clock: Callable[[], float], wall: Callable[[], float]) -> None:
+        self._layout = layout
+        self._tree = tree
+        self._durable = durable
+        self._poll = poll_interval
+        self._clock = clock
+        self._wall = wall
+        self._mutex = threading.Lock()
+        self._indexes: dict[str, QueueIndex] = {}
+        self._queues_listed_at = float("-inf")
+        self._sched_mutex = threading.Lock()
+        self._sched_listed_at = float("-inf")
+        self.next_due = 0.0  # earliest known due time of a scheduled job or notification
+
+    def pick(self, queues: list[str] | None) -> QueueIndex | None:
+        """The index to claim from next: the first non-empty of ``queues`` in order, or across
+        all queues the one whose head sorts first (lowest priority number, then oldest)."""
+        if queues is not None:
+            for q in queues:
+                index = self._index(q)
+                if index.peek() is not None:
+                    return index
+            return None
+        best: tuple[str, QueueIndex] | None = None
+        for q in self._all_queues():
+            index = self._index(q)
+            head = index.peek()
+            if head is not None and (best is None or head < best[0]):
+                best = (head, index)
+        return None if best is None else best[1]
+
+    def _all_queues(self) -> list[str]:
+        now = self._clock()
+        with self._mutex:
+            if now - self._queues_listed_at >= self._poll:
+                for q in fs.scan_names(self._layout.pending):
+                    if q in self._indexes:
+                        continue
+                    try:
+                        check_queue(q)
+                    except InvalidRequest:
+                        self._tree.quarantine(self._layout.pending_dir(q), "unrecognised queue directory")
+                        continue
+                    self._index_locked(q)
+                self._queues_listed_at = now
+            return list(self._indexes)
+
+    def _index(self, queue: str) -> QueueIndex:
+        with self._mutex:
+            return self._index_locked(queue)
+
+    def _index_locked(self, queue: str) -> QueueIndex:
+        index = self._indexes.get(queue)
+        if index is None:
+            directory = self._layout.pending_dir(queue)
+
+            def bad_name(name: str, directory: str = directory) -> None:
+                self._tree.quarantine(os.path.join(directory, name), "unrecognised name in a pending queue")
+
+            index = QueueIndex(directory, 512, rescan_interval=self._poll, clock=self._clock, on_bad_name=bad_name)
+            self._indexes[queue] = index
+        return index
+
+    def invalidate(self) -> None:
+        """Forget what we listed: the next pick lists again (used when inotify is not helping)."""
+        with self._mutex:
+            for index in self._indexes.values():
+                index.invalidate()
+            self._queues_listed_at = float("-inf")
+
+    def note_pending(self, record: Record) -> None:
+        """We just put a job in pending: our own index need not wait for inotify or a rescan
+        (inotify cannot even report files in a queue directory created a moment ago)."""
+        with self._mutex:
+            index = self._indexes.get(record.queue)
+            if index is None:
+                self._queues_listed_at = float("-inf")
+        if index is not None:
+            index.add(os.path.basename(self._tree.dest_path(record, "pending")))
+
+    def note_due(self, due: float) -> None:
+        """Something becomes due at ``due``: make sure pullers look (and wake) by then."""
+        with self._sched_mutex:
+            self.next_due = min(self.next_due, due)
+
+    def on_arrival(self, path: str) -> None:
+        """A file appeared under jobs/ (reported by the waker)."""
+        parent, name = os.path.split(path)
+        if os.path.dirname(parent) == self._layout.pending:
+            queue = os.path.basename(parent)
+            with self._mutex:
+                index = self._indexes.get(queue)
+                if index is None:
+                    self._queues_listed_at = float("-inf")
+            if index is not None:
+                index.add(name)
+        elif parent == self._layout.scheduled:
+            m = SCHEDULED_RE.match(name)
+            if m:
+                self.note_due(int(m["due"]) / 1_000_000)
+
+    def promote_due(self) -> None:
+        """Move scheduled jobs whose time has come into pending (a rename each)."""
+        now = self._wall()
+        with self._sched_mutex:
+            if now < self.next_due and self._clock() - self._sched_listed_at < self._poll:
+                return
+            self._sched_listed_at = self._clock()
+            next_due = float("inf")
+            touched: set[str] = set()
+            for name in sorted(fs.scan_names(self._layout.scheduled)):
+                m = SCHEDULED_RE.match(name)
+                src = os.path.join(self._layout.scheduled, name)
+                if not m:
+                    self._tree.quarantine(src, "unrecognised name in jobs/scheduled")
+                    continue
+                due = int(m["due"]) / 1_000_000
+                if due > now:
+                    next_due = due
+                    break
+                dst = self._layout.pending_path(m["queue"], prio_value(m["prio"]), m["seq"], m["id"])
+                fs.ensure_dir(os.path.dirname(dst), durable=self._durable)
+                try:
+                    os.rename(src, dst)
+                except FileNotFoundError:
+                    continue  # another process promoted it
+                touched.add(os.path.dirname(dst))
+                self._index(m["queue"]).add(os.path.basename(dst))
+            if self._durable:
+                for directory in touched:
+                    fs.fsync_dir(directory)
+            self.next_due = next_due

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import itertools
+import json
 import logging
 import os
-import random
-import stat
 import threading
 import time
-import traceback
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,7 +20,7 @@ from typing import Any
 from filelock import lock_descriptor
 
 from . import _fsops as fs
-from ._codec import check_job_id, check_queue, dumps, target_key
+from ._codec import check_job_id, check_queue, dumps
 from ._errors import (
     CorruptJob,
     InvalidRequest,
@@ -38,34 +35,27 @@ from ._errors import (
 )
 from ._handles import NotificationLease, OnCompromised, WorkLease
 from ._layout import (
-    FINAL_RE,
     FORMAT_VERSION,
     MAX_PRIORITY,
     MIN_PRIORITY,
     PENDING_RE,
     SCHEDULED_RE,
     Layout,
-    prio_value,
     seq_field,
     token_owner,
 )
-from ._leases import NotifyLock, OwnerLease, OwnerProbe, notify_lock_holder
-from ._pending import QueueIndex
+from ._leases import OwnerLease, OwnerProbe
+from ._notify import Notifier
+from ._pending import Pending
 from ._records import Job, JobState, Record
 from ._recovery import RecoveryReport, recover, take_over
 from ._tree import Location, Tree
+from ._values import MAX_ERROR_CHARS, as_bytes, default_backoff, due_time, error_text, retry_delay
 from ._wakeup import Waker
 
 log = logging.getLogger("fsjobstore")
 
 _LIVE_STORES: weakref.WeakSet[JobStore] = weakref.WeakSet()
-MAX_ERROR_CHARS = 64 * 1024
-
-
-def default_backoff(attempt: int) -> float:
-    """Seconds before retry number ``attempt``: 1, 2, 4, ... capped at 300, times a random
-    factor in [0.5, 1) so that jobs failed together do not retry together."""
-    return min(300.0, 2.0 ** max(0, attempt - 1)) * random.uniform(0.5, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +121,7 @@ class JobStore:
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidRequest(f"max_attempts must be a positive integer, got {max_attempts!r}")
         # The caller chose this path, so a symlink to the store is resolved once; inside the
-        # store, symlinked directories are refused (see _check_trusted).
+        # store, symlinked directories are refused (see _fsops.check_trusted).
         self.path = os.path.realpath(os.path.abspath(os.fspath(path)))
         self.durable = durable
         self.lease_duration = float(lease_duration)
@@ -157,12 +147,8 @@ class JobStore:
         self._tokens = itertools.count(1)
         self._last_seq = 0
         self._held_work: dict[str, WorkLease] = {}
-        self._held_notes: dict[str, NotificationLease] = {}
-        self._indexes: dict[str, QueueIndex] = {}
-        self._queues_listed_at = float("-inf")
-        self._next_due = 0.0
-        self._sched_listed_at = float("-inf")
-        self._sched_mutex = threading.Lock()
+        self._pending = self._new_pending()
+        self._notifier = self._new_notifier()
         self._waker: Waker | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -178,10 +164,10 @@ class JobStore:
             os.makedirs(lay.root, fs.DIR_MODE, exist_ok=True)
         except FileExistsError:
             raise UntrustedStore(f"{lay.root} exists and is not a directory") from None
-        _check_trusted(lay.root)
+        fs.check_trusted(lay.root)
         for directory in lay.all_dirs():
             fs.ensure_dir(directory, durable=self.durable)
-            _check_trusted(directory)
+            fs.check_trusted(directory)
         self._check_marker()
 
     def _check_marker(self) -> None:
@@ -202,7 +188,6 @@ class JobStore:
         except fs.Unreadable as exc:
             raise StoreFormatError(f"{lay.marker} {exc}") from None
         try:
-            import json
             version = json.loads(data).get("format")
         except (ValueError, AttributeError):
             raise StoreFormatError(f"{lay.marker} is not valid JSON") from None
@@ -239,6 +224,14 @@ class JobStore:
             self._last_seq = max(time.time_ns(), self._last_seq + 1)
             return seq_field(self._last_seq)
 
+    def _new_pending(self) -> Pending:
+        return Pending(self._layout, self._tree, durable=self.durable, poll_interval=self.poll_interval,
+                       clock=self._clock, wall=self._wall)
+
+    def _new_notifier(self) -> Notifier:
+        return Notifier(self._tree, self._probe, wall=self._wall, backoff=self._backoff,
+                        new_token=self._new_token, owner_id=self._owner_id, note_due=self._pending.note_due)
+
     def _after_fork(self) -> None:
         """A forked child must not reuse the parent's owner lock, claims or threads."""
         self._pid = os.getpid()
@@ -246,13 +239,12 @@ class JobStore:
             self._owner.abandon_after_fork()
         self._owner = None
         self._held_work = {}
-        self._held_notes = {}
         self._thread = None
         self._waker = None
         self._mutex = threading.RLock()
-        self._sched_mutex = threading.Lock()
         self._stop = threading.Event()
-        self._indexes = {}
+        self._pending = self._new_pending()
+        self._notifier = self._new_notifier()
 
     # == creating ==================================================================================
     def create(
@@ -288,7 +280,7 @@ class JobStore:
         if len(request_bytes) > self.max_request_bytes:
             raise ValueTooLarge(f"request is {len(request_bytes)} bytes; max_request_bytes is {self.max_request_bytes}")
         now = self._wall()
-        not_before = _due_time(now, delay, run_at)
+        not_before = due_time(now, delay, run_at)
         record = Record(id=job_id, queue=queue, priority=priority, request=request, created_at=now,
                         seq=self._next_seq(), max_attempts=attempts_cap, not_before=not_before)
         dest = "scheduled" if not_before is not None and not_before > now else "pending"
@@ -312,9 +304,9 @@ class JobStore:
                 fs.unlink(self._layout.id_marker(job_id))
             raise
         if dest == "scheduled":
-            self._note_due(not_before or 0.0)
+            self._pending.note_due(not_before or 0.0)
         else:
-            self._note_pending(record)
+            self._pending.note_pending(record)
         return record.snapshot(JobState(dest))
 
     def _republish_orphan(self, job_id: str) -> None:
@@ -383,18 +375,18 @@ class JobStore:
                 # hop per event it causes itself. Start, then look again before sleeping.
                 self._start_waker()
                 continue
-            pause = min(remaining, self.poll_interval, max(0.001, self._next_due - self._wall()))
+            pause = min(remaining, self.poll_interval, max(0.001, self._pending.next_due - self._wall()))
             if waker is not None and waker.watching:
                 waker.wait(generation, pause)
             else:
                 time.sleep(pause)
-                self._invalidate_indexes()
+                self._pending.invalidate()
             self._check_open()
 
     def _claim_work(self, queues: list[str] | None, on_compromised: OnCompromised | None) -> WorkLease | None:
-        self._promote_due()
+        self._pending.promote_due()
         for _ in range(10_000):  # bounded: every turn consumes one name
-            index = self._pick_queue(queues)
+            index = self._pending.pick(queues)
             if index is None:
                 return None
             name = index.pop()
@@ -431,103 +423,6 @@ class JobStore:
             self._held_work[token] = lease
         return lease
 
-    def _pick_queue(self, queues: list[str] | None) -> QueueIndex | None:
-        if queues is not None:
-            for q in queues:
-                index = self._index(q)
-                if index.peek() is not None:
-                    return index
-            return None
-        best: tuple[str, QueueIndex] | None = None
-        for q in self._all_queues():
-            index = self._index(q)
-            head = index.peek()
-            if head is not None and (best is None or head < best[0]):
-                best = (head, index)
-        return None if best is None else best[1]
-
-    def _all_queues(self) -> list[str]:
-        now = self._clock()
-        with self._mutex:
-            if now - self._queues_listed_at >= self.poll_interval:
-                for q in fs.scan_names(self._layout.pending):
-                    if q not in self._indexes:
-                        try:
-                            check_queue(q)
-                        except InvalidRequest:
-                            self._tree.quarantine(self._layout.pending_dir(q), "unrecognised queue directory")
-                            continue
-                        self._index(q)
-                self._queues_listed_at = now
-            return list(self._indexes)
-
-    def _index(self, queue: str) -> QueueIndex:
-        with self._mutex:
-            index = self._indexes.get(queue)
-            if index is None:
-                directory = self._layout.pending_dir(queue)
-
-                def bad_name(name: str, directory: str = directory) -> None:
-                    self._tree.quarantine(os.path.join(directory, name), "unrecognised name in a pending queue")
-
-                index = QueueIndex(directory, 512, rescan_interval=self.poll_interval,
-                                   clock=self._clock, on_bad_name=bad_name)
-                self._indexes[queue] = index
-            return index
-
-    def _invalidate_indexes(self) -> None:
-        with self._mutex:
-            for index in self._indexes.values():
-                index.invalidate()
-            self._queues_listed_at = float("-inf")
-
-    def _note_pending(self, record: Record) -> None:
-        """We just put a job in pending: our own index need not wait for inotify or a rescan
-        (inotify cannot even report files in a queue directory created a moment ago)."""
-        with self._mutex:
-            index = self._indexes.get(record.queue)
-            if index is None:
-                self._queues_listed_at = float("-inf")
-        if index is not None:
-            index.add(os.path.basename(self._tree.dest_path(record, "pending")))
-
-    def _note_due(self, due: float) -> None:
-        """Something becomes due at ``due``: make sure pullers look (and wake) by then."""
-        with self._sched_mutex:
-            self._next_due = min(self._next_due, due)
-
-    def _promote_due(self) -> None:
-        """Move scheduled jobs whose time has come into pending (a rename each)."""
-        now = self._wall()
-        with self._sched_mutex:
-            if now < self._next_due and self._clock() - self._sched_listed_at < self.poll_interval:
-                return
-            self._sched_listed_at = self._clock()
-            next_due = float("inf")
-            touched: set[str] = set()
-            for name in sorted(fs.scan_names(self._layout.scheduled)):
-                m = SCHEDULED_RE.match(name)
-                src = os.path.join(self._layout.scheduled, name)
-                if not m:
-                    self._tree.quarantine(src, "unrecognised name in jobs/scheduled")
-                    continue
-                due = int(m["due"]) / 1_000_000
-                if due > now:
-                    next_due = due
-                    break
-                dst = self._layout.pending_path(m["queue"], prio_value(m["prio"]), m["seq"], m["id"])
-                fs.ensure_dir(os.path.dirname(dst), durable=self.durable)
-                try:
-                    os.rename(src, dst)
-                except FileNotFoundError:
-                    continue  # another process promoted it
-                touched.add(os.path.dirname(dst))
-                self._index(m["queue"]).add(os.path.basename(dst))
-            if self.durable:
-                for directory in touched:
-                    fs.fsync_dir(directory)
-            self._next_due = next_due
-
     # == committing work (called by WorkLease) =====================================================
     def _commit_work(self, lease: WorkLease, kind: str, payload: Any, retry: bool, delay: float | None) -> None:
         if lease.finished:
@@ -545,7 +440,7 @@ class JobStore:
             except FileNotFoundError:
                 raise self._lost(lease) from None
             self._finish(lease)
-            self._note_pending(record)
+            self._pending.note_pending(record)
             return
         new, dest = self._next_record(record, token, kind, payload, retry, delay)
         tmp = lay.tmp_path(token, "commit", f"{record.id}.{dest}.json")
@@ -568,9 +463,9 @@ class JobStore:
         fs.unlink(committing)
         self._finish(lease)
         if dest == "scheduled":
-            self._note_due(new.not_before or 0.0)
+            self._pending.note_due(new.not_before or 0.0)
         elif dest == "pending":
-            self._note_pending(new)
+            self._pending.note_pending(new)
         if dest in ("fulfilled", "failed"):
             self._after_final(record.id)
 
@@ -578,17 +473,16 @@ class JobStore:
                      delay: float | None) -> tuple[Record, str]:
         now = self._wall()
         if kind == "fulfill":
-            value = _as_bytes(payload)
+            value = as_bytes(payload)
             if len(value) > self.max_value_bytes:
                 raise ValueTooLarge(f"value is {len(value)} bytes; max_value_bytes is {self.max_value_bytes}")
             return dataclasses.replace(record, value=value, attempts=record.attempts + 1, finished_at=now,
                                        committed_by=token, not_before=None), "fulfilled"
-        error = _error_text(payload)
+        error = error_text(payload)
         attempts = record.attempts + 1
-        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0):
-            raise InvalidRequest(f"delay must be a non-negative number of seconds, got {delay!r}")
+        delay = retry_delay(delay)
         if retry and attempts < record.max_attempts:
-            wait = self._backoff(attempts) if delay is None else float(delay)
+            wait = self._backoff(attempts) if delay is None else delay
             due = now + wait if wait > 0 else None
             return dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
                                        not_before=due), ("scheduled" if due is not None else "pending")
@@ -616,14 +510,7 @@ class JobStore:
             self._held_work.pop(lease.token, None)
 
     def _after_final(self, job_id: str) -> None:
-        """Index a final job for notification if targets are waiting (after it is durable)."""
-        if self._tree.has_targets(job_id):
-            self._mark_notify_now(job_id)
-
-    def _mark_notify_now(self, job_id: str) -> None:
-        prev = self._tree.read_notify_entry(job_id)
-        tmp = self._layout.tmp_path(self._new_token(), "aux", f"{job_id}.notify")
-        self._tree.write_notify_entry(job_id, tmp, 0.0, prev[1] if prev else 0, None)
+        self._notifier.after_final(job_id)
 
     # == resolving by id ===========================================================================
     def fulfill(self, job_id: str, value: bytes | str) -> None:
@@ -635,7 +522,7 @@ class JobStore:
         """
         self._check_open()
         check_job_id(job_id)
-        data = _as_bytes(value)
+        data = as_bytes(value)
         if len(data) > self.max_value_bytes:
             raise ValueTooLarge(f"value is {len(data)} bytes; max_value_bytes is {self.max_value_bytes}")
         for _ in range(20):
@@ -694,32 +581,7 @@ class JobStore:
         notification is available at once.
         """
         self._check_open()
-        check_job_id(job_id)
-        key = target_key(target)
-        doc = dumps({"target": target, "queued_at": self._wall()}, what="target")
-        if len(doc) > self._tree.target_cap:
-            raise ValueTooLarge(f"target is {len(doc)} bytes; the cap is {self._tree.target_cap}")
-        self._require(job_id)
-        tdir = self._layout.target_dir(job_id)
-        tmp = self._layout.tmp_path(self._new_token(), "aux", f"{job_id}.{key}.json")
-        fs.write_new(tmp, doc, durable=self.durable)
-        try:
-            for _ in range(100):
-                fs.ensure_dir(tdir, durable=self.durable)
-                try:
-                    fs.link_into(tmp, os.path.join(tdir, f"{key}.json"), durable=self.durable)
-                except FileExistsError:
-                    pass  # already queued: keep its original place in line
-                except FileNotFoundError:
-                    continue  # a notifier removed the emptied directory just now
-                break
-        finally:
-            fs.unlink(tmp)
-        # RACE: the job may become final between _require and here; checking again *after* the
-        # target is durable means either we see it final, or its committer sees our target.
-        loc = self._tree.locate(job_id)
-        if loc is not None and loc.state.is_final:
-            self._mark_notify_now(job_id)
+        self._notifier.queue(check_job_id(job_id), target)
 
     def unqueue(self, job_id: str, target: Any) -> bool:
         """Stop waiting to notify ``target``; True if it was waiting. A notifier already
@@ -729,133 +591,15 @@ class JobStore:
     def unqueue_all(self, job_id: str, targets: Iterable[Any]) -> int:
         """Batch :meth:`unqueue`; returns how many of ``targets`` were waiting."""
         self._check_open()
-        check_job_id(job_id)
-        keys = {target_key(t) for t in targets}
-        self._require(job_id)
-        return self._remove_targets(job_id, keys)
-
-    def _remove_targets(self, job_id: str, keys: Iterable[str]) -> int:
-        tdir = self._layout.target_dir(job_id)
-        removed = sum(fs.unlink(os.path.join(tdir, f"{key}.json")) for key in keys)
-        if removed and self.durable:
-            try:
-                fs.fsync_dir(tdir)
-            except FileNotFoundError:
-                # RACE: a recovery sweep removed the emptied directory; make that durable instead.
-                fs.fsync_dir(self._layout.targets)
-        return removed
+        return self._notifier.unqueue_all(check_job_id(job_id), targets)
 
     def pull_notification(
         self, *, timeout: float | None = 0, on_compromised: OnCompromised | None = None
     ) -> NotificationLease | None:
         """Lease one final job whose result is waiting to be delivered, or return None."""
         self._check_open()
-        lease: NotificationLease | None = self._pull(lambda: self._claim_notification(on_compromised), timeout)
+        lease: NotificationLease | None = self._pull(lambda: self._notifier.claim(on_compromised), timeout)
         return lease
-
-    def _claim_notification(self, on_compromised: OnCompromised | None) -> NotificationLease | None:
-        lay, now = self._layout, self._wall()
-        due: list[tuple[float, str, int]] = []
-        for name in fs.scan_names(lay.notify):
-            m = FINAL_RE.match(name)
-            if not m:
-                self._tree.quarantine(os.path.join(lay.notify, name), "unrecognised name in jobs/notify")
-                continue
-            entry = self._tree.read_notify_entry(m["id"])
-            if entry is None:
-                continue
-            if entry[0] > now:
-                self._note_due(entry[0])
-                continue
-            due.append((entry[0], m["id"], entry[1]))
-        due.sort()
-        me = self._owner_id()
-        for _, job_id, _ in due:
-            lock_path = lay.notify_lock_path(job_id)
-            lock = NotifyLock.try_acquire(lock_path, me)
-            if lock is None:
-                holder = notify_lock_holder(lock_path)
-                if holder and holder != me and self._probe.status(holder) == "expired":
-                    fs.unlink(lock_path)  # RACE: see _recovery._sweep_leases
-                continue
-            lease = self._open_notification(job_id, lock, now, on_compromised)
-            if lease is not None:
-                return lease
-        return None
-
-    def _open_notification(self, job_id: str, lock: NotifyLock, now: float,
-                           on_compromised: OnCompromised | None) -> NotificationLease | None:
-        try:
-            entry = self._tree.read_notify_entry(job_id)  # again, now that we hold the lock
-            if entry is None or entry[0] > now:
-                return None
-            loc = self._tree.locate(job_id)
-            if loc is None or not loc.state.is_final:
-                fs.unlink(self._layout.notify_path(job_id))  # an index entry for no final job
-                return None
-            try:
-                record = self._tree.read_record(loc.path)
-            except (fs.Unreadable, ValueError) as exc:
-                self._tree.quarantine(loc.path, f"job file {exc}")
-                fs.unlink(self._layout.notify_path(job_id))
-                return None
-            targets = self._tree.read_targets(job_id)
-            if not targets:
-                self._drop_notify_entry(job_id)
-                return None
-            lease = NotificationLease(self, record, loc.state, tuple(t for _, t, _ in targets),
-                                      frozenset(k for k, _, _ in targets), lock, entry[1], on_compromised)
-            with self._mutex:
-                self._held_notes[job_id] = lease
-            lock = None  # type: ignore[assignment]  # ownership passed to the lease
-            return lease
-        finally:
-            if lock is not None:
-                lock.release()
-
-    def _drop_notify_entry(self, job_id: str) -> None:
-        fs.unlink(self._layout.notify_path(job_id))
-        # RACE: a target queued after we read the list would be stranded without an entry;
-        # queue() writes the target before checking for an entry, so checking again here after
-        # the unlink catches it.
-        if self._tree.has_targets(job_id):
-            self._mark_notify_now(job_id)
-        else:
-            try:
-                os.rmdir(self._layout.target_dir(job_id))
-            except OSError as exc:
-                if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
-                    raise
-
-    def _finish_notification(self, lease: NotificationLease, delivered: list[Any], error: str | None) -> None:
-        if lease.finished:
-            raise InvalidState(f"the notification lease on job {lease.id} was already done")
-        lock: NotifyLock = lease._lock
-        keys = {target_key(t) for t in delivered}
-        try:
-            if not lock.still_ours() or lease.compromised is not None:
-                err = LeaseLost(f"the notification lease on job {lease.id} was lost; nothing was removed")
-                lease._compromise(err)
-                raise err
-            # RACE: the lock could be broken between the check above and these unlinks only if
-            # we stalled for a whole lease; the targets were delivered, so removing them is right.
-            self._remove_targets(lease.id, keys)
-            remaining = self._tree.read_targets(lease.id)
-            if remaining:
-                attempts = lease.attempts + 1
-                fresh = any(k not in lease._keys for k, _, _ in remaining)
-                not_before = self._wall() if fresh else self._wall() + self._backoff(attempts)
-                tmp = self._layout.tmp_path(self._new_token(), "aux", f"{lease.id}.notify")
-                text = None if error is None else _error_text(error)
-                self._tree.write_notify_entry(lease.id, tmp, not_before, attempts, text)
-                self._note_due(not_before)
-            else:
-                self._drop_notify_entry(lease.id)
-        finally:
-            lock.release()
-            lease._mark_finished()
-            with self._mutex:
-                self._held_notes.pop(lease.id, None)
 
     # == maintenance ===============================================================================
     def recover(self) -> RecoveryReport:
@@ -901,25 +645,9 @@ class JobStore:
     def _start_waker(self) -> None:
         with self._mutex:
             if self._waker is None and not self._closed:
-                waker = Waker(self._layout.jobs, self._on_arrival)
+                waker = Waker(self._layout.jobs, self._pending.on_arrival)
                 waker.start()
                 self._waker = waker
-
-    def _on_arrival(self, path: str) -> None:
-        lay = self._layout
-        parent, name = os.path.split(path)
-        if os.path.dirname(parent) == lay.pending:
-            queue = os.path.basename(parent)
-            with self._mutex:
-                index = self._indexes.get(queue)
-                if index is None:
-                    self._queues_listed_at = float("-inf")
-            if index is not None:
-                index.add(name)
-        elif parent == lay.scheduled:
-            m = SCHEDULED_RE.match(name)
-            if m:
-                self._note_due(int(m["due"]) / 1_000_000)
 
     def _heart(self) -> None:
         next_recovery = self._clock()
@@ -949,7 +677,8 @@ class JobStore:
             problem = LeaseLost(f"this process did not beat for {gap:.1f}s (lease {self.lease_duration}s); "
                                 "its claims may have been taken over", reason="stalled")
         with self._mutex:
-            work, notes = list(self._held_work.values()), list(self._held_notes.values())
+            work = list(self._held_work.values())
+        notes = self._notifier.held()
         for lease in work:
             if problem is not None:
                 lease._compromise(problem)
@@ -970,16 +699,13 @@ class JobStore:
         if os.getpid() != self._pid:
             self._after_fork()
         with self._mutex:
-            work, notes = list(self._held_work.values()), list(self._held_notes.values())
+            work = list(self._held_work.values())
         for lease in work:
             try:
                 lease.release()
             except Exception:  # already lost: nothing of ours to give back
                 log.debug("release on close failed for %s", lease.id, exc_info=True)
-        for note in notes:
-            note._lock.release()
-            note._compromise(LeaseLost("the store was closed", reason="closed"))
-            note._mark_finished()
+        self._notifier.close()
         self._closed = True
         self._stop.set()
         if self._waker is not None:
@@ -1001,61 +727,6 @@ class JobStore:
 
 
 # == helpers =======================================================================================
-def _check_trusted(path: str) -> None:
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        raise UntrustedStore(f"{path} is a symbolic link; store directories must be real directories")
-    if not stat.S_ISDIR(st.st_mode):
-        raise UntrustedStore(f"{path} is not a directory")
-    if st.st_uid != os.geteuid():
-        raise UntrustedStore(f"{path} is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
-    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
-        raise UntrustedStore(f"{path} is world-writable without the sticky bit")
-
-
-def _due_time(now: float, delay: float | timedelta | None, run_at: float | datetime | None) -> float | None:
-    if delay is not None and run_at is not None:
-        raise InvalidRequest("give delay or run_at, not both")
-    if delay is not None:
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < 1e9:
-            raise InvalidRequest(f"delay must be a non-negative number of seconds, got {delay!r}")
-        return now + seconds if seconds > 0 else None
-    if run_at is not None:
-        if isinstance(run_at, datetime):
-            if run_at.tzinfo is None:
-                raise InvalidRequest("run_at must be a timezone-aware datetime (naive times are ambiguous)")
-            return run_at.timestamp()
-        if isinstance(run_at, bool) or not isinstance(run_at, int | float) or not 0 <= run_at < 1e11:
-            raise InvalidRequest(f"run_at must be epoch seconds or an aware datetime, got {run_at!r}")
-        return float(run_at)
-    return None
-
-
-def _as_bytes(value: Any) -> bytes:
-    if isinstance(value, str):
-        try:
-            return value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidRequest(f"value is not encodable as UTF-8: {exc}") from None
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise InvalidRequest(f"value must be bytes or str, not {type(value).__name__}")
-
-
-def _error_text(error: Any) -> str:
-    if isinstance(error, BaseException):
-        text = "".join(traceback.format_exception(type(error), error, error.__traceback__)).rstrip()
-    elif isinstance(error, str):
-        text = error
-    else:
-        raise InvalidRequest(f"error must be an exception or a str, not {type(error).__name__}")
-    text = text.encode("utf-8", "replace").decode("utf-8")  # drop lone surrogates
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS - 40] + f"... [{len(text) - MAX_ERROR_CHARS + 40} chars cut]"
-    return text
-
-
 def _queue_of(loc: Location) -> str:
     name = os.path.basename(loc.path)
     if loc.state is JobState.PENDING:

@@ -1,0 +1,219 @@
+"""Notifications: targets waiting for a job's result, and the leases of the notifiers that deliver it.
+
+Targets live in ``targets/<id>/`` from the moment they are queued, whatever the job's state. Once
+the job is final and targets wait, ``jobs/notify/<id>.json`` says so (with the time the next
+delivery attempt is due). A notifier holds ``leases/<id>.notify`` while it delivers.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from . import _fsops as fs
+from ._codec import dumps, target_key
+from ._errors import InvalidState, JobNotFound, LeaseLost, ValueTooLarge
+from ._handles import NotificationLease, OnCompromised
+from ._layout import FINAL_RE
+from ._leases import NotifyLock, OwnerProbe, notify_lock_holder
+from ._tree import Location, Tree
+from ._values import error_text
+
+
+class Notifier:
+    def __init__(self, tree: Tree, probe: OwnerProbe, *, wall: Callable[[], float],
+                 backoff: Callable[[int], float], new_token: Callable[[], str],
+                 owner_id: Callable[[], str], note_due: Callable[[float], None]) -> None:
+        self._tree = tree
+        self._layout = tree.layout
+        self._durable = tree.durable
+        self._probe = probe
+        self._wall = wall
+        self._backoff = backoff
+        self._new_token = new_token
+        self._owner_id = owner_id
+        self._note_due = note_due
+        self._mutex = threading.Lock()
+        self._held: dict[str, NotificationLease] = {}
+
+    def held(self) -> list[NotificationLease]:
+        with self._mutex:
+            return list(self._held.values())
+
+    def _require(self, job_id: str) -> Location:
+        loc = self._tree.locate(job_id)
+        if loc is None:
+            raise JobNotFound(f"no job with id {job_id!r} in {self._layout.root}")
+        return loc
+
+    # -- targets -------------------------------------------------------------------------------
+    def queue(self, job_id: str, target: Any) -> None:
+        key = target_key(target)
+        doc = dumps({"target": target, "queued_at": self._wall()}, what="target")
+        if len(doc) > self._tree.target_cap:
+            raise ValueTooLarge(f"target is {len(doc)} bytes; the cap is {self._tree.target_cap}")
+        self._require(job_id)
+        tdir = self._layout.target_dir(job_id)
+        tmp = self._layout.tmp_path(self._new_token(), "aux", f"{job_id}.{key}.json")
+        fs.write_new(tmp, doc, durable=self._durable)
+        try:
+            for _ in range(100):
+                fs.ensure_dir(tdir, durable=self._durable)
+                try:
+                    fs.link_into(tmp, os.path.join(tdir, f"{key}.json"), durable=self._durable)
+                except FileExistsError:
+                    pass  # already queued: keep its original place in line
+                except FileNotFoundError:
+                    continue  # a notifier or a sweep removed the emptied directory just now
+                break
+        finally:
+            fs.unlink(tmp)
+        # RACE: the job may become final between _require and here; checking again *after* the
+        # target is durable means either we see it final, or its committer sees our target.
+        loc = self._tree.locate(job_id)
+        if loc is not None and loc.state.is_final:
+            self.mark_due_now(job_id)
+
+    def unqueue_all(self, job_id: str, targets: Iterable[Any]) -> int:
+        keys = {target_key(t) for t in targets}
+        self._require(job_id)
+        return self._remove_targets(job_id, keys)
+
+    def _remove_targets(self, job_id: str, keys: Iterable[str]) -> int:
+        tdir = self._layout.target_dir(job_id)
+        removed = sum(fs.unlink(os.path.join(tdir, f"{key}.json")) for key in keys)
+        if removed and self._durable:
+            try:
+                fs.fsync_dir(tdir)
+            except FileNotFoundError:
+                # RACE: a recovery sweep removed the emptied directory; make that durable instead.
+                fs.fsync_dir(self._layout.targets)
+        return removed
+
+    # -- the notify index ----------------------------------------------------------------------
+    def after_final(self, job_id: str) -> None:
+        """Index a final job for notification if targets are waiting (after it is durable)."""
+        if self._tree.has_targets(job_id):
+            self.mark_due_now(job_id)
+
+    def mark_due_now(self, job_id: str) -> None:
+        prev = self._tree.read_notify_entry(job_id)
+        tmp = self._layout.tmp_path(self._new_token(), "aux", f"{job_id}.notify")
+        self._tree.write_notify_entry(job_id, tmp, 0.0, prev[1] if prev else 0, None)
+
+    def _drop_entry(self, job_id: str) -> None:
+        fs.unlink(self._layout.notify_path(job_id))
+        # RACE: a target queued after we read the list would be stranded without an entry;
+        # queue() writes the target before checking for an entry, so checking again here after
+        # the unlink catches it.
+        if self._tree.has_targets(job_id):
+            self.mark_due_now(job_id)
+        else:
+            try:
+                os.rmdir(self._layout.target_dir(job_id))
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+
+    # -- leases --------------------------------------------------------------------------------
+    def claim(self, on_compromised: OnCompromised | None) -> NotificationLease | None:
+        lay, now = self._layout, self._wall()
+        due: list[tuple[float, str]] = []
+        for name in fs.scan_names(lay.notify):
+            m = FINAL_RE.match(name)
+            if not m:
+                self._tree.quarantine(os.path.join(lay.notify, name), "unrecognised name in jobs/notify")
+                continue
+            entry = self._tree.read_notify_entry(m["id"])
+            if entry is None:
+                continue
+            if entry[0] > now:
+                self._note_due(entry[0])
+                continue
+            due.append((entry[0], m["id"]))
+        due.sort()
+        me = self._owner_id()
+        for _, job_id in due:
+            lock_path = lay.notify_lock_path(job_id)
+            lock = NotifyLock.try_acquire(lock_path, me)
+            if lock is None:
+                holder = notify_lock_holder(lock_path)
+                if holder and holder != me and self._probe.status(holder) == "expired":
+                    fs.unlink(lock_path)  # RACE: see _recovery._sweep_leases
+                continue
+            lease = self._open(job_id, lock, now, on_compromised)
+            if lease is not None:
+                return lease
+        return None
+
+    def _open(self, job_id: str, lock: NotifyLock, now: float,
+              on_compromised: OnCompromised | None) -> NotificationLease | None:
+        """With the lock held, check again and build the lease; the lock is released otherwise."""
+        keep = False
+        try:
+            entry = self._tree.read_notify_entry(job_id)
+            if entry is None or entry[0] > now:
+                return None
+            loc = self._tree.locate(job_id)
+            if loc is None or not loc.state.is_final:
+                fs.unlink(self._layout.notify_path(job_id))  # an index entry for no final job
+                return None
+            try:
+                record = self._tree.read_record(loc.path)
+            except (fs.Unreadable, ValueError) as exc:
+                self._tree.quarantine(loc.path, f"job file {exc}")
+                fs.unlink(self._layout.notify_path(job_id))
+                return None
+            targets = self._tree.read_targets(job_id)
+            if not targets:
+                self._drop_entry(job_id)
+                return None
+            lease = NotificationLease(self, record, loc.state, tuple(t for _, t, _ in targets),
+                                      frozenset(k for k, _, _ in targets), lock, entry[1], on_compromised)
+            with self._mutex:
+                self._held[job_id] = lease
+            keep = True
+            return lease
+        finally:
+            if not keep:
+                lock.release()
+
+    def _finish_notification(self, lease: NotificationLease, delivered: list[Any], error: str | None) -> None:
+        if lease.finished:
+            raise InvalidState(f"the notification lease on job {lease.id} was already done")
+        keys = {target_key(t) for t in delivered}
+        try:
+            if not lease._lock.still_ours() or lease.compromised is not None:
+                err = LeaseLost(f"the notification lease on job {lease.id} was lost; nothing was removed")
+                lease._compromise(err)
+                raise err
+            # RACE: the lock could be broken between the check above and these unlinks only if
+            # we stalled for a whole lease; the targets were delivered, so removing them is right.
+            self._remove_targets(lease.id, keys)
+            remaining = self._tree.read_targets(lease.id)
+            if remaining:
+                attempts = lease.attempts + 1
+                fresh = any(k not in lease._keys for k, _, _ in remaining)
+                not_before = self._wall() if fresh else self._wall() + self._backoff(attempts)
+                tmp = self._layout.tmp_path(self._new_token(), "aux", f"{lease.id}.notify")
+                text = None if error is None else error_text(error)
+                self._tree.write_notify_entry(lease.id, tmp, not_before, attempts, text)
+                self._note_due(not_before)
+            else:
+                self._drop_entry(lease.id)
+        finally:
+            self._forget(lease)
+
+    def _forget(self, lease: NotificationLease) -> None:
+        lease._lock.release()
+        lease._mark_finished()
+        with self._mutex:
+            self._held.pop(lease.id, None)
+
+    def close(self) -> None:
+        for lease in self.held():
+            lease._compromise(LeaseLost("the store was closed", reason="closed"))
+            self._forget(lease)
