@@ -9,23 +9,29 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from fsjobstore import JobState, JobStore, LeaseLost, _fsops, _tree
+from fsjobstore import JobState, JobStore, LeaseLost, WorkLease, _fsops, _tree
 
 
 class Crash(BaseException):
     """Stands for the process dying at this instant (not an Exception: nothing catches it)."""
 
 
-def die(store: JobStore) -> None:
-    """Stop every thread and release the owner's flock without cleaning up, as process death does."""
+def freeze(store: JobStore) -> None:
+    """Stop the store's threads (its background recovery among them)."""
     store._stop.set()
     if store._thread is not None:
         store._thread.join()
     if store._waker is not None:
         store._waker.stop()
+
+
+def die(store: JobStore) -> None:
+    """Stop every thread and release the owner's flock without cleaning up, as process death does."""
+    freeze(store)
     owner = store._owner
     assert owner is not None and owner._fd is not None
     os.close(owner._fd)
@@ -37,6 +43,35 @@ def names(store: JobStore, rel: str) -> list[str]:
     return sorted(os.listdir(os.path.join(store.path, rel)))
 
 
+def crash(monkeypatch: pytest.MonkeyPatch, owner: object, name: str, when: Callable[..., bool] | None = None) -> None:
+    """Make ``owner.name`` die (raise Crash) when called, or only when ``when(*args)`` holds."""
+    real = getattr(owner, name)
+
+    def dying(*args: Any, **kwargs: Any) -> Any:
+        if when is None or when(*args):
+            raise Crash()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, dying)
+
+
+def commit_and_die(worker: JobStore, monkeypatch: pytest.MonkeyPatch, commit: Callable[[WorkLease], None],
+                   owner: object, name: str, when: Callable[..., bool] | None = None) -> str:
+    """Claim the job, die inside ``owner.name`` during ``commit``; returns the job id."""
+    lease = worker.pull_work()
+    assert lease is not None
+    crash(monkeypatch, owner, name, when)
+    with pytest.raises(Crash):
+        commit(lease)
+    monkeypatch.undo()
+    die(worker)
+    return lease.id
+
+
+def _is_commit_file(path: str, *_: object) -> bool:
+    return path.endswith(".commit")
+
+
 @pytest.fixture
 def pair(open_store: Callable[..., JobStore]) -> tuple[JobStore, JobStore]:
     return open_store(backoff=lambda a: 0.0), open_store(backoff=lambda a: 0.0)
@@ -46,18 +81,12 @@ def test_a_commit_that_died_after_its_fence_is_finished_from_its_temp_file(
     pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     worker, rescuer = pair
-    job = worker.create("x")
-    lease = worker.pull_work()
-    assert lease is not None
-    monkeypatch.setattr(_tree.Tree, "publish", lambda *a: (_ for _ in ()).throw(Crash()))
-    with pytest.raises(Crash):
-        lease.fulfill(b"result")
-    monkeypatch.undo()
-    die(worker)
+    worker.create("x")
+    job_id = commit_and_die(worker, monkeypatch, lambda lease: lease.fulfill(b"result"), _tree.Tree, "publish")
     assert [n.rsplit(".", 1)[1] for n in names(rescuer, "jobs/active")] == ["commit"]
     report = rescuer.recover()
     assert report.commits_finished == 1
-    got = rescuer.get(job.id)
+    got = rescuer.get(job_id)
     assert got.state is JobState.FULFILLED and got.value == b"result"
     assert names(rescuer, "jobs/active") == [] and names(rescuer, "tmp") == []
 
@@ -67,13 +96,7 @@ def test_a_commit_whose_temp_file_is_torn_is_undone_and_the_attempt_counted(
 ) -> None:
     worker, rescuer = pair
     job = worker.create("x")
-    lease = worker.pull_work()
-    assert lease is not None
-    monkeypatch.setattr(_tree.Tree, "publish", lambda *a: (_ for _ in ()).throw(Crash()))
-    with pytest.raises(Crash):
-        lease.fulfill(b"result")
-    monkeypatch.undo()
-    die(worker)
+    commit_and_die(worker, monkeypatch, lambda lease: lease.fulfill(b"result"), _tree.Tree, "publish")
     [tmp] = names(rescuer, "tmp")
     with open(os.path.join(rescuer.path, "tmp", tmp), "r+b") as fh:
         fh.truncate(20)  # as a power loss can leave a file whose data was not yet on disk
@@ -88,20 +111,7 @@ def test_a_commit_that_died_after_publishing_leaves_one_result(
 ) -> None:
     worker, rescuer = pair
     job = worker.create("x")
-    lease = worker.pull_work()
-    assert lease is not None
-    real_unlink = _fsops.unlink
-
-    def unlink(path: str, *, missing_ok: bool = True) -> bool:
-        if path.endswith(".commit"):
-            raise Crash()
-        return real_unlink(path, missing_ok=missing_ok)
-
-    monkeypatch.setattr(_fsops, "unlink", unlink)
-    with pytest.raises(Crash):
-        lease.fulfill(b"result")
-    monkeypatch.undo()
-    die(worker)
+    commit_and_die(worker, monkeypatch, lambda lease: lease.fulfill(b"result"), _fsops, "unlink", _is_commit_file)
     report = rescuer.recover()
     assert report.requeued == 0 and report.duplicates_dropped == 1
     assert rescuer.get(job.id).value == b"result"
@@ -113,15 +123,7 @@ def test_a_retry_that_died_after_publishing_is_not_run_twice(
 ) -> None:
     worker, rescuer = pair
     job = worker.create("x")
-    lease = worker.pull_work()
-    assert lease is not None
-    real_unlink = _fsops.unlink
-    monkeypatch.setattr(_fsops, "unlink", lambda p, **k: (_ for _ in ()).throw(Crash()) if p.endswith(".commit")
-                        else real_unlink(p, **k))
-    with pytest.raises(Crash):
-        lease.fail("boom")
-    monkeypatch.undo()
-    die(worker)
+    commit_and_die(worker, monkeypatch, lambda lease: lease.fail("boom"), _fsops, "unlink", _is_commit_file)
     rescuer.recover()
     stats = rescuer.statistics()
     assert (stats.pending, stats.active) == (1, 0)
@@ -144,8 +146,8 @@ def test_a_create_with_an_id_that_died_after_reserving_it_is_published(
     pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     producer, rescuer = pair
-    monkeypatch.setattr(_tree.Tree, "publish", lambda *a: (_ for _ in ()).throw(Crash()))
-    monkeypatch.setattr(_fsops, "unlink", lambda *a, **k: (_ for _ in ()).throw(Crash()))  # no clean-up runs
+    crash(monkeypatch, _tree.Tree, "publish")
+    crash(monkeypatch, _fsops, "unlink")  # so that no clean-up runs either
     with pytest.raises(Crash):
         producer.create({"n": 1}, job_id="invoice-9")
     monkeypatch.undo()
@@ -171,7 +173,7 @@ def test_a_create_that_died_before_reserving_its_id_leaves_nothing(
     pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     producer, rescuer = pair
-    monkeypatch.setattr(_fsops, "link_into", lambda *a, **k: (_ for _ in ()).throw(Crash()))
+    crash(monkeypatch, _fsops, "link_into")
     with pytest.raises(Crash):
         producer.create({"n": 1}, job_id="invoice-10")
     monkeypatch.undo()
@@ -225,7 +227,9 @@ def test_concurrent_recoveries_repair_each_thing_once(open_store: Callable[..., 
     for w in workers:
         for _ in range(10):
             assert w.pull_work() is not None
-    for w in workers:  # all alive until every job is claimed, so nobody recovers early
+    for w in workers:  # no worker may recover another's jobs once the first one "dies"
+        freeze(w)
+    for w in workers:
         die(w)
     rescuers = [open_store() for _ in range(4)]
     reports: list[int] = []
