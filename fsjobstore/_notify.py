@@ -129,6 +129,10 @@ class Notifier:
                 continue
             entry = self._tree.read_notify_entry(m["id"])
             if entry is None:
+                # Gone, or quarantined just now: if the job still has targets waiting, index it
+                # again with a clean entry rather than strand them.
+                if self._tree.is_final(m["id"]):
+                    self.after_final(m["id"])
                 continue
             if entry[0] > now:
                 self._note_due(entry[0])
@@ -159,13 +163,13 @@ class Notifier:
                 return None
             loc = self._tree.locate(job_id)
             if loc is None or not loc.state.is_final:
-                fs.unlink(self._layout.notify_path(job_id))  # an index entry for no final job
+                self._tree.quarantine(self._layout.notify_path(job_id), "notify entry for no final job")
                 return None
             try:
                 record = self._tree.read_record(loc.path)
             except (fs.Unreadable, ValueError) as exc:
                 self._tree.quarantine(loc.path, f"job file {exc}")
-                fs.unlink(self._layout.notify_path(job_id))
+                self._tree.quarantine(self._layout.notify_path(job_id), "notify entry for an unreadable job")
                 return None
             targets = self._tree.read_targets(job_id)
             if not targets:

@@ -240,8 +240,7 @@ def _sweep_targets(host: _Host, counts: dict[str, int]) -> None:
             continue
         # Most target directories belong to jobs still running: two stats rule them out, so a
         # periodic sweep stays cheap when many jobs have targets waiting.
-        final = any(os.path.lexists(lay.final_path(s, job_id)) for s in ("fulfilled", "failed"))
-        if not final or os.path.lexists(lay.notify_path(job_id)):
+        if not tree.is_final(job_id) or os.path.lexists(lay.notify_path(job_id)):
             continue
         names = fs.scan_names(tdir)
         for name in names:

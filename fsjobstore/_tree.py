@@ -9,7 +9,6 @@ between the two leaves the job in two places, which recovery resolves; never in 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import time
@@ -167,15 +166,25 @@ class Tree:
         fs.rename_into(tmp_path, self.layout.notify_path(job_id), durable=self.durable)
 
     def read_notify_entry(self, job_id: str) -> tuple[float, int] | None:
-        """(not_before, attempts), or None if the entry is gone; bad entries read as due now."""
+        """(not_before, attempts), or None if there is no usable entry. An unusable one (not a
+        regular file, not our JSON) is quarantined; the caller decides whether to write anew."""
         path = self.layout.notify_path(job_id)
         try:
-            doc = json.loads(fs.read_regular(path, 64 * 1024))
-            return float(doc.get("not_before", 0.0)), int(doc.get("attempts", 0))
+            doc = loads(fs.read_regular(path, 64 * 1024))
+            not_before, attempts = doc["not_before"], doc["attempts"]
+            if isinstance(not_before, bool) or not isinstance(not_before, int | float):
+                raise ValueError("not_before is not a number")
+            if isinstance(attempts, bool) or not isinstance(attempts, int):
+                raise ValueError("attempts is not an integer")
+            return float(not_before), attempts
         except FileNotFoundError:
             return None
-        except (fs.Unreadable, ValueError, TypeError, AttributeError):
-            return 0.0, 0
+        except (fs.Unreadable, ValueError, TypeError, KeyError) as exc:
+            self.quarantine(path, f"notify entry {exc}")
+            return None
+
+    def is_final(self, job_id: str) -> bool:
+        return any(os.path.lexists(self.layout.final_path(s, job_id)) for s in ("fulfilled", "failed"))
 
     # -- quarantine ----------------------------------------------------------------------------
     def quarantine(self, path: str, reason: str) -> bool:

@@ -474,3 +474,16 @@ def test_threads_sharing_one_store_each_get_different_jobs(store: JobStore) -> N
     for t in threads:
         t.join()
     assert sorted(done) == sorted(ids)
+
+
+def test_a_waiting_puller_gets_a_delayed_job_when_it_falls_due(open_store: Callable[..., JobStore]) -> None:
+    # poll_interval is far longer than the timeout: only the due time itself can wake the puller.
+    worker, producer = open_store(poll_interval=60.0), open_store()
+    worker.pull_work(timeout=0.01)  # start the watcher
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(worker.pull_work(timeout=20)))
+    t.start()
+    threading.Event().wait(0.2)
+    job = producer.create("soon", delay=0.5)
+    t.join(30)
+    assert got[0] is not None and got[0].id == job.id  # type: ignore[attr-defined]

@@ -110,3 +110,18 @@ def test_planted_files_in_other_directories_are_quarantined_by_recovery(store: J
     report = store.recover()
     assert report.quarantined == 4
     assert store.recover().quarantined == 0
+
+
+@pytest.mark.parametrize("kind", ["fifo", "garbage", "symlink_passwd", "directory"])
+def test_planted_files_in_scheduled_and_notify_do_not_stop_work_or_notifications(store: JobStore, kind: str) -> None:
+    job = store.create("x")
+    store.queue(job.id, "t")
+    jobs = os.path.join(store.path, "jobs")
+    PLANTS[kind](os.path.join(jobs, "scheduled", "00000000000000001.default.1000000.00000000000000000001.p.json"))
+    PLANTS[kind](os.path.join(jobs, "notify", "planted.json"))
+    PLANTS[kind](os.path.join(jobs, "notify", "not-a-notify-name"))
+    assert _drain(store) == [job.id]
+    note = store.pull_notification()
+    assert note is not None and note.id == job.id
+    note.done(["t"])
+    assert store.pull_notification() is None

@@ -181,3 +181,18 @@ def test_done_survives_a_sweep_removing_the_emptied_target_directory(store: JobS
     note.done(["t"])
     monkeypatch.undo()
     assert store.get(job_id).waiting == () and store.pull_notification() is None
+
+
+def test_a_waiting_notifier_is_woken_when_a_job_becomes_final(open_store: Callable[..., JobStore]) -> None:
+    import threading
+    notifier, worker = open_store(poll_interval=60.0), open_store()
+    job = worker.create("x")
+    worker.queue(job.id, "t")
+    notifier.pull_notification(timeout=0.01)  # start the watcher
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(notifier.pull_notification(timeout=20)))
+    t.start()
+    threading.Event().wait(0.2)
+    _finish(worker)
+    t.join(30)
+    assert got[0] is not None and got[0].id == job.id  # type: ignore[attr-defined]
