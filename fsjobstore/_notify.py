@@ -15,11 +15,11 @@ from typing import Any
 
 from . import _fsops as fs
 from ._codec import dumps, target_key
-from ._errors import InvalidState, JobNotFound, LeaseLost, ValueTooLarge
+from ._errors import InvalidState, LeaseLost, ValueTooLarge
 from ._handles import NotificationLease, OnCompromised
 from ._layout import FINAL_RE
 from ._leases import NotifyLock, OwnerProbe, notify_lock_holder
-from ._tree import Location, Tree
+from ._tree import Tree
 from ._values import error_text
 
 
@@ -43,19 +43,13 @@ class Notifier:
         with self._mutex:
             return list(self._held.values())
 
-    def _require(self, job_id: str) -> Location:
-        loc = self._tree.locate(job_id)
-        if loc is None:
-            raise JobNotFound(f"no job with id {job_id!r} in {self._layout.root}")
-        return loc
-
     # -- targets -------------------------------------------------------------------------------
     def queue(self, job_id: str, target: Any) -> None:
         key = target_key(target)
         doc = dumps({"target": target, "queued_at": self._wall()}, what="target")
         if len(doc) > self._tree.target_cap:
             raise ValueTooLarge(f"target is {len(doc)} bytes; the cap is {self._tree.target_cap}")
-        self._require(job_id)
+        self._tree.require(job_id)
         tdir = self._layout.target_dir(job_id)
         tmp = self._layout.tmp_path(self._new_token(), "aux", f"{job_id}.{key}.json")
         fs.write_new(tmp, doc, durable=self._durable)
@@ -71,7 +65,7 @@ class Notifier:
                 break
         finally:
             fs.unlink(tmp)
-        # RACE: the job may become final between _require and here; checking again *after* the
+        # RACE: the job may become final between require() and here; checking again *after* the
         # target is durable means either we see it final, or its committer sees our target.
         loc = self._tree.locate(job_id)
         if loc is not None and loc.state.is_final:
@@ -79,7 +73,7 @@ class Notifier:
 
     def unqueue_all(self, job_id: str, targets: Iterable[Any]) -> int:
         keys = {target_key(t) for t in targets}
-        self._require(job_id)
+        self._tree.require(job_id)
         return self._remove_targets(job_id, keys)
 
     def _remove_targets(self, job_id: str, keys: Iterable[str]) -> int:

@@ -526,7 +526,7 @@ class JobStore:
         if len(data) > self.max_value_bytes:
             raise ValueTooLarge(f"value is {len(data)} bytes; max_value_bytes is {self.max_value_bytes}")
         for _ in range(20):
-            loc = self._require(job_id)
+            loc = self._tree.require(job_id)
             if loc.state.is_final:
                 raise InvalidState(f"job {job_id} is already {loc.state.value}")
             if loc.state is JobState.ACTIVE:
@@ -550,18 +550,12 @@ class JobStore:
             return
         raise InvalidState(f"job {job_id} kept moving; try again")
 
-    def _require(self, job_id: str) -> Location:
-        loc = self._tree.locate(job_id)
-        if loc is None:
-            raise JobNotFound(f"no job with id {job_id!r} in {self.path}")
-        return loc
-
     def get(self, job_id: str) -> Job:
         """A snapshot of the job (state, request, value or error, attempts, waiting targets)."""
         self._check_open()
         check_job_id(job_id)
         for _ in range(5):
-            loc = self._require(job_id)
+            loc = self._tree.require(job_id)
             try:
                 record = self._tree.read_record(loc.path)
             except FileNotFoundError:

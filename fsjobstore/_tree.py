@@ -18,6 +18,7 @@ from typing import Any
 
 from . import _fsops as fs
 from ._codec import dumps, loads
+from ._errors import JobNotFound
 from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, TARGET_RE, Layout
 from ._records import JobState, Record
 
@@ -104,6 +105,13 @@ class Tree:
             if name.endswith(tail) and SCHEDULED_RE.match(name):
                 return Location(JobState.SCHEDULED, os.path.join(lay.scheduled, name))
         return None
+
+    def require(self, job_id: str) -> Location:
+        """Like :meth:`locate`, but an unknown id raises :class:`JobNotFound`."""
+        loc = self.locate(job_id)
+        if loc is None:
+            raise JobNotFound(f"no job with id {job_id!r} in {self.layout.root}")
+        return loc
 
     def exists_elsewhere(self, job_id: str, not_path: str) -> bool:
         """True if a copy of the job exists at any path other than ``not_path``."""
