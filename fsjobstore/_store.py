@@ -135,7 +135,6 @@ class JobStore:
         self._clock = clock
         self._wall = wall_clock
         self._layout = Layout(self.path)
-        self._open_tree()
         # Worst cases once serialised: a text value doubles ('"' escapes), an error's
         # characters can take 6 bytes each (\uXXXX); the request was measured serialised.
         record_cap = 2 * max_value_bytes + max_request_bytes + MAX_ERROR_CHARS * 6 + 65536
@@ -155,6 +154,12 @@ class JobStore:
         self._last_beat = clock()
         self._closed = False
         self._pid = os.getpid()
+        try:
+            self._open_tree()
+        except BaseException:
+            if self._owner is not None:  # writing the marker may have made us an owner
+                self._owner.close()
+            raise
         _LIVE_STORES.add(self)
 
     # == opening ===================================================================================
@@ -175,7 +180,7 @@ class JobStore:
         try:
             data = fs.read_regular(lay.marker, 65536)
         except FileNotFoundError:
-            tmp = os.path.join(lay.tmp, f"marker.{uuid.uuid4().hex}")
+            tmp = lay.tmp_path(self._new_token(), "aux", "marker")
             fs.write_new(tmp, dumps({"format": FORMAT_VERSION, "created_at": time.time()}) + b"\n",
                          durable=self.durable)
             try:

@@ -487,3 +487,14 @@ def test_a_waiting_puller_gets_a_delayed_job_when_it_falls_due(open_store: Calla
     job = producer.create("soon", delay=0.5)
     t.join(30)
     assert got[0] is not None and got[0].id == job.id  # type: ignore[attr-defined]
+
+
+def test_a_store_of_another_format_is_refused_and_left_alone(tmp_path: Path) -> None:
+    from fsjobstore import StoreFormatError
+    root = tmp_path / "s"
+    JobStore(root).close()
+    (root / "fsjobstore.json").write_text('{"format": 2}')
+    before = files_under(str(root))
+    with pytest.raises(StoreFormatError, match="format 2"):
+        JobStore(root)
+    assert files_under(str(root)) == before
