@@ -49,6 +49,24 @@ def store(open_store: Callable[..., JobStore]) -> JobStore:
     return open_store(backoff=lambda attempt: 0.0)
 
 
+def in_background(call: Callable[[], Any], settle: float = 0.2) -> Callable[[], Any]:
+    """Start ``call`` in a thread, give it ``settle`` seconds to begin waiting; return a function
+    that joins it and returns what it returned."""
+    import threading
+
+    got: list[Any] = []
+    thread = threading.Thread(target=lambda: got.append(call()))
+    thread.start()
+    threading.Event().wait(settle)
+
+    def result() -> Any:
+        thread.join(30)
+        assert got, "the call did not return within 30 s"
+        return got[0]
+
+    return result
+
+
 def files_under(path: str) -> list[str]:
     out = []
     for dirpath, _dirs, names in os.walk(path):

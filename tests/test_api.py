@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import FakeWall, files_under
+from conftest import FakeWall, files_under, in_background
 
 from fsjobstore import (
     InvalidJobId,
@@ -377,26 +377,19 @@ def test_a_waiting_puller_is_woken_by_a_create_not_by_polling(open_store: Callab
     worker = open_store(poll_interval=60.0)
     producer = open_store()
     worker.pull_work(timeout=0.01)  # start the watcher
-    got: list[object] = []
-    t = threading.Thread(target=lambda: got.append(worker.pull_work(timeout=20)))
-    t.start()
-    threading.Event().wait(0.3)
+    pulled = in_background(lambda: worker.pull_work(timeout=20))
     job = producer.create("wake")
-    t.join(30)
-    lease = got[0]
-    assert lease is not None and lease.id == job.id  # type: ignore[attr-defined]
+    lease = pulled()
+    assert lease is not None and lease.id == job.id
 
 
 def test_without_inotify_a_periodic_scan_still_finds_work(open_store: Callable[..., JobStore]) -> None:
     worker = open_store(watch=False, poll_interval=0.05)
     producer = open_store()
-    got: list[object] = []
-    t = threading.Thread(target=lambda: got.append(worker.pull_work(timeout=20)))
-    t.start()
-    threading.Event().wait(0.2)
+    pulled = in_background(lambda: worker.pull_work(timeout=20))
     job = producer.create("found")
-    t.join(30)
-    assert got[0] is not None and got[0].id == job.id  # type: ignore[attr-defined]
+    lease = pulled()
+    assert lease is not None and lease.id == job.id
     assert worker.statistics().watching is False
 
 
@@ -480,13 +473,10 @@ def test_a_waiting_puller_gets_a_delayed_job_when_it_falls_due(open_store: Calla
     # poll_interval is far longer than the timeout: only the due time itself can wake the puller.
     worker, producer = open_store(poll_interval=60.0), open_store()
     worker.pull_work(timeout=0.01)  # start the watcher
-    got: list[object] = []
-    t = threading.Thread(target=lambda: got.append(worker.pull_work(timeout=20)))
-    t.start()
-    threading.Event().wait(0.2)
+    pulled = in_background(lambda: worker.pull_work(timeout=20))
     job = producer.create("soon", delay=0.5)
-    t.join(30)
-    assert got[0] is not None and got[0].id == job.id  # type: ignore[attr-defined]
+    lease = pulled()
+    assert lease is not None and lease.id == job.id
 
 
 def test_a_store_of_another_format_is_refused_and_left_alone(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from conftest import FakeWall
+from conftest import FakeWall, in_background
 
 from fsjobstore import InvalidState, JobState, JobStore, LeaseLost, NotificationLease
 
@@ -184,15 +184,11 @@ def test_done_survives_a_sweep_removing_the_emptied_target_directory(store: JobS
 
 
 def test_a_waiting_notifier_is_woken_when_a_job_becomes_final(open_store: Callable[..., JobStore]) -> None:
-    import threading
     notifier, worker = open_store(poll_interval=60.0), open_store()
     job = worker.create("x")
     worker.queue(job.id, "t")
     notifier.pull_notification(timeout=0.01)  # start the watcher
-    got: list[object] = []
-    t = threading.Thread(target=lambda: got.append(notifier.pull_notification(timeout=20)))
-    t.start()
-    threading.Event().wait(0.2)
+    pulled = in_background(lambda: notifier.pull_notification(timeout=20))
     _finish(worker)
-    t.join(30)
-    assert got[0] is not None and got[0].id == job.id  # type: ignore[attr-defined]
+    note = pulled()
+    assert note is not None and note.id == job.id
