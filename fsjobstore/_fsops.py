@@ -18,8 +18,8 @@ import stat
 
 from ._errors import UntrustedStore
 
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -30,7 +30,7 @@ class Unreadable(Exception):
 
 
 def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:
@@ -39,7 +39,7 @@ def fsync_dir(path: str) -> None:
 
 def write_new(path: str, data: bytes, *, durable: bool) -> None:
     """Create ``path`` exclusively and write ``data`` to it; remove it again on any error."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, FILE_MODE)
     try:
         view = memoryview(data)
         while view:
@@ -96,7 +96,7 @@ def read_regular(path: str, cap: int) -> bytes:
     Raises FileNotFoundError if it is gone, :class:`Unreadable` for anything else wrong.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
     except FileNotFoundError:
         raise
     except OSError as exc:

@@ -135,6 +135,10 @@ class Layout:
     def tmp_path(self, token: str, purpose: str, rest: str) -> str:
         return os.path.join(self.tmp, f"{token}.{purpose}.{rest}")
 
+    def commit_tmp_path(self, token: str, job_id: str, dest: str) -> str:
+        """The new version of a job being committed by claim ``token`` (recovery finishes it)."""
+        return self.tmp_path(token, "commit", f"{job_id}.{dest}.json")
+
 
 def prio_field(priority: int) -> str:
     return f"{priority + _PRIO_OFFSET:07d}"

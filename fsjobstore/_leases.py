@@ -32,11 +32,9 @@ from typing import Literal
 
 from filelock import lock_descriptor, unlock_descriptor
 
-from ._fsops import FILE_MODE
+from ._fsops import FILE_MODE, O_CLOEXEC, O_NOFOLLOW
 from ._layout import Layout
 
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _BEAT_WIDTH = 255  # fixed width so a heartbeat is one pwrite, never a truncate + write
 
 Status = Literal["alive", "dead", "expired"]
@@ -55,7 +53,7 @@ class OwnerLease:
         # us dead in the instant between create and flock. So: create and lock it under a hidden
         # name that no sweep looks at, then rename it into place already locked.
         hidden = os.path.join(os.path.dirname(self.path), f".{self.owner}.init")
-        fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+        fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, FILE_MODE)
         try:
             if not lock_descriptor(fd, blocking=False):  # a fresh random name: nobody else has it
                 raise OSError(errno.EAGAIN, "could not lock a fresh owner file", hidden)
@@ -120,7 +118,7 @@ class OwnerProbe:
     def status(self, owner: str) -> Status:
         path = self._layout.owner_path(owner)
         try:
-            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
         except FileNotFoundError:
             return "dead"
         except OSError:
@@ -178,7 +176,7 @@ class NotifyLock:
     @classmethod
     def try_acquire(cls, path: str, owner: str) -> NotifyLock | None:
         for _ in range(3):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC, FILE_MODE)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC, FILE_MODE)
             try:
                 if not lock_descriptor(fd, blocking=False):
                     os.close(fd)

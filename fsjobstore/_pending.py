@@ -162,6 +162,13 @@ class Pending:
                 index.invalidate()
             self._queues_listed_at = float("-inf")
 
+    def note_published(self, record: Record, dest: str) -> None:
+        """This process just put ``record`` into ``dest``: note what that means for claims."""
+        if dest == "pending":
+            self.note_pending(record)
+        elif dest == "scheduled":
+            self.note_due(record.not_before or 0.0)
+
     def note_pending(self, record: Record) -> None:
         """We just put a job in pending: our own index need not wait for inotify or a rescan
         (inotify cannot even report files in a queue directory created a moment ago)."""

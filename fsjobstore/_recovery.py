@@ -46,12 +46,16 @@ class _Host(Protocol):
 
     def _owner_id(self) -> str: ...
     def _new_token(self) -> str: ...
-    def _holds(self, token: str) -> bool: ...
     def _after_final(self, job_id: str) -> None: ...
 
 
+def new_counts() -> dict[str, int]:
+    """Zeroed counters, one per :class:`RecoveryReport` field."""
+    return {f.name: 0 for f in dataclasses.fields(RecoveryReport)}
+
+
 def recover(host: _Host) -> RecoveryReport:
-    counts: dict[str, int] = {f.name: 0 for f in dataclasses.fields(RecoveryReport)}
+    counts = new_counts()
     me = host._owner_id()
     _sweep_active(host, me, counts)
     _sweep_tmp(host, me, counts)
@@ -115,7 +119,7 @@ def take_over(host: _Host, path: str, job_id: str, old_token: str, kind: str, wh
         new = dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
                                   not_before=None)
         dest = "pending"
-    tmp = lay.tmp_path(token, "commit", f"{job_id}.{dest}.json")
+    tmp = lay.commit_tmp_path(token, job_id, dest)
     fs.write_new(tmp, new.to_bytes(), durable=tree.durable)
     try:
         tree.publish(tmp, new, dest)
@@ -137,14 +141,8 @@ def take_over(host: _Host, path: str, job_id: str, old_token: str, kind: str, wh
 def _finish_commit(host: _Host, job_id: str, old_token: str, mine: str, counts: dict[str, int]) -> bool:
     """Complete a commit whose temp file is durable; False if there is none to complete."""
     tree = host._tree
-    prefix = f"{old_token}.commit.{job_id}."
-    for name in fs.scan_names(tree.layout.tmp):
-        if not name.startswith(prefix):
-            continue
-        dest = name[len(prefix):].removesuffix(".json")
-        tmp = os.path.join(tree.layout.tmp, name)
-        if dest not in DESTS:
-            continue
+    for dest in DESTS:  # a claim commits once, so at most one of these exists
+        tmp = tree.layout.commit_tmp_path(old_token, job_id, dest)
         try:
             record = tree.read_record(tmp)
         except (FileNotFoundError, fs.Unreadable, ValueError):

@@ -48,7 +48,7 @@ from ._leases import OwnerLease, OwnerProbe
 from ._notify import Notifier
 from ._pending import Pending
 from ._records import Job, JobState, Record
-from ._recovery import RecoveryReport, recover, take_over
+from ._recovery import RecoveryReport, new_counts, recover, take_over
 from ._tree import Location, Tree
 from ._values import MAX_ERROR_CHARS, as_bytes, default_backoff, due_time, error_text, retry_delay
 from ._wakeup import Waker
@@ -220,9 +220,6 @@ class JobStore:
     def _new_token(self) -> str:
         return f"{self._owner_id()}-{next(self._tokens):x}"
 
-    def _holds(self, token: str) -> bool:
-        return token in self._held_work
-
     def _next_seq(self) -> str:
         with self._mutex:
             # Strictly increasing within a process, so FIFO holds even when the clock repeats.
@@ -308,10 +305,7 @@ class JobStore:
             if fs.unlink(tmp) and reserved:
                 fs.unlink(self._layout.id_marker(job_id))
             raise
-        if dest == "scheduled":
-            self._pending.note_due(not_before or 0.0)
-        else:
-            self._pending.note_pending(record)
+        self._pending.note_published(record, dest)
         return record.snapshot(JobState(dest))
 
     def _republish_orphan(self, job_id: str) -> None:
@@ -320,7 +314,7 @@ class JobStore:
         it names must exist. The marker's flock makes concurrent repairs take turns."""
         marker = self._layout.id_marker(job_id)
         try:
-            fd = os.open(marker, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(marker, os.O_RDONLY | fs.O_NOFOLLOW | fs.O_CLOEXEC)
         except OSError:
             return
         try:
@@ -437,7 +431,7 @@ class JobStore:
         record, token, lay = lease._record, lease.token, self._layout
         active = lay.active_path(record.id, token)
         if kind == "release":
-            self._set_committing(lease, True)
+            lease._committing = True
             dst = lay.pending_path(record.queue, record.priority, record.seq, record.id)
             fs.ensure_dir(os.path.dirname(dst), durable=self.durable)
             try:
@@ -445,12 +439,12 @@ class JobStore:
             except FileNotFoundError:
                 raise self._lost(lease) from None
             self._finish(lease)
-            self._pending.note_pending(record)
+            self._pending.note_published(record, "pending")
             return
         new, dest = self._next_record(record, token, kind, payload, retry, delay)
-        tmp = lay.tmp_path(token, "commit", f"{record.id}.{dest}.json")
+        tmp = lay.commit_tmp_path(token, record.id, dest)
         fs.write_new(tmp, new.to_bytes(), durable=self.durable)
-        self._set_committing(lease, True)
+        lease._committing = True
         committing = lay.active_path(record.id, token, "commit")
         try:
             os.rename(active, committing)  # the fence: fails if our claim was taken over
@@ -467,10 +461,7 @@ class JobStore:
                 raise self._lost(lease) from None
         fs.unlink(committing)
         self._finish(lease)
-        if dest == "scheduled":
-            self._pending.note_due(new.not_before or 0.0)
-        elif dest == "pending":
-            self._pending.note_pending(new)
+        self._pending.note_published(new, dest)
         if dest in ("fulfilled", "failed"):
             self._after_final(record.id)
 
@@ -499,9 +490,6 @@ class JobStore:
             return self._tree.read_record(self._tree.dest_path(record, dest)).committed_by == token
         except (FileNotFoundError, fs.Unreadable, ValueError):
             return False
-
-    def _set_committing(self, lease: WorkLease, value: bool) -> None:
-        lease._committing = value
 
     def _lost(self, lease: WorkLease) -> LeaseLost:
         error = LeaseLost(f"the lease on job {lease.id} (token {lease.token}) was taken over; nothing was committed")
@@ -540,7 +528,7 @@ class JobStore:
                 status = "alive" if owner == self._owner_id() else self._probe.status(owner)
                 if status == "alive":
                     raise InvalidState(f"job {job_id} is leased by a live worker")
-                take_over(self, loc.path, job_id, loc.token, loc.kind, "fulfilled by id", _counter())
+                take_over(self, loc.path, job_id, loc.token, loc.kind, "fulfilled by id", new_counts())
                 continue
             token = self._new_token()
             active = self._layout.active_path(job_id, token)
@@ -733,10 +721,6 @@ def _queue_of(loc: Location) -> str:
     m = SCHEDULED_RE.match(name)
     assert m is not None
     return m["queue"]
-
-
-def _counter() -> dict[str, int]:
-    return {f.name: 0 for f in dataclasses.fields(RecoveryReport)}
 
 
 def _reset_after_fork() -> None:
