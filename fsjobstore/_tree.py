@@ -82,29 +82,31 @@ class Tree:
         return None
 
     def _locate_once(self, job_id: str) -> Location | None:
+        return next(self._locations(job_id), None)
+
+    def _locations(self, job_id: str) -> Iterator[Location]:
+        """Every file that is this job under the grammar, later states first: a job moves
+        forward, so it cannot slip past us backwards except on retry/release, which the
+        callers' repeats cover. Names that merely end like the job's are not it."""
         lay = self.layout
-        # Look at later states first: a job moves forward, so it cannot slip past us backwards
-        # except on retry/release, which the caller's repeat covers.
         for state, directory in ((JobState.FULFILLED, lay.fulfilled), (JobState.FAILED, lay.failed)):
             path = os.path.join(directory, f"{job_id}.json")
             if os.path.lexists(path):
-                return Location(state, path)
-        suffix_active = f"{job_id}."
+                yield Location(state, path)
         for name in fs.scan_names(lay.active):
-            if name.startswith(suffix_active):
+            if name.startswith(f"{job_id}."):
                 m = ACTIVE_RE.match(name)
                 if m and m["id"] == job_id:
-                    return Location(JobState.ACTIVE, os.path.join(lay.active, name), m["token"], m["kind"])
+                    yield Location(JobState.ACTIVE, os.path.join(lay.active, name), m["token"], m["kind"])
         tail = f".{job_id}.json"
         for queue in fs.scan_names(lay.pending):
             qdir = lay.pending_dir(queue)
             for name in fs.scan_names(qdir):
                 if name.endswith(tail) and PENDING_RE.match(name):
-                    return Location(JobState.PENDING, os.path.join(qdir, name))
+                    yield Location(JobState.PENDING, os.path.join(qdir, name))
         for name in fs.scan_names(lay.scheduled):
             if name.endswith(tail) and SCHEDULED_RE.match(name):
-                return Location(JobState.SCHEDULED, os.path.join(lay.scheduled, name))
-        return None
+                yield Location(JobState.SCHEDULED, os.path.join(lay.scheduled, name))
 
     def require(self, job_id: str) -> Location:
         """Like :meth:`locate`, but an unknown id raises :class:`JobNotFound`."""
@@ -115,30 +117,11 @@ class Tree:
 
     def exists_elsewhere(self, job_id: str, not_path: str) -> bool:
         """True if a copy of the job exists at any path other than ``not_path``."""
-        for _ in range(2):
-            for loc in self._all_locations(job_id):
-                if loc != not_path:
+        for _ in range(2):  # a copy in motion can be missed once, as in locate()
+            for loc in self._locations(job_id):
+                if loc.path != not_path:
                     return True
         return False
-
-    def _all_locations(self, job_id: str) -> Iterator[str]:
-        lay = self.layout
-        for directory in (lay.fulfilled, lay.failed):
-            path = os.path.join(directory, f"{job_id}.json")
-            if os.path.lexists(path):
-                yield path
-        tail = f".{job_id}.json"
-        for queue in fs.scan_names(lay.pending):
-            for name in fs.scan_names(lay.pending_dir(queue)):
-                if name.endswith(tail):
-                    yield os.path.join(lay.pending_dir(queue), name)
-        for name in fs.scan_names(lay.scheduled):
-            if name.endswith(tail):
-                yield os.path.join(lay.scheduled, name)
-        for name in fs.scan_names(lay.active):
-            m = ACTIVE_RE.match(name)
-            if m and m["id"] == job_id:
-                yield os.path.join(lay.active, name)
 
     # -- notification targets and the notify index --------------------------------------------
     def read_targets(self, job_id: str) -> list[tuple[str, Any, float]]:

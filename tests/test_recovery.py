@@ -252,3 +252,17 @@ def test_jobs_out_of_attempts_fail_when_their_worker_dies(pair: tuple[JobStore, 
     assert rescuer.recover().failed == 1
     got = rescuer.get(job.id)
     assert got.state is JobState.FAILED and "exited" in (got.error or "")
+
+
+def test_a_planted_file_named_like_a_copy_does_not_make_recovery_drop_the_job(pair: tuple[JobStore, JobStore]) -> None:
+    worker, rescuer = pair
+    job = worker.create("x")
+    assert worker.pull_work() is not None
+    die(worker)
+    junk = os.path.join(rescuer.path, "jobs", "pending", "default", f"junk.{job.id}.json")
+    with open(junk, "w") as fh:
+        fh.write("not a job")
+    report = rescuer.recover()
+    assert report.requeued == 1 and report.duplicates_dropped == 0
+    lease = rescuer.pull_work()
+    assert lease is not None and lease.id == job.id
