@@ -32,7 +32,7 @@ from typing import Literal
 
 from filelock import lock_descriptor, unlock_descriptor
 
-from ._fsops import FILE_MODE, O_CLOEXEC, O_NOFOLLOW
+from ._fsops import FILE_MODE, O_CLOEXEC, O_NOFOLLOW, unlink
 from ._layout import Layout
 
 _BEAT_WIDTH = 255  # fixed width so a heartbeat is one pwrite, never a truncate + write
@@ -218,6 +218,18 @@ class NotifyLock:
             unlock_descriptor(self._fd)
         os.close(self._fd)
         self._fd = None
+
+
+def break_if_expired(path: str, me: str, probe: OwnerProbe) -> bool:
+    """Unlink a notify lock whose holder's heartbeat stopped; True if it was broken.
+
+    RACE: the hung holder may wake and call done(); it rechecks its lock's inode first and
+    raises LeaseLost, so at worst its targets are delivered twice (delivery is at least once).
+    """
+    holder = notify_lock_holder(path)
+    if holder and holder != me and probe.status(holder) == "expired":
+        return unlink(path)
+    return False
 
 
 def notify_lock_holder(path: str) -> str | None:

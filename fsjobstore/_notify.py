@@ -18,7 +18,7 @@ from ._codec import dumps, target_key
 from ._errors import InvalidState, LeaseLost, ValueTooLarge
 from ._handles import NotificationLease, OnCompromised
 from ._layout import FINAL_RE
-from ._leases import NotifyLock, OwnerProbe, notify_lock_holder
+from ._leases import NotifyLock, OwnerProbe, break_if_expired
 from ._tree import Tree
 from ._values import error_text
 
@@ -138,9 +138,7 @@ class Notifier:
             lock_path = lay.notify_lock_path(job_id)
             lock = NotifyLock.try_acquire(lock_path, me)
             if lock is None:
-                holder = notify_lock_holder(lock_path)
-                if holder and holder != me and self._probe.status(holder) == "expired":
-                    fs.unlink(lock_path)  # RACE: see _recovery._sweep_leases
+                break_if_expired(lock_path, me, self._probe)
                 continue
             lease = self._open(job_id, lock, now, on_compromised)
             if lease is not None:

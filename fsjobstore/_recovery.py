@@ -18,7 +18,7 @@ from typing import Protocol
 
 from . import _fsops as fs
 from ._layout import ACTIVE_RE, FINAL_RE, NOTIFY_LOCK_RE, OWNER_RE, TARGET_RE, TMP_RE, token_owner
-from ._leases import NotifyLock, OwnerProbe, notify_lock_holder
+from ._leases import NotifyLock, OwnerProbe, break_if_expired
 from ._tree import DESTS, Tree
 
 log = logging.getLogger("fsjobstore")
@@ -217,11 +217,7 @@ def _sweep_leases(host: _Host, me: str, counts: dict[str, int]) -> None:
                 lock.release()
                 counts["locks_removed"] += 1
                 continue
-            holder = notify_lock_holder(path)
-            if holder and holder != me and host._probe.status(holder) == "expired":
-                # RACE: the hung holder may wake and call done(); it rechecks its lock's inode
-                # first and raises LeaseLost, so at worst its targets are delivered twice.
-                fs.unlink(path)
+            if break_if_expired(path, me, host._probe):
                 counts["locks_removed"] += 1
             continue
         counts["quarantined"] += tree.quarantine(path, "unrecognised name in leases")
