@@ -15,10 +15,18 @@ also means what a builtin means, it subclasses that builtin too, so ``except Key
     ├── CorruptJob (ValueError)            a stored file could not be parsed (it is quarantined)
     ├── UntrustedStore (PermissionError)   the store root is writable or owned by someone else
     ├── StoreFormatError                   the store was written by an incompatible format version
-    └── StoreClosed (RuntimeError)         the JobStore was closed
+    ├── StoreClosed (RuntimeError)         the JobStore was closed
+    └── StorageError (OSError)             the filesystem failed a call: EIO, EROFS, EMFILE, ...
+        └── StorageFull                    ENOSPC or EDQUOT
+
+A :class:`StorageError` leaves nothing half-published: the operation either had no effect, or
+(``applied`` is True) its change is complete and visible but the directory fsync that would make
+it survive a power loss failed. Either way the store keeps working once the fault is gone.
 """
 
 from __future__ import annotations
+
+import errno
 
 
 class JobStoreError(Exception):
@@ -79,3 +87,33 @@ class StoreFormatError(JobStoreError):
 
 class StoreClosed(JobStoreError, RuntimeError):
     """The JobStore was closed; open a new one."""
+
+
+class StorageError(JobStoreError, OSError):
+    """The filesystem failed a call (EIO, EROFS, EMFILE, ENOSPC, ...); ``errno`` says which.
+
+    ``op`` names the call (``"write"``, ``"fsync"``, ``"rename"``, ...). ``applied`` is False when
+    the operation had no effect, True when its change is in place but could not be made durable
+    (only a failed directory fsync after the rename or link can cause that).
+    """
+
+    op: str = "?"
+    applied: bool = False
+
+    def __str__(self) -> str:
+        name = errno_name(self.errno)
+        where = "" if self.filename is None else f" {self.filename}"
+        if self.filename2 is not None:
+            where += f" -> {self.filename2}"
+        text = f"{self.op}{where} failed: {name} ({self.strerror})"
+        if self.applied:
+            text += "; the change is in place but may not survive a power loss"
+        return text
+
+
+class StorageFull(StorageError):
+    """No space left (ENOSPC) or quota exceeded (EDQUOT). Nothing was stored."""
+
+
+def errno_name(code: int | None) -> str:
+    return errno.errorcode.get(code or 0, str(code))

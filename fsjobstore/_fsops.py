@@ -16,7 +16,8 @@ import errno
 import os
 import stat
 
-from ._errors import UntrustedStore
+from . import _syscalls as sc
+from ._errors import StorageError, UntrustedStore
 
 O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -30,39 +31,50 @@ class Unreadable(Exception):
 
 
 def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | O_CLOEXEC)
+    fd = sc.open(path, os.O_RDONLY | _O_DIRECTORY | O_CLOEXEC)
     try:
-        os.fsync(fd)
+        sc.fsync(fd)
     finally:
-        os.close(fd)
+        sc.close(fd)
+
+
+def sync_applied(path: str, *, durable: bool) -> None:
+    """fsync the directory ``path`` after a change to it; a failure is marked ``applied``."""
+    if not durable:
+        return
+    try:
+        fsync_dir(path)
+    except StorageError as exc:
+        exc.applied = True
+        raise
 
 
 def write_new(path: str, data: bytes, *, durable: bool) -> None:
     """Create ``path`` exclusively and write ``data`` to it; remove it again on any error."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, FILE_MODE)
+    fd = sc.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, FILE_MODE)
     try:
         view = memoryview(data)
         while view:
-            written = os.write(fd, view)
+            written = sc.write(fd, view)
             view = view[written:]
         if durable:
-            os.fsync(fd)
+            sc.fsync(fd)
     except BaseException:
-        os.close(fd)
-        _unlink_quietly(path)
+        with contextlib.suppress(OSError):
+            sc.close(fd)
+        unlink_quietly(path)
         raise
     try:
-        os.close(fd)
+        sc.close(fd)
     except OSError:
-        _unlink_quietly(path)
+        unlink_quietly(path)
         raise
 
 
 def rename_into(src: str, dst: str, *, durable: bool) -> None:
     """Atomically move ``src`` to ``dst`` (replacing it) and make the new entry durable."""
-    os.rename(src, dst)
-    if durable:
-        fsync_dir(os.path.dirname(dst))
+    sc.rename(src, dst)
+    sync_applied(os.path.dirname(dst), durable=durable)
 
 
 def link_into(src: str, dst: str, *, durable: bool) -> None:
@@ -70,14 +82,13 @@ def link_into(src: str, dst: str, *, durable: bool) -> None:
 
     ``src`` is left in place; the caller unlinks it once the new entry is durable.
     """
-    os.link(src, dst)
-    if durable:
-        fsync_dir(os.path.dirname(dst))
+    sc.link(src, dst)
+    sync_applied(os.path.dirname(dst), durable=durable)
 
 
 def unlink(path: str, *, missing_ok: bool = True) -> bool:
     try:
-        os.unlink(path)
+        sc.unlink(path)
         return True
     except FileNotFoundError:
         if not missing_ok:
@@ -85,9 +96,14 @@ def unlink(path: str, *, missing_ok: bool = True) -> bool:
         return False
 
 
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+def unlink_quietly(path: str) -> bool:
+    """Remove a file we no longer need (a temp file, a dropped copy); a failure only leaves
+    litter that recovery sweeps, so it is logged by the caller's sweep, never raised."""
+    try:
+        sc.unlink(path)
+        return True
+    except OSError:
+        return False
 
 
 def read_regular(path: str, cap: int) -> bytes:
@@ -96,15 +112,19 @@ def read_regular(path: str, cap: int) -> bytes:
     Raises FileNotFoundError if it is gone, :class:`Unreadable` for anything else wrong.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
+        fd = sc.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
     except FileNotFoundError:
         raise
+    except StorageError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM):
+            raise  # a fault (EIO, EMFILE, ...) says nothing about the file: never quarantine for it
+        raise Unreadable(f"cannot be opened: {os.strerror(exc.errno)}") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise Unreadable("is a symbolic link") from None
         raise Unreadable(f"cannot be opened: {os.strerror(exc.errno or 0)}") from None
     try:
-        st = os.fstat(fd)
+        st = sc.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Unreadable(f"is not a regular file (mode {stat.filemode(st.st_mode)})")
         if st.st_size > cap:
@@ -112,7 +132,7 @@ def read_regular(path: str, cap: int) -> bytes:
         chunks = []
         remaining = cap + 1
         while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 20))
+            chunk = sc.read(fd, min(remaining, 1 << 20))
             if not chunk:
                 break
             chunks.append(chunk)
@@ -122,31 +142,29 @@ def read_regular(path: str, cap: int) -> bytes:
             raise Unreadable(f"grew past the cap of {cap} bytes while being read")
         return data
     finally:
-        os.close(fd)
+        sc.close(fd)
 
 
 def ensure_dir(path: str, *, durable: bool) -> None:
     """Create ``path`` (one level) if missing; fsync its parent when it was created."""
     try:
-        os.mkdir(path, DIR_MODE)
+        sc.mkdir(path, DIR_MODE)
     except FileExistsError:
         return
-    if durable:
-        fsync_dir(os.path.dirname(path))
+    sync_applied(os.path.dirname(path), durable=durable)
 
 
 def scan_names(path: str) -> list[str]:
     """Names in a directory, or [] if it does not exist."""
     try:
-        with os.scandir(path) as it:
-            return [entry.name for entry in it]
+        return sc.listdir(path)
     except FileNotFoundError:
         return []
 
 
 def check_trusted(path: str) -> None:
     """Refuse a store directory that others could write into or that is not ours."""
-    st = os.lstat(path)
+    st = sc.lstat(path)
     if stat.S_ISLNK(st.st_mode):
         raise UntrustedStore(f"{path} is a symbolic link; store directories must be real directories")
     if not stat.S_ISDIR(st.st_mode):
@@ -155,3 +173,20 @@ def check_trusted(path: str) -> None:
         raise UntrustedStore(f"{path} is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
     if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
         raise UntrustedStore(f"{path} is world-writable without the sticky bit")
+
+
+def is_real_dir(path: str) -> bool:
+    """A directory and not a symbolic link to one."""
+    try:
+        return stat.S_ISDIR(sc.lstat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def makedirs(path: str) -> None:
+    """Create ``path`` and missing parents (the store root, at open)."""
+    parent = os.path.dirname(path)
+    if parent != path and not sc.lexists(parent):
+        makedirs(parent)
+    with contextlib.suppress(FileExistsError):
+        sc.mkdir(path, DIR_MODE)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import secrets
@@ -30,8 +29,7 @@ import threading
 from collections.abc import Callable
 from typing import Literal
 
-from filelock import lock_descriptor, unlock_descriptor
-
+from . import _syscalls as sc
 from ._fsops import FILE_MODE, O_CLOEXEC, O_NOFOLLOW, unlink
 from ._layout import Layout
 
@@ -53,17 +51,17 @@ class OwnerLease:
         # us dead in the instant between create and flock. So: create and lock it under a hidden
         # name that no sweep looks at, then rename it into place already locked.
         hidden = os.path.join(os.path.dirname(self.path), f".{self.owner}.init")
-        fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, FILE_MODE)
+        fd = sc.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, FILE_MODE)
         try:
-            if not lock_descriptor(fd, blocking=False):  # a fresh random name: nobody else has it
+            if not sc.try_lock(fd):  # a fresh random name: nobody else has it
                 raise OSError(errno.EAGAIN, "could not lock a fresh owner file", hidden)
             self._fd: int | None = fd
             self.beat()
-            os.rename(hidden, self.path)
+            sc.rename(hidden, self.path)
         except BaseException:
-            os.close(fd)
+            sc.close(fd)
             with contextlib.suppress(OSError):
-                os.unlink(hidden)
+                sc.unlink(hidden)
             raise
 
     def beat(self) -> None:
@@ -77,7 +75,7 @@ class OwnerLease:
                 "lease_duration": self._lease_duration, "beat": self._beats,
             }
             line = json.dumps(doc, separators=(",", ":")).encode()[:_BEAT_WIDTH]
-            os.pwrite(self._fd, line.ljust(_BEAT_WIDTH) + b"\n", 0)
+            sc.pwrite(self._fd, line.ljust(_BEAT_WIDTH) + b"\n", 0)
 
     def close(self) -> None:
         """Unlink first, then unlock: an observer never sees our file unlocked while it exists."""
@@ -85,17 +83,17 @@ class OwnerLease:
             if self._fd is None:
                 return
             with contextlib.suppress(OSError):
-                os.unlink(self.path)
+                sc.unlink(self.path)
             with contextlib.suppress(OSError):
-                unlock_descriptor(self._fd)
-            os.close(self._fd)
+                sc.unlock(self._fd)
+            sc.close(self._fd)
             self._fd = None
 
     def abandon_after_fork(self) -> None:
         """In a forked child: drop our copy of the parent's descriptor without unlocking it."""
         with contextlib.suppress(OSError):
             if self._fd is not None:
-                os.close(self._fd)
+                sc.close(self._fd)
         self._fd = None
 
 
@@ -118,7 +116,7 @@ class OwnerProbe:
     def status(self, owner: str) -> Status:
         path = self._layout.owner_path(owner)
         try:
-            fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
+            fd = sc.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
         except FileNotFoundError:
             return "dead"
         except OSError:
@@ -128,15 +126,11 @@ class OwnerProbe:
             # (filelock's lock_descriptor only takes exclusive locks, hence fcntl here). The
             # owner holds an exclusive lock, so this succeeds only once the owner has exited;
             # the owner's file appears already locked (see OwnerLease), so no startup window.
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                pass
-            else:
+            if sc.try_lock_shared(fd):
                 return "dead"
-            content = os.pread(fd, _BEAT_WIDTH + 1, 0)
+            content = sc.pread(fd, _BEAT_WIDTH + 1, 0)
         finally:
-            os.close(fd)
+            sc.close(fd)
         now = self._clock()
         with self._lock:
             seen = self._seen.get(owner)
@@ -176,26 +170,26 @@ class NotifyLock:
     @classmethod
     def try_acquire(cls, path: str, owner: str) -> NotifyLock | None:
         for _ in range(3):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC, FILE_MODE)
+            fd = sc.open(path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC, FILE_MODE)
             try:
-                if not lock_descriptor(fd, blocking=False):
-                    os.close(fd)
+                if not sc.try_lock(fd):
+                    sc.close(fd)
                     return None
-                st = os.fstat(fd)
+                st = sc.fstat(fd)
                 try:
-                    cur = os.stat(path, follow_symlinks=False)
+                    cur = sc.lstat(path)
                 except FileNotFoundError:
-                    os.close(fd)
+                    sc.close(fd)
                     continue
                 if (st.st_dev, st.st_ino) != (cur.st_dev, cur.st_ino):
-                    os.close(fd)
+                    sc.close(fd)
                     continue
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, owner.encode() + b"\n", 0)
+                sc.ftruncate(fd, 0)
+                sc.pwrite(fd, owner.encode() + b"\n", 0)
                 return cls(fd, path, (st.st_dev, st.st_ino))
             except BaseException:
                 with contextlib.suppress(OSError):
-                    os.close(fd)
+                    sc.close(fd)
                 raise
         return None
 
@@ -203,7 +197,7 @@ class NotifyLock:
         if self._fd is None:
             return False
         try:
-            cur = os.stat(self.path, follow_symlinks=False)
+            cur = sc.lstat(self.path)
         except FileNotFoundError:
             return False
         return (cur.st_dev, cur.st_ino) == self._ino
@@ -213,10 +207,10 @@ class NotifyLock:
             return
         if self.still_ours():
             with contextlib.suppress(OSError):
-                os.unlink(self.path)
+                sc.unlink(self.path)
         with contextlib.suppress(OSError):
-            unlock_descriptor(self._fd)
-        os.close(self._fd)
+            sc.unlock(self._fd)
+        sc.close(self._fd)
         self._fd = None
 
 
@@ -235,8 +229,13 @@ def break_if_expired(path: str, me: str, probe: OwnerProbe) -> bool:
 def notify_lock_holder(path: str) -> str | None:
     """The owner named in a notify lock file, if it can be read."""
     try:
-        with open(path, "rb", buffering=0) as fh:  # lock files are tiny and ours
-            text = fh.read(64).decode("ascii", "replace").strip()
+        fd = sc.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
     except OSError:
         return None
+    try:
+        text = sc.read(fd, 64).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        sc.close(fd)
     return text if len(text) == 16 and all(c in "0123456789abcdef" for c in text) else None

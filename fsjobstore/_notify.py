@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import _fsops as fs
+from . import _syscalls as sc
 from ._codec import dumps, target_key
 from ._errors import InvalidState, LeaseLost, ValueTooLarge
 from ._handles import NotificationLease, OnCompromised
@@ -107,7 +108,7 @@ class Notifier:
             self.mark_due_now(job_id)
         else:
             try:
-                os.rmdir(self._layout.target_dir(job_id))
+                sc.rmdir(self._layout.target_dir(job_id))
             except OSError as exc:
                 if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
                     raise

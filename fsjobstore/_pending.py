@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 
 from . import _fsops as fs
+from . import _syscalls as sc
 from ._codec import check_queue
 from ._errors import InvalidRequest
 from ._layout import PENDING_RE, SCHEDULED_RE, Layout, prio_value
@@ -222,7 +223,7 @@ class Pending:
                 dst = self._layout.pending_path(m["queue"], prio_value(m["prio"]), m["seq"], m["id"])
                 fs.ensure_dir(os.path.dirname(dst), durable=self._durable)
                 try:
-                    os.rename(src, dst)
+                    sc.rename(src, dst)
                 except FileNotFoundError:
                     continue  # another process promoted it
                 touched.add(os.path.dirname(dst))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from . import _fsops as fs
+from . import _syscalls as sc
 from ._layout import ACTIVE_RE, FINAL_RE, NOTIFY_LOCK_RE, OWNER_RE, TARGET_RE, TMP_RE, token_owner
 from ._leases import NotifyLock, OwnerProbe, break_if_expired
 from ._tree import DESTS, Tree
@@ -89,7 +90,7 @@ def take_over(host: _Host, path: str, job_id: str, old_token: str, kind: str, wh
     token = host._new_token()
     mine = lay.active_path(job_id, token, "recover")
     try:
-        os.rename(path, mine)
+        sc.rename(path, mine)
     except FileNotFoundError:
         return  # another recoverer, or the holder itself, got there first
     log.info("taking over job %s from %s: %s", job_id, old_token, why)
@@ -182,7 +183,7 @@ def _finish_create(host: _Host, path: str, counts: dict[str, int]) -> None:
     publishing: publish it, since the id is now taken and nobody else can create that job."""
     tree = host._tree
     try:
-        st = os.stat(path, follow_symlinks=False)
+        st = sc.lstat(path)
         record = tree.read_record(path)
     except FileNotFoundError:
         return
@@ -229,12 +230,12 @@ def _sweep_targets(host: _Host, counts: dict[str, int]) -> None:
     tree, lay = host._tree, host._tree.layout
     for job_id in fs.scan_names(lay.targets):
         tdir = lay.target_dir(job_id)
-        if not FINAL_RE.match(job_id + ".json") or not os.path.isdir(tdir) or os.path.islink(tdir):
+        if not FINAL_RE.match(job_id + ".json") or not fs.is_real_dir(tdir):
             counts["quarantined"] += tree.quarantine(tdir, "unrecognised entry in targets")
             continue
         # Most target directories belong to jobs still running: two stats rule them out, so a
         # periodic sweep stays cheap when many jobs have targets waiting.
-        if not tree.is_final(job_id) or os.path.lexists(lay.notify_path(job_id)):
+        if not tree.is_final(job_id) or sc.lexists(lay.notify_path(job_id)):
             continue
         names = fs.scan_names(tdir)
         for name in names:
@@ -242,7 +243,7 @@ def _sweep_targets(host: _Host, counts: dict[str, int]) -> None:
                 counts["quarantined"] += tree.quarantine(os.path.join(tdir, name), "unrecognised target name")
         if not any(TARGET_RE.match(n) for n in names):
             with contextlib.suppress(OSError):
-                os.rmdir(tdir)
+                sc.rmdir(tdir)
             continue
         host._after_final(job_id)
         counts["notifications_restored"] += 1

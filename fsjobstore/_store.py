@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from filelock import lock_descriptor
-
 from . import _fsops as fs
+from . import _syscalls as sc
 from ._codec import check_job_id, check_queue, dumps
 from ._errors import (
     CorruptJob,
@@ -165,10 +164,9 @@ class JobStore:
     # == opening ===================================================================================
     def _open_tree(self) -> None:
         lay = self._layout
-        try:
-            os.makedirs(lay.root, fs.DIR_MODE, exist_ok=True)
-        except FileExistsError:
-            raise UntrustedStore(f"{lay.root} exists and is not a directory") from None
+        fs.makedirs(lay.root)
+        if not fs.is_real_dir(lay.root):
+            raise UntrustedStore(f"{lay.root} exists and is not a directory")
         fs.check_trusted(lay.root)
         for directory in lay.all_dirs():
             fs.ensure_dir(directory, durable=self.durable)
@@ -314,12 +312,12 @@ class JobStore:
         it names must exist. The marker's flock makes concurrent repairs take turns."""
         marker = self._layout.id_marker(job_id)
         try:
-            fd = os.open(marker, os.O_RDONLY | fs.O_NOFOLLOW | fs.O_CLOEXEC)
+            fd = sc.open(marker, os.O_RDONLY | fs.O_NOFOLLOW | fs.O_CLOEXEC)
         except OSError:
             return
         try:
-            lock_descriptor(fd, blocking=True)
-            if os.fstat(fd).st_nlink > 1 or self._tree.locate(job_id) is not None:
+            sc.lock_blocking(fd)
+            if sc.fstat(fd).st_nlink > 1 or self._tree.locate(job_id) is not None:
                 return  # published, or a create is between its link and its rename
             try:
                 record = self._tree.read_record(marker)
@@ -334,7 +332,7 @@ class JobStore:
                 fs.link_into(marker, dst, durable=self.durable)
                 log.warning("job %s was reserved but never published; published it from ids/", job_id)
         finally:
-            os.close(fd)  # releases the flock
+            sc.close(fd)  # releases the flock
 
     # == claiming work =============================================================================
     def pull_work(
@@ -396,7 +394,7 @@ class JobStore:
             token = self._new_token()
             active = self._layout.active_path(m["id"], token)
             try:
-                os.rename(os.path.join(index.directory, name), active)
+                sc.rename(os.path.join(index.directory, name), active)
             except FileNotFoundError:
                 continue  # another worker claimed it first
             lease = self._lease_from_active(active, m["id"], os.path.basename(index.directory), token,
@@ -447,7 +445,7 @@ class JobStore:
         lease._committing = True
         committing = lay.active_path(record.id, token, "commit")
         try:
-            os.rename(active, committing)  # the fence: fails if our claim was taken over
+            sc.rename(active, committing)  # the fence: fails if our claim was taken over
         except FileNotFoundError:
             fs.unlink(tmp)
             raise self._lost(lease) from None
@@ -533,7 +531,7 @@ class JobStore:
             token = self._new_token()
             active = self._layout.active_path(job_id, token)
             try:
-                os.rename(loc.path, active)
+                sc.rename(loc.path, active)
             except FileNotFoundError:
                 continue
             lease = self._lease_from_active(active, job_id, _queue_of(loc), token, None)
@@ -669,7 +667,7 @@ class JobStore:
         for lease in work:
             if problem is not None:
                 lease._compromise(problem)
-            elif not lease._committing and not os.path.lexists(
+            elif not lease._committing and not sc.lexists(
                 self._layout.active_path(lease.id, lease.token)
             ):
                 lease._compromise(LeaseLost(f"job {lease.id} was taken over by another process"))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _fsops as fs
+from . import _syscalls as sc
 from ._codec import dumps, loads
 from ._errors import JobNotFound
 from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, TARGET_RE, Layout
@@ -91,7 +92,7 @@ class Tree:
         lay = self.layout
         for state, directory in ((JobState.FULFILLED, lay.fulfilled), (JobState.FAILED, lay.failed)):
             path = os.path.join(directory, f"{job_id}.json")
-            if os.path.lexists(path):
+            if sc.lexists(path):
                 yield Location(state, path)
         for name in fs.scan_names(lay.active):
             if name.startswith(f"{job_id}."):
@@ -175,7 +176,7 @@ class Tree:
             return None
 
     def is_final(self, job_id: str) -> bool:
-        return any(os.path.lexists(self.layout.final_path(s, job_id)) for s in ("fulfilled", "failed"))
+        return any(sc.lexists(self.layout.final_path(s, job_id)) for s in ("fulfilled", "failed"))
 
     # -- quarantine ----------------------------------------------------------------------------
     def quarantine(self, path: str, reason: str) -> bool:
@@ -185,7 +186,7 @@ class Tree:
         stamp = f"{time.time_ns():020d}"
         dest = os.path.join(lay.quarantine, f"{stamp}.{rel}")
         try:
-            os.rename(path, dest)
+            sc.rename(path, dest)
         except FileNotFoundError:
             return False
         except OSError as exc:

@@ -1,0 +1,204 @@
+"""The one door to the filesystem: every call fsjobstore makes on the store goes through here.
+
+Three reasons for one small module (and the cost, a Python call per syscall, is a fraction of a
+microsecond against syscalls of several):
+
+* **Errors that say what failed.** A fault (ENOSPC, EIO, EROFS, EMFILE, ...) becomes a
+  :class:`~fsjobstore.StorageError` naming the call, the path and the errno. The errnos the store
+  uses for control flow (ENOENT, EEXIST, EWOULDBLOCK, ...) pass through unchanged.
+* **EINTR.** Python retries most calls interrupted by a signal (PEP 475); here every call is
+  retried too, so a spurious EINTR can never surface. ``close`` is the exception: on Linux the
+  descriptor is gone even when close reports EINTR or EIO, so it is never retried.
+* **Testing.** :func:`set_hook` installs an observer that sees each call before it runs (and may
+  raise an injected ``OSError`` or end the process there) and after it succeeds. The
+  reliability suite uses it for crash points, fault injection and power-loss recording. With no
+  hook installed the only cost is one ``is None`` test.
+
+watchdog's inotify descriptors are not routed here: wake-ups are hints, never state.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from filelock import lock_descriptor, unlock_descriptor
+
+from ._errors import StorageError, StorageFull
+
+T = TypeVar("T")
+
+# Errnos that are answers, not faults: the store's logic expects and handles them.
+_CONTROL = frozenset({
+    errno.ENOENT, errno.EEXIST, errno.ENOTEMPTY, errno.EAGAIN, errno.EWOULDBLOCK, errno.ELOOP,
+    errno.ENOTDIR, errno.EISDIR, errno.ENXIO, errno.EINTR,
+})
+_FULL = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+
+
+class Hook(Protocol):
+    def before(self, op: str, args: tuple[Any, ...]) -> None: ...
+    def after(self, op: str, args: tuple[Any, ...], result: Any) -> None: ...
+
+
+_hook: Hook | None = None
+
+
+def set_hook(hook: Hook | None) -> None:
+    """Install (or with None remove) the test observer for this process."""
+    global _hook
+    _hook = hook
+
+
+def _call(op: str, fn: Callable[..., T], *args: Any) -> T:
+    while True:
+        try:
+            if _hook is not None:
+                _hook.before(op, args)
+            result = fn(*args)
+        except InterruptedError:
+            continue
+        except OSError as exc:
+            raise _translate(op, args, exc) from None
+        if _hook is not None:
+            _hook.after(op, args, result)
+        return result
+
+
+def _translate(op: str, args: tuple[Any, ...], exc: OSError) -> OSError:
+    if exc.errno is None or exc.errno in _CONTROL or isinstance(exc, StorageError):
+        return exc
+    cls = StorageFull if exc.errno in _FULL else StorageError
+    paths = [a for a in args if isinstance(a, str)]
+    err = cls(exc.errno, exc.strerror or os.strerror(exc.errno), paths[0] if paths else None)
+    err.op = op
+    err.filename2 = paths[1] if len(paths) > 1 else None
+    return err
+
+
+# -- descriptors ------------------------------------------------------------------------------
+def open(path: str, flags: int, mode: int = 0o600) -> int:
+    return _call("open", os.open, path, flags, mode)
+
+
+def write(fd: int, data: bytes | memoryview) -> int:
+    return _call("write", os.write, fd, data)
+
+
+def pwrite(fd: int, data: bytes, offset: int) -> int:
+    return _call("write", os.pwrite, fd, data, offset)
+
+
+def read(fd: int, size: int) -> bytes:
+    return _call("read", os.read, fd, size)
+
+
+def pread(fd: int, size: int, offset: int) -> bytes:
+    return _call("read", os.pread, fd, size, offset)
+
+
+def fsync(fd: int) -> None:
+    _call("fsync", os.fsync, fd)
+
+
+def ftruncate(fd: int, size: int) -> None:
+    _call("truncate", os.ftruncate, fd, size)
+
+
+def fstat(fd: int) -> os.stat_result:
+    return _call("stat", os.fstat, fd)
+
+
+def close(fd: int) -> None:
+    """Close ``fd``; it is released even when this raises (Linux semantics), so never retry."""
+    failure: OSError | None = None
+    if _hook is not None:
+        try:
+            _hook.before("close", (fd,))
+        except InterruptedError:
+            pass
+        except OSError as exc:  # an injected EIO: the real close still happens, as on Linux
+            failure = exc
+    try:
+        os.close(fd)
+    except InterruptedError:
+        pass
+    except OSError as exc:
+        failure = exc
+    if failure is not None:
+        raise _translate("close", (fd,), failure)
+    if _hook is not None:
+        _hook.after("close", (fd,), None)
+
+
+def try_lock(fd: int) -> bool:
+    """Exclusive non-blocking flock (through filelock); False if someone else holds it."""
+    return _call("flock", _lock_nb, fd)
+
+
+def lock_blocking(fd: int) -> None:
+    _call("flock", _lock_wait, fd)
+
+
+def try_lock_shared(fd: int) -> bool:
+    # filelock's lock_descriptor only takes exclusive locks; probes need a shared one.
+    try:
+        _call("flock", fcntl.flock, fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _lock_nb(fd: int) -> bool:
+    return lock_descriptor(fd, blocking=False)
+
+
+def _lock_wait(fd: int) -> bool:
+    return lock_descriptor(fd, blocking=True)
+
+
+def unlock(fd: int) -> None:
+    _call("flock", unlock_descriptor, fd)
+
+
+# -- names ------------------------------------------------------------------------------------
+def rename(src: str, dst: str) -> None:
+    _call("rename", os.rename, src, dst)
+
+
+def link(src: str, dst: str) -> None:
+    _call("link", os.link, src, dst)
+
+
+def unlink(path: str) -> None:
+    _call("unlink", os.unlink, path)
+
+
+def mkdir(path: str, mode: int) -> None:
+    _call("mkdir", os.mkdir, path, mode)
+
+
+def rmdir(path: str) -> None:
+    _call("rmdir", os.rmdir, path)
+
+
+def lstat(path: str) -> os.stat_result:
+    return _call("stat", os.lstat, path)
+
+
+def lexists(path: str) -> bool:
+    try:
+        lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
+def listdir(path: str) -> list[str]:
+    def scan(p: str) -> list[str]:
+        with os.scandir(p) as it:
+            return [entry.name for entry in it]
+    return _call("listdir", scan, path)
