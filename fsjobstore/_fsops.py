@@ -35,7 +35,7 @@ def fsync_dir(path: str) -> None:
     try:
         sc.fsync(fd)
     finally:
-        sc.close(fd)
+        sc.close_read(fd)
 
 
 def sync_applied(path: str, *, durable: bool) -> None:
@@ -142,7 +142,7 @@ def read_regular(path: str, cap: int) -> bytes:
             raise Unreadable(f"grew past the cap of {cap} bytes while being read")
         return data
     finally:
-        sc.close(fd)
+        sc.close_read(fd)
 
 
 def ensure_dir(path: str, *, durable: bool) -> None:
@@ -151,7 +151,8 @@ def ensure_dir(path: str, *, durable: bool) -> None:
         sc.mkdir(path, DIR_MODE)
     except FileExistsError:
         return
-    sync_applied(os.path.dirname(path), durable=durable)
+    if durable:  # an empty directory is no state: a failure here is a plain, unapplied error
+        fsync_dir(os.path.dirname(path))
 
 
 def scan_names(path: str) -> list[str]:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from . import _syscalls as sc
+from ._errors import StorageError
 from ._fsops import FILE_MODE, O_CLOEXEC, O_NOFOLLOW, unlink
 from ._layout import Layout
 
@@ -84,10 +85,11 @@ class OwnerLease:
                 return
             with contextlib.suppress(OSError):
                 sc.unlink(self.path)
+            fd, self._fd = self._fd, None
             with contextlib.suppress(OSError):
-                sc.unlock(self._fd)
-            sc.close(self._fd)
-            self._fd = None
+                sc.unlock(fd)
+            with contextlib.suppress(OSError):  # the descriptor is released even when close fails
+                sc.close(fd)
 
     def abandon_after_fork(self) -> None:
         """In a forked child: drop our copy of the parent's descriptor without unlocking it."""
@@ -119,6 +121,8 @@ class OwnerProbe:
             fd = sc.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
         except FileNotFoundError:
             return "dead"
+        except StorageError:
+            raise  # EMFILE or EIO says nothing about the owner: never take a live one's jobs for it
         except OSError:
             return "dead"  # a planted symlink or worse is no live owner of ours
         try:
@@ -130,7 +134,7 @@ class OwnerProbe:
                 return "dead"
             content = sc.pread(fd, _BEAT_WIDTH + 1, 0)
         finally:
-            sc.close(fd)
+            sc.close_read(fd)
         now = self._clock()
         with self._lock:
             seen = self._seen.get(owner)
@@ -171,26 +175,25 @@ class NotifyLock:
     def try_acquire(cls, path: str, owner: str) -> NotifyLock | None:
         for _ in range(3):
             fd = sc.open(path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC, FILE_MODE)
+            keep = False
             try:
                 if not sc.try_lock(fd):
-                    sc.close(fd)
                     return None
                 st = sc.fstat(fd)
                 try:
                     cur = sc.lstat(path)
                 except FileNotFoundError:
-                    sc.close(fd)
                     continue
                 if (st.st_dev, st.st_ino) != (cur.st_dev, cur.st_ino):
-                    sc.close(fd)
                     continue
                 sc.ftruncate(fd, 0)
                 sc.pwrite(fd, owner.encode() + b"\n", 0)
+                keep = True
                 return cls(fd, path, (st.st_dev, st.st_ino))
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    sc.close(fd)
-                raise
+            finally:
+                if not keep:  # closed exactly once: a second close could hit a reused descriptor
+                    with contextlib.suppress(OSError):
+                        sc.close(fd)
         return None
 
     def still_ours(self) -> bool:
@@ -208,10 +211,11 @@ class NotifyLock:
         if self.still_ours():
             with contextlib.suppress(OSError):
                 sc.unlink(self.path)
+        fd, self._fd = self._fd, None
         with contextlib.suppress(OSError):
-            sc.unlock(self._fd)
-        sc.close(self._fd)
-        self._fd = None
+            sc.unlock(fd)
+        with contextlib.suppress(OSError):  # the descriptor is released even when close fails
+            sc.close(fd)
 
 
 def break_if_expired(path: str, me: str, probe: OwnerProbe) -> bool:
@@ -237,5 +241,5 @@ def notify_lock_holder(path: str) -> str | None:
     except OSError:
         return None
     finally:
-        sc.close(fd)
+        sc.close_read(fd)
     return text if len(text) == 16 and all(c in "0123456789abcdef" for c in text) else None

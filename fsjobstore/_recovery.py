@@ -18,6 +18,7 @@ from typing import Protocol
 
 from . import _fsops as fs
 from . import _syscalls as sc
+from ._errors import StorageError
 from ._layout import ACTIVE_RE, FINAL_RE, NOTIFY_LOCK_RE, OWNER_RE, TARGET_RE, TMP_RE, token_owner
 from ._leases import NotifyLock, OwnerProbe, break_if_expired
 from ._tree import DESTS, Tree
@@ -46,6 +47,8 @@ class _Host(Protocol):
     _wall: Callable[[], float]
 
     def _owner_id(self) -> str: ...
+    def _sweep_litter(self) -> int: ...
+    def _drop(self, path: str) -> None: ...
     def _new_token(self) -> str: ...
     def _after_final(self, job_id: str) -> None: ...
 
@@ -58,6 +61,7 @@ def new_counts() -> dict[str, int]:
 def recover(host: _Host) -> RecoveryReport:
     counts = new_counts()
     me = host._owner_id()
+    counts["duplicates_dropped"] += host._sweep_litter()
     _sweep_active(host, me, counts)
     _sweep_tmp(host, me, counts)
     _sweep_leases(host, me, counts)
@@ -85,22 +89,42 @@ def _sweep_active(host: _Host, me: str, counts: dict[str, int]) -> None:
 
 def take_over(host: _Host, path: str, job_id: str, old_token: str, kind: str, why: str,
               counts: dict[str, int]) -> None:
-    """Fence out the old holder with a rename, then finish its commit or requeue the job."""
-    tree, lay = host._tree, host._tree.layout
+    """Fence out the old holder with a rename, then finish its commit or requeue the job.
+
+    A fault (StorageError) before anything is published hands the entry back under its old
+    name, so the next pass (ours or anyone's) tries again; after publishing, only our fenced
+    copy is left to drop, which :meth:`_drop` retries if it must.
+    """
     token = host._new_token()
-    mine = lay.active_path(job_id, token, "recover")
+    mine = host._tree.layout.active_path(job_id, token, "recover")
     try:
         sc.rename(path, mine)
     except FileNotFoundError:
         return  # another recoverer, or the holder itself, got there first
     log.info("taking over job %s from %s: %s", job_id, old_token, why)
+    try:
+        _taken_over(host, mine, job_id, old_token, kind, why, token, counts)
+    except StorageError as exc:
+        if exc.applied:
+            host._drop(mine)
+        else:
+            try:
+                sc.rename(mine, path)
+            except OSError:
+                log.warning("could not undo the take-over of %s; retried when this process exits", path)
+        raise
+
+
+def _taken_over(host: _Host, mine: str, job_id: str, old_token: str, kind: str, why: str, token: str,
+                counts: dict[str, int]) -> None:
+    tree, lay = host._tree, host._tree.layout
     if kind in ("commit", "recover") and _finish_commit(host, job_id, old_token, mine, counts):
         return
     # RACE: a copy may exist elsewhere only if a previous recoverer published it and died
     # before unlinking its ".recover" entry; the job cannot move into pending meanwhile because
     # only the holder of a claim publishes it, and we hold this one.
     if tree.exists_elsewhere(job_id, mine):
-        fs.unlink(mine)
+        host._drop(mine)
         counts["duplicates_dropped"] += 1
         return
     try:
@@ -121,20 +145,24 @@ def take_over(host: _Host, path: str, job_id: str, old_token: str, kind: str, wh
                                   not_before=None)
         dest = "pending"
     tmp = lay.commit_tmp_path(token, job_id, dest)
-    fs.write_new(tmp, new.to_bytes(), durable=tree.durable)
     try:
+        fs.write_new(tmp, new.to_bytes(), durable=tree.durable)
         tree.publish(tmp, new, dest)
     except FileExistsError:  # a result appeared meanwhile: keep it, drop our copy
-        fs.unlink(tmp)
+        fs.unlink_quietly(tmp)
         counts["duplicates_dropped"] += 1
     except FileNotFoundError:
         # RACE: we hung after our take-over, and another recoverer took it over from us and
         # finished it from our temp file. Its work stands; ours is void.
-        fs.unlink(mine)
+        fs.unlink_quietly(mine)
         return
+    except StorageError as exc:
+        if not exc.applied:
+            fs.unlink_quietly(tmp)
+        raise
     else:
         counts["failed" if dest == "failed" else "requeued"] += 1
-    fs.unlink(mine)
+    host._drop(mine)
     if dest == "failed":
         host._after_final(job_id)
 
@@ -149,10 +177,10 @@ def _finish_commit(host: _Host, job_id: str, old_token: str, mine: str, counts: 
         except (FileNotFoundError, fs.Unreadable, ValueError):
             continue  # torn or gone: the commit never completed; requeue instead
         try:
-            tree.publish(tmp, record, dest)
+            tree.publish(tmp, record, dest)  # a fault leaves the temp file: the next pass uses it
         except (FileExistsError, FileNotFoundError):
-            fs.unlink(tmp)  # the holder finished it itself while we looked
-        fs.unlink(mine)
+            fs.unlink_quietly(tmp)  # the holder finished it itself while we looked
+        host._drop(mine)
         counts["commits_finished"] += 1
         if dest in ("fulfilled", "failed"):
             host._after_final(job_id)

@@ -26,7 +26,9 @@ from ._errors import (
     InvalidState,
     JobExists,
     JobNotFound,
+    JobStoreError,
     LeaseLost,
+    StorageError,
     StoreClosed,
     StoreFormatError,
     UntrustedStore,
@@ -145,6 +147,7 @@ class JobStore:
         self._tokens = itertools.count(1)
         self._last_seq = 0
         self._held_work: dict[str, WorkLease] = {}
+        self._litter: set[str] = set()
         self._pending = self._new_pending()
         self._notifier = self._new_notifier()
         self._waker: Waker | None = None
@@ -239,6 +242,7 @@ class JobStore:
             self._owner.abandon_after_fork()
         self._owner = None
         self._held_work = {}
+        self._litter = set()
         self._thread = None
         self._waker = None
         self._mutex = threading.RLock()
@@ -288,20 +292,33 @@ class JobStore:
         tmp = self._layout.tmp_path(token, "newid" if explicit else "new", f"{job_id}.json")
         fs.write_new(tmp, record.to_bytes(), durable=self.durable)
         reserved = False
+        marker = self._layout.id_marker(job_id)
         try:
             if explicit:
                 try:
-                    fs.link_into(tmp, self._layout.id_marker(job_id), durable=self.durable)
+                    fs.link_into(tmp, marker, durable=self.durable)
                 except FileExistsError:
                     self._republish_orphan(job_id)
                     raise JobExists(f"a job with id {job_id!r} was already created in this store") from None
+                except StorageError as exc:
+                    if exc.applied:  # reserved but not durably: give the id back, as if never taken
+                        fs.unlink_quietly(marker)
+                        exc.applied = False
+                    raise
                 reserved = True
             self._tree.publish(tmp, record, dest)
+        except StorageError as exc:
+            if exc.applied:  # the job is in place; only the fsync that makes it durable failed
+                self._pending.note_published(record, dest)
+                raise
+            if fs.unlink_quietly(tmp) and reserved:
+                fs.unlink_quietly(marker)
+            raise
         except Exception:
             # Publishing failed. If the temp file is still here the job was never published, so
             # give the id back; if it is gone the job is in place and the id stays spent.
-            if fs.unlink(tmp) and reserved:
-                fs.unlink(self._layout.id_marker(job_id))
+            if fs.unlink_quietly(tmp) and reserved:
+                fs.unlink_quietly(marker)
             raise
         self._pending.note_published(record, dest)
         return record.snapshot(JobState(dest))
@@ -332,7 +349,7 @@ class JobStore:
                 fs.link_into(marker, dst, durable=self.durable)
                 log.warning("job %s was reserved but never published; published it from ids/", job_id)
         finally:
-            sc.close(fd)  # releases the flock
+            sc.close_read(fd)  # releases the flock
 
     # == claiming work =============================================================================
     def pull_work(
@@ -398,17 +415,26 @@ class JobStore:
             except FileNotFoundError:
                 continue  # another worker claimed it first
             lease = self._lease_from_active(active, m["id"], os.path.basename(index.directory), token,
-                                            on_compromised)
+                                            on_compromised, give_back=os.path.join(index.directory, name))
             if lease is not None:
                 return lease
         return None
 
     def _lease_from_active(self, active: str, job_id: str, queue: str, token: str,
-                           on_compromised: OnCompromised | None) -> WorkLease | None:
+                           on_compromised: OnCompromised | None, *, give_back: str) -> WorkLease | None:
         try:
             record = self._tree.read_record(active)
         except FileNotFoundError:
             return None
+        except StorageError:
+            # Reading failed, not the file: put the claim back where it was (it is ours, so
+            # nobody else can move it meanwhile) and report the fault.
+            try:
+                sc.rename(active, give_back)
+            except OSError:
+                log.warning("could not return job %s after a read error; it returns to the queue when "
+                            "this process exits", job_id)
+            raise
         except (fs.Unreadable, ValueError) as exc:
             self._tree.quarantine(active, f"claimed job file {exc}")
             return None
@@ -429,39 +455,92 @@ class JobStore:
         record, token, lay = lease._record, lease.token, self._layout
         active = lay.active_path(record.id, token)
         if kind == "release":
-            lease._committing = True
             dst = lay.pending_path(record.queue, record.priority, record.seq, record.id)
             fs.ensure_dir(os.path.dirname(dst), durable=self.durable)
+            lease._committing = True
             try:
                 fs.rename_into(active, dst, durable=self.durable)
             except FileNotFoundError:
                 raise self._lost(lease) from None
+            except StorageError as exc:
+                if not exc.applied:
+                    lease._committing = False  # nothing moved: the lease is still ours
+                    raise
+                self._finish(lease)  # released; only the fsync failed
+                self._pending.note_published(record, "pending")
+                raise
             self._finish(lease)
             self._pending.note_published(record, "pending")
             return
         new, dest = self._next_record(record, token, kind, payload, retry, delay)
         tmp = lay.commit_tmp_path(token, record.id, dest)
+        fs.unlink_quietly(tmp)  # a failed earlier attempt of this very commit may have left it
         fs.write_new(tmp, new.to_bytes(), durable=self.durable)
         lease._committing = True
         committing = lay.active_path(record.id, token, "commit")
         try:
             sc.rename(active, committing)  # the fence: fails if our claim was taken over
         except FileNotFoundError:
-            fs.unlink(tmp)
+            fs.unlink_quietly(tmp)
             raise self._lost(lease) from None
+        except OSError:
+            fs.unlink_quietly(tmp)
+            lease._committing = False
+            raise
         try:
             self._tree.publish(tmp, new, dest)
         except (FileExistsError, FileNotFoundError):
             # RACE: we were judged hung after fencing, and a recoverer finished our commit from
             # our own temp file. That is our result; anything else is someone else's.
-            fs.unlink(tmp)
+            fs.unlink_quietly(tmp)
             if not self._published_by(token, new, dest):
                 raise self._lost(lease) from None
-        fs.unlink(committing)
+        except StorageError as exc:
+            if not exc.applied:
+                self._unfence(lease, committing, active, tmp)
+                raise
+            self._committed(lease, committing, new, dest)
+            raise
+        self._committed(lease, committing, new, dest)
+
+    def _committed(self, lease: WorkLease, committing: str, new: Record, dest: str) -> None:
+        self._drop(committing)
         self._finish(lease)
         self._pending.note_published(new, dest)
         if dest in ("fulfilled", "failed"):
-            self._after_final(record.id)
+            try:
+                self._after_final(new.id)
+            except StorageError as exc:
+                # The result is committed and durable; only its notify index entry is missing,
+                # and every recovery pass restores those (_recovery._sweep_targets).
+                log.warning("job %s is committed but its notification was not indexed: %s", new.id, exc)
+
+    def _unfence(self, lease: WorkLease, committing: str, active: str, tmp: str) -> None:
+        """Undo a commit that failed before anything was published: the claim is ours again
+        and the caller may retry. If even the undo fails, the ``.commit`` entry stays until this
+        process exits; recovery then requeues it (its temp file is gone, so nothing is lost)."""
+        fs.unlink_quietly(tmp)
+        try:
+            sc.rename(committing, active)
+        except OSError:
+            log.warning("could not undo the fence of job %s; it returns to the queue when this process exits",
+                        lease.id)
+            return
+        lease._committing = False
+
+    def _drop(self, path: str) -> None:
+        """Remove a superseded copy of a job. If that fails the copy stays until the next
+        recovery pass of this store retries it (see FORMAT.md, "Faults")."""
+        if not fs.unlink_quietly(path) and sc.lexists(path):
+            with self._mutex:
+                self._litter.add(path)
+
+    def _sweep_litter(self) -> int:
+        with self._mutex:
+            litter, self._litter = self._litter, set()
+        for path in litter:
+            self._drop(path)
+        return len(litter)
 
     def _next_record(self, record: Record, token: str, kind: str, payload: Any, retry: bool,
                      delay: float | None) -> tuple[Record, str]:
@@ -534,10 +613,16 @@ class JobStore:
                 sc.rename(loc.path, active)
             except FileNotFoundError:
                 continue
-            lease = self._lease_from_active(active, job_id, _queue_of(loc), token, None)
+            lease = self._lease_from_active(active, job_id, _queue_of(loc), token, None, give_back=loc.path)
             if lease is None:
                 raise CorruptJob(f"job {job_id} could not be read and was quarantined")
-            lease.fulfill(data)
+            try:
+                lease.fulfill(data)
+            except StorageError:
+                if not lease.finished:  # nobody else holds this lease: give the job back
+                    with contextlib.suppress(JobStoreError):
+                        lease.release()
+                raise
             return
         raise InvalidState(f"job {job_id} kept moving; try again")
 

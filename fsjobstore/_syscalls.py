@@ -19,6 +19,7 @@ watchdog's inotify descriptors are not routed here: wake-ups are hints, never st
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -132,6 +133,13 @@ def close(fd: int) -> None:
         raise _translate("close", (fd,), failure)
     if _hook is not None:
         _hook.after("close", (fd,), None)
+
+
+def close_read(fd: int) -> None:
+    """Close a descriptor we only read, locked or fsynced a directory through: an error from
+    this close cannot mean lost data, so it is ignored (the descriptor is released anyway)."""
+    with contextlib.suppress(OSError):
+        close(fd)
 
 
 def try_lock(fd: int) -> bool:

@@ -68,7 +68,7 @@ class Tree:
             fs.ensure_dir(os.path.dirname(dst), durable=self.durable)
         if dest in ("fulfilled", "failed"):
             fs.link_into(tmp_path, dst, durable=self.durable)
-            fs.unlink(tmp_path)
+            fs.unlink_quietly(tmp_path)  # a second name of the result: litter if it stays
         else:
             fs.rename_into(tmp_path, dst, durable=self.durable)
         return dst

@@ -111,7 +111,7 @@ def test_a_commit_that_died_after_publishing_leaves_one_result(
 ) -> None:
     worker, rescuer = pair
     job = worker.create("x")
-    commit_and_die(worker, monkeypatch, lambda lease: lease.fulfill(b"result"), _fsops, "unlink", _is_commit_file)
+    commit_and_die(worker, monkeypatch, lambda lease: lease.fulfill(b"result"), _fsops, "unlink_quietly", _is_commit_file)
     report = rescuer.recover()
     assert report.requeued == 0 and report.duplicates_dropped == 1
     assert rescuer.get(job.id).value == b"result"
@@ -123,7 +123,7 @@ def test_a_retry_that_died_after_publishing_is_not_run_twice(
 ) -> None:
     worker, rescuer = pair
     job = worker.create("x")
-    commit_and_die(worker, monkeypatch, lambda lease: lease.fail("boom"), _fsops, "unlink", _is_commit_file)
+    commit_and_die(worker, monkeypatch, lambda lease: lease.fail("boom"), _fsops, "unlink_quietly", _is_commit_file)
     rescuer.recover()
     stats = rescuer.statistics()
     assert (stats.pending, stats.active) == (1, 0)

@@ -1,0 +1,358 @@
+"""Shared machinery of the reliability suite: call-counting hooks, the operations under test,
+and the invariant checker every crash, fault and power-loss test ends with.
+
+The hooks plug into ``fsjobstore._syscalls`` (the one module every filesystem call goes through),
+so "the N-th call of an operation" means the same thing in every test.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fsjobstore import InvalidState, JobExists, JobStore, _syscalls
+from fsjobstore._layout import ACTIVE_RE, FINAL_RE, PENDING_RE, SCHEDULED_RE, TMP_RE
+from fsjobstore._records import Record
+
+CRASH_EXIT = 77
+
+
+class CountingHook:
+    """Counts calls; at call number ``at`` (1-based) runs ``action`` (raise, or die)."""
+
+    def __init__(self, at: int = 0, action: Callable[[str, tuple[Any, ...]], None] | None = None) -> None:
+        self.at = at
+        self.action = action
+        self.calls = 0
+        self.fired: str | None = None
+
+    def before(self, op: str, args: tuple[Any, ...]) -> None:
+        self.calls += 1
+        if self.calls == self.at and self.action is not None:
+            self.fired = op
+            self.action(op, args)
+
+    def after(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+        pass
+
+
+def die_now(op: str, args: tuple[Any, ...]) -> None:
+    os._exit(CRASH_EXIT)  # no cleanup, no flush: as close to kill -9 as Python gets
+
+
+def raise_errno(code: int) -> Callable[[str, tuple[Any, ...]], None]:
+    def action(op: str, args: tuple[Any, ...]) -> None:
+        if code == errno.EINTR:
+            raise InterruptedError(code, os.strerror(code))
+        raise OSError(code, os.strerror(code), *[a for a in args if isinstance(a, str)][:1])
+    return action
+
+
+class hooked:
+    """Context manager installing a hook for the duration of one operation."""
+
+    def __init__(self, hook: Any) -> None:
+        self.hook = hook
+
+    def __enter__(self) -> Any:
+        _syscalls.set_hook(self.hook)
+        return self.hook
+
+    def __exit__(self, *exc: object) -> None:
+        _syscalls.set_hook(None)
+
+
+# == operations under test =========================================================================
+@dataclass
+class Ctx:
+    """What a scenario's setup made, and what the caller was told (the acknowledged facts)."""
+
+    jobs: list[str] = field(default_factory=list)  # acknowledged jobs (must survive)
+    results: dict[str, str] = field(default_factory=dict)  # acknowledged final states
+    lease: Any = None
+    note: Any = None
+    outcome: Any = None
+
+
+def _job(store: JobStore, ctx: Ctx, **kw: Any) -> str:
+    job = store.create({"n": len(ctx.jobs)}, **kw)
+    ctx.jobs.append(job.id)
+    return job.id
+
+
+def _claimed(store: JobStore, ctx: Ctx) -> None:
+    _job(store, ctx)
+    ctx.lease = store.pull_work()
+    assert ctx.lease is not None
+
+
+def _final_with_target(store: JobStore, ctx: Ctx) -> None:
+    _claimed(store, ctx)
+    store.queue(ctx.lease.id, "t1")
+    ctx.lease.fulfill(b"v")
+    ctx.results[ctx.lease.id] = "fulfilled"
+
+
+def _noted(store: JobStore, ctx: Ctx) -> None:
+    _final_with_target(store, ctx)
+    ctx.note = store.pull_notification()
+    assert ctx.note is not None
+
+
+def _dead_owner(store: JobStore, ctx: Ctx) -> None:
+    """A claim and a temp file of an owner whose process is gone (its lock file removed)."""
+    other = JobStore(store.path, durable=store.durable, backoff=lambda a: 0.0)
+    _job(other, ctx)
+    lease = other.pull_work()
+    assert lease is not None
+    other._stop.set()
+    if other._thread is not None:
+        other._thread.join()
+    tmp = other._layout.tmp_path(other._new_token(), "new", "x.json")
+    with open(tmp, "wb") as fh:
+        fh.write(b"{}")
+    assert other._owner is not None
+    other._owner.close()  # the flock is gone: the owner is dead to every prober
+    other._closed = True
+    _job(store, ctx)
+
+
+def _nothing(store: JobStore, ctx: Ctx) -> None:
+    pass
+
+
+def _create(store: JobStore, ctx: Ctx) -> None:
+    ctx.outcome = store.create({"new": True}).id
+
+
+def _create_id(store: JobStore, ctx: Ctx) -> None:
+    ctx.outcome = store.create({"new": True}, job_id="chosen").id
+
+
+def _retry_create_id(store: JobStore, ctx: Ctx) -> None:
+    """An id doubles as an idempotency key: after an unknown outcome, create again; JobExists
+    then means the first try did store it, which must be true."""
+    try:
+        _create_id(store, ctx)
+    except JobExists:
+        store.get("chosen")
+
+
+def _create_delayed(store: JobStore, ctx: Ctx) -> None:
+    ctx.outcome = store.create({"new": True}, delay=3600).id
+
+
+def _pull(store: JobStore, ctx: Ctx) -> None:
+    ctx.lease = store.pull_work()
+    ctx.outcome = ctx.lease
+
+
+def _fulfill(store: JobStore, ctx: Ctx) -> None:
+    ctx.lease.fulfill(b"done")
+
+
+def _fail_retry(store: JobStore, ctx: Ctx) -> None:
+    ctx.lease.fail("boom")
+
+
+def _fail_final(store: JobStore, ctx: Ctx) -> None:
+    ctx.lease.fail("boom", retry=False)
+
+
+def _release(store: JobStore, ctx: Ctx) -> None:
+    ctx.lease.release()
+
+
+def _fulfill_by_id(store: JobStore, ctx: Ctx) -> None:
+    store.fulfill(ctx.jobs[0], b"by-id")
+
+
+def _retry_fulfill_by_id(store: JobStore, ctx: Ctx) -> None:
+    try:
+        _fulfill_by_id(store, ctx)
+    except InvalidState:  # the first try committed; only its fsync failed
+        got = store.get(ctx.jobs[0])
+        assert got.value == b"by-id", got
+
+
+def _queue(store: JobStore, ctx: Ctx) -> None:
+    store.queue(ctx.jobs[0], "t2")
+
+
+def _unqueue(store: JobStore, ctx: Ctx) -> None:
+    ctx.outcome = store.unqueue(ctx.jobs[0], "t1")
+
+
+def _queue_then_setup(store: JobStore, ctx: Ctx) -> None:
+    _job(store, ctx)
+    store.queue(ctx.jobs[0], "t1")
+
+
+def _pull_note(store: JobStore, ctx: Ctx) -> None:
+    ctx.note = store.pull_notification()
+    ctx.outcome = ctx.note
+
+
+def _done(store: JobStore, ctx: Ctx) -> None:
+    ctx.note.done(ctx.note.waiting)
+
+
+def _recover(store: JobStore, ctx: Ctx) -> None:
+    ctx.outcome = store.recover()
+
+
+def _job_setup(store: JobStore, ctx: Ctx) -> None:
+    _job(store, ctx)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    setup: Callable[[JobStore, Ctx], None]
+    run: Callable[[JobStore, Ctx], None]
+    # What a retry after a fault means for this operation (None: the op is simply run again).
+    retry: Callable[[JobStore, Ctx], None] | None = None
+
+
+def _retry_lease(method: str, *args: Any, **kw: Any) -> Callable[[JobStore, Ctx], None]:
+    def retry(store: JobStore, ctx: Ctx) -> None:
+        if ctx.lease is not None and not ctx.lease.finished:
+            getattr(ctx.lease, method)(*args, **kw)
+    return retry
+
+
+def _retry_done(store: JobStore, ctx: Ctx) -> None:
+    if ctx.note is not None and not ctx.note.finished:
+        ctx.note.done(ctx.note.waiting)
+
+
+SCENARIOS = [
+    Scenario("create", _nothing, _create),
+    Scenario("create_job_id", _nothing, _create_id, _retry_create_id),
+    Scenario("create_delayed", _nothing, _create_delayed),
+    Scenario("pull_work", _job_setup, _pull),
+    Scenario("fulfill", _claimed, _fulfill, _retry_lease("fulfill", b"done")),
+    Scenario("fail_retry", _claimed, _fail_retry, _retry_lease("fail", "boom")),
+    Scenario("fail_final", _claimed, _fail_final, _retry_lease("fail", "boom", retry=False)),
+    Scenario("release", _claimed, _release, _retry_lease("release")),
+    Scenario("fulfill_by_id", _job_setup, _fulfill_by_id, _retry_fulfill_by_id),
+    Scenario("queue", _job_setup, _queue),
+    Scenario("queue_on_final", _final_with_target, _queue),
+    Scenario("unqueue", _queue_then_setup, _unqueue),
+    Scenario("pull_notification", _final_with_target, _pull_note),
+    Scenario("done", _noted, _done, _retry_done),
+    Scenario("recover", _dead_owner, _recover),
+]
+BY_NAME = {s.name: s for s in SCENARIOS}
+
+
+# == the invariants ==============================================================================
+def job_files(root: str) -> dict[str, list[tuple[str, str]]]:
+    """id -> [(state, path)] for every job file in a state directory (names per the grammar)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    jobs = os.path.join(root, "jobs")
+
+    def add(job_id: str, state: str, path: str) -> None:
+        out.setdefault(job_id, []).append((state, path))
+
+    for queue in _ls(os.path.join(jobs, "pending")):
+        for name in _ls(os.path.join(jobs, "pending", queue)):
+            m = PENDING_RE.match(name)
+            if m:
+                add(m["id"], "pending", os.path.join(jobs, "pending", queue, name))
+    for name in _ls(os.path.join(jobs, "scheduled")):
+        m = SCHEDULED_RE.match(name)
+        if m:
+            add(m["id"], "scheduled", os.path.join(jobs, "scheduled", name))
+    for name in _ls(os.path.join(jobs, "active")):
+        m = ACTIVE_RE.match(name)
+        if m:
+            add(m["id"], f"active.{m['kind']}", os.path.join(jobs, "active", name))
+    for state in ("fulfilled", "failed"):
+        for name in _ls(os.path.join(jobs, state)):
+            m = FINAL_RE.match(name)
+            if m:
+                add(m["id"], state, os.path.join(jobs, state, name))
+    return out
+
+
+def _ls(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def check_store(root: str, ctx: Ctx, *, settled: bool, litter_ok: bool = False) -> list[str]:
+    """Problems found in the directory (empty list: all invariants hold).
+
+    ``settled``: no live process is mid-operation and recovery has run, so there must be no
+    claim of a dead owner, no half-done commit and no temp file left. ``litter_ok``: a live
+    store just absorbed a fault, so a fenced copy it could not unlink may sit beside the job's
+    published copy until its next recovery pass (FORMAT.md, "Faults").
+    """
+    problems: list[str] = []
+    files = job_files(root)
+    for job_id, places in files.items():
+        extra = [s for s, _ in places if s in ("active.commit", "active.recover")]
+        if len(places) != 1 and not (litter_ok and len(places) - len(extra) == 1):
+            problems.append(f"job {job_id} is in {len(places)} places: {[p for _, p in places]}")
+        for state, path in places:
+            try:
+                with open(path, "rb") as fh:
+                    record = Record.from_bytes(fh.read())
+            except (OSError, ValueError) as exc:
+                problems.append(f"{os.path.relpath(path, root)} is not a whole job file: {exc}")
+                continue
+            if record.id != job_id:
+                problems.append(f"{os.path.relpath(path, root)} holds job {record.id}")
+            if state == "fulfilled" and record.value is None:
+                problems.append(f"fulfilled job {job_id} has no value")
+            if settled and state.startswith("active.") and state != "active.json":
+                problems.append(f"job {job_id} left in {state} after recovery")
+    for job_id in ctx.jobs:
+        if job_id not in files:
+            problems.append(f"acknowledged job {job_id} is lost")
+    for job_id, state in ctx.results.items():
+        states = [s for s, _ in files.get(job_id, [])]
+        if state not in states:
+            problems.append(f"acknowledged result of {job_id} ({state}) is lost; it is {states}")
+    quarantine = _ls(os.path.join(root, "quarantine"))
+    if quarantine:
+        problems.append(f"good files were quarantined: {quarantine}")
+    if settled:
+        leftovers = [n for n in _ls(os.path.join(root, "tmp")) if TMP_RE.match(n)]
+        if leftovers:
+            problems.append(f"temp files left after recovery: {leftovers}")
+        for job_id in _ls(os.path.join(root, "targets")):
+            final = any(s in ("fulfilled", "failed") for s, _ in files.get(job_id, []))
+            waiting = _ls(os.path.join(root, "targets", job_id))
+            indexed = os.path.exists(os.path.join(root, "jobs", "notify", f"{job_id}.json"))
+            if final and waiting and not indexed:
+                problems.append(f"final job {job_id} has targets waiting but no notify entry")
+    return problems
+
+
+def full_cycle(store: JobStore) -> list[str]:
+    """Create, claim, fulfil, queue, notify and finish a fresh job: the store must still work."""
+    job = store.create({"cycle": True}, queue="cycle")
+    store.queue(job.id, "cycle-target")
+    lease = store.pull_work(queues="cycle")
+    if lease is None or lease.id != job.id:
+        return [f"full cycle: could not claim the fresh job (got {lease})"]
+    lease.fulfill(b"ok")
+    for _ in range(100):
+        note = store.pull_notification()
+        if note is None:
+            return ["full cycle: the fresh job's notification was not offered"]
+        if note.id == job.id:
+            note.done(note.waiting)
+            break
+        note.release()
+    got = store.get(job.id)
+    if got.state.value != "fulfilled" or got.value != b"ok" or got.waiting:
+        return [f"full cycle: the fresh job ended as {got}"]
+    return []

@@ -1,0 +1,81 @@
+"""Fault injection: every errno a disk can throw, at every filesystem call of every operation.
+
+For each operation and each call index N, the N-th call fails with the errno. The operation must
+either absorb the fault (a failed cleanup, say) and complete, or raise a StorageError that names
+the errno; nothing may be left half-published, no good file may be quarantined, and once the
+fault is gone a retry and a full create-claim-fulfil-notify cycle must work on the same store.
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+import tempfile
+
+import pytest
+from faultkit import SCENARIOS, CountingHook, Ctx, Scenario, check_store, full_cycle, hooked, raise_errno
+
+from fsjobstore import JobStore, JobStoreError, StorageError, StorageFull
+
+ERRNOS = {
+    "ENOSPC": errno.ENOSPC, "EDQUOT": errno.EDQUOT, "EIO": errno.EIO, "EROFS": errno.EROFS,
+    "EMFILE": errno.EMFILE, "EINTR": errno.EINTR,
+}
+
+
+def inject_everywhere(scenario: Scenario, code: int) -> tuple[int, list[str]]:
+    """Run the scenario once per call index with the fault there; (indexes tried, problems)."""
+    problems: list[str] = []
+    n = 0
+    while True:
+        n += 1
+        root = tempfile.mkdtemp(prefix="fsjs-fault-")
+        try:
+            store = JobStore(root, backoff=lambda attempt: 0.0)
+            try:
+                ctx = Ctx()
+                scenario.setup(store, ctx)
+                hook = CountingHook(n, raise_errno(code))
+                raised: BaseException | None = None
+                with hooked(hook):
+                    try:
+                        scenario.run(store, ctx)
+                    except Exception as exc:  # judged below
+                        raised = exc
+                where = f"{scenario.name} {errno.errorcode[code]} at call {n} ({hook.fired})"
+                if hook.fired is None:
+                    assert raised is None, f"{scenario.name} failed without a fault: {raised!r}"
+                    return n - 1, problems
+                if raised is not None:
+                    if not isinstance(raised, StorageError) or raised.errno != code:
+                        problems.append(f"{where}: raised {type(raised).__name__}: {raised}")
+                    elif errno.errorcode[code] not in str(raised):
+                        problems.append(f"{where}: the message does not name the cause: {raised}")
+                    elif code in (errno.ENOSPC, errno.EDQUOT) and not isinstance(raised, StorageFull):
+                        problems.append(f"{where}: a full disk is not reported as StorageFull")
+                    if code == errno.EINTR:
+                        problems.append(f"{where}: EINTR surfaced instead of being retried")
+                problems += [f"{where}: {p}" for p in check_store(root, ctx, settled=False, litter_ok=True)]
+                # The fault is gone: retrying and a full cycle must work on the same store.
+                try:
+                    if raised is not None:
+                        (scenario.retry or scenario.run)(store, ctx)
+                    problems += [f"{where}, then: {p}" for p in full_cycle(store)]
+                    store.recover()
+                except JobStoreError as exc:
+                    problems.append(f"{where}: after the fault was gone: {type(exc).__name__}: {exc}")
+                problems += [f"{where}, after recovery: {p}" for p in check_store(root, ctx, settled=False)]
+            finally:
+                store.close()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        assert n < 500, f"{scenario.name} never completed"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+@pytest.mark.parametrize("name", list(ERRNOS))
+def test_a_fault_at_any_call_raises_a_named_error_and_leaves_nothing_half_done(scenario: Scenario,
+                                                                                name: str) -> None:
+    covered, problems = inject_everywhere(scenario, ERRNOS[name])
+    assert covered > 0
+    assert problems == []
