@@ -212,13 +212,18 @@ def _finish_create(host: _Host, path: str, counts: dict[str, int]) -> None:
     tree = host._tree
     try:
         st = sc.lstat(path)
+        if st.st_nlink < 2:
+            # Never reserved: the create died before acknowledging anything, perhaps mid-write.
+            if fs.unlink(path):
+                counts["temp_files_removed"] += 1
+            return
         record = tree.read_record(path)
     except FileNotFoundError:
         return
     except (fs.Unreadable, ValueError) as exc:
         counts["quarantined"] += tree.quarantine(path, f"temp job file {exc}")
         return
-    if st.st_nlink < 2 or tree.exists_elsewhere(record.id, path):
+    if tree.exists_elsewhere(record.id, path):
         if fs.unlink(path):
             counts["temp_files_removed"] += 1
         return

@@ -111,7 +111,8 @@ def test_a_commit_that_died_after_publishing_leaves_one_result(
 ) -> None:
     worker, rescuer = pair
     job = worker.create("x")
-    commit_and_die(worker, monkeypatch, lambda lease: lease.fulfill(b"result"), _fsops, "unlink_quietly", _is_commit_file)
+    commit_and_die(worker, monkeypatch, lambda lease: lease.fulfill(b"result"), _fsops, "unlink_quietly",
+                   _is_commit_file)
     report = rescuer.recover()
     assert report.requeued == 0 and report.duplicates_dropped == 1
     assert rescuer.get(job.id).value == b"result"
