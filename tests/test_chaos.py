@@ -1,0 +1,48 @@
+"""The chaos torture run, short: workers killed and stopped while jobs flow (torture/chaos.py
+is the long version, and documents the checker)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "torture"))
+
+import chaos
+
+from fsjobstore import JobStore
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_short_chaos_run_loses_nothing_and_commits_nothing_twice(tmp_path: Path) -> None:
+    report = chaos.run(jobs=1000, workers=3, kills=100, lease=1.0, seed=3, workdir=str(tmp_path))
+    assert report["kills"] >= 100 and report["stops"] > 0
+    assert report["created_ok"] == 1000
+    assert (report["lost"], report["unexpected"], report["duplicate_commits"]) == (0, 0, 0), report
+    assert report["left_pending_or_active"] == 0 and report["failed"] == 0
+    assert report["fulfilled"] == 1000
+
+
+def test_the_chaos_checker_reports_lost_unexpected_and_duplicate_jobs(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    with JobStore(root) as store:
+        a = store.create({"n": 0}).id
+        b = store.create({"n": 1}).id
+        store.create({"n": 99})  # fulfilled below, but its create was never invoked
+        while (lease := store.pull_work()) is not None:
+            lease.fulfill(b"x")
+    history = [
+        ["1", "1", "invoke", "create", "0"], ["2", "1", "ok", "create", "0", a],
+        ["3", "1", "invoke", "create", "1"], ["4", "1", "ok", "create", "1", b],
+        ["5", "1", "invoke", "create", "2"], ["6", "1", "ok", "create", "2", "never-made"],
+        ["7", "2", "ok", "fulfill", "0", a, "token-one"], ["8", "3", "ok", "fulfill", "0", a, "token-two"],
+    ]
+    report = chaos.check(root, history)
+    assert report["lost"] == 1  # "never-made" was acknowledged and is nowhere
+    assert report["unexpected"] == 1  # n=99
+    assert report["duplicate_commits"] == 2  # a: two ok fulfils, and its value is neither token
+    assert report["fulfilled"] == 3

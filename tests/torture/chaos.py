@@ -1,0 +1,227 @@
+"""Chaos torture run: workers SIGKILLed and SIGSTOPped while a producer keeps creating jobs.
+
+    python tests/torture/chaos.py --kills 1000 --jobs 4000        # the long run (prints figures)
+
+Every client operation is written to a history file as it is invoked and when it returns
+(``invoke`` / ``ok`` / ``fail``). The checker, in the spirit of Jepsen's total-queue checker,
+compares the history with the final store and reports:
+
+* **lost**: jobs whose create returned ok, and that are not fulfilled at the end;
+* **unexpected**: fulfilled jobs whose create was never even invoked;
+* **duplicate commits**: jobs for which more than one fulfil returned ok, or whose stored result
+  is not the one the acknowledged fulfil wrote;
+* **repeated executions**: claims beyond the first (at-least-once execution makes these legal;
+  they measure how much work the chaos cost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+
+from fsjobstore import JobStore, LeaseLost  # noqa: E402
+
+
+def _record(fh: Any, *fields: object) -> None:
+    fh.write(" ".join(map(str, (time.monotonic_ns(), os.getpid(), *fields))) + "\n")
+    fh.flush()
+
+
+# == the processes =============================================================================
+def producer(root: str, history: str, jobs: int, rate: float) -> None:
+    with JobStore(root) as store, open(history, "a") as fh:
+        for n in range(jobs):
+            _record(fh, "invoke", "create", n)
+            job = store.create({"n": n}, max_attempts=1_000_000)
+            _record(fh, "ok", "create", n, job.id)
+            if rate:
+                time.sleep(random.expovariate(rate))
+
+
+def worker(root: str, history: str, lease: float, work: float) -> None:
+    with JobStore(root, lease_duration=lease, backoff=lambda attempt: 0.0) as store, open(history, "a") as fh:
+        while not os.path.exists(os.path.join(os.path.dirname(history), "stop")):
+            job = store.pull_work(timeout=0.5)
+            if job is None:
+                continue
+            _record(fh, "ok", "claim", job.request["n"], job.id, job.token)
+            time.sleep(random.uniform(0, work))  # the "work": kills and stops land in it
+            _record(fh, "invoke", "fulfill", job.request["n"], job.id, job.token)
+            try:
+                job.fulfill(job.token)
+            except LeaseLost as exc:
+                _record(fh, "fail", "fulfill", job.request["n"], job.id, job.token, exc.reason)
+                continue
+            _record(fh, "ok", "fulfill", job.request["n"], job.id, job.token)
+
+
+# == the checker ===============================================================================
+def read_history(directory: str) -> list[list[str]]:
+    lines = []
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".history"):
+            with open(os.path.join(directory, name)) as fh:
+                for line in fh:
+                    if line.endswith("\n"):  # a process killed mid-write leaves a torn last line
+                        lines.append(line.split())
+    lines.sort(key=lambda f: int(f[0]))
+    return lines
+
+
+def check(root: str, history: list[list[str]]) -> dict[str, Any]:
+    invoked: set[int] = set()
+    created: dict[str, int] = {}
+    claims: Counter[str] = Counter()
+    fulfil_ok: defaultdict[str, list[str]] = defaultdict(list)
+    fulfil_lost = 0
+    for fields in history:
+        kind, op = fields[2], fields[3]
+        if op == "create" and kind == "invoke":
+            invoked.add(int(fields[4]))
+        elif op == "create" and kind == "ok":
+            created[fields[5]] = int(fields[4])
+        elif op == "claim":
+            claims[fields[5]] += 1
+        elif op == "fulfill" and kind == "ok":
+            fulfil_ok[fields[5]].append(fields[6])
+        elif op == "fulfill" and kind == "fail":
+            fulfil_lost += 1
+    lost, unexpected, duplicates, wrong_value = [], [], [], []
+    with JobStore(root) as store:
+        store.recover()
+        final = {}
+        for name in os.listdir(os.path.join(root, "jobs", "fulfilled")):
+            job = store.get(name[: -len(".json")])
+            final[job.id] = job
+        for job_id in created:
+            if job_id not in final:
+                lost.append(job_id)
+        for job_id, job in final.items():
+            if job.request["n"] not in invoked:
+                unexpected.append(job_id)
+            oks = fulfil_ok.get(job_id, [])
+            if len(oks) > 1:
+                duplicates.append(job_id)
+            if oks and job.value != oks[0].encode():
+                wrong_value.append(job_id)
+        stats = store.statistics()
+    return {
+        "created_ok": len(created),
+        "fulfilled": len(final),
+        "lost": len(lost),
+        "unexpected": len(unexpected),
+        "duplicate_commits": len(duplicates) + len(wrong_value),
+        "claims": sum(claims.values()),
+        "repeated_executions": sum(n - 1 for n in claims.values() if n > 1),
+        "fulfils_refused_lease_lost": fulfil_lost,
+        "left_pending_or_active": stats.pending + stats.active + stats.scheduled,
+        "failed": stats.failed,
+        "examples": {"lost": lost[:5], "unexpected": unexpected[:5], "duplicates": (duplicates + wrong_value)[:5]},
+    }
+
+
+# == the controller ============================================================================
+def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir: str | None = None,
+        max_seconds: float = 3600) -> dict[str, Any]:
+    rng = random.Random(seed)
+    base = workdir or tempfile.mkdtemp(prefix="fsjs-chaos-")
+    root = os.path.join(base, "store")
+    JobStore(root).close()
+    me = os.path.abspath(__file__)
+    incarnation = 0
+
+    def spawn(role: str, *args: object) -> subprocess.Popen[bytes]:
+        nonlocal incarnation
+        incarnation += 1
+        history = os.path.join(base, f"{role}-{incarnation:05d}.history")
+        return subprocess.Popen([sys.executable, me, role, root, history, *map(str, args)])
+
+    # Expected run time is kills x 275 ms. Creates come twice as fast as that, so a backlog
+    # builds; the work takes as long as keeps every worker busy for the whole run, so that
+    # kills and stops land in claims and commits rather than in idle waits.
+    expected = max(1.0, kills * 0.275)
+    rate = jobs / (expected * 0.5)
+    work = min(1.0, max(0.002, 2 * workers * expected / jobs))
+    prod = spawn("producer", jobs, rate)
+    procs = [spawn("worker", lease, work) for _ in range(workers)]
+    stopped: dict[int, float] = {}  # index -> when to SIGCONT
+    done_kills = done_stops = 0
+    started = time.monotonic()
+    while (done_kills < kills or prod.poll() is None) and time.monotonic() - started < max_seconds:
+        time.sleep(rng.uniform(0.05, 0.5))
+        now = time.monotonic()
+        for i, until in list(stopped.items()):
+            if now >= until:
+                procs[i].send_signal(signal.SIGCONT)
+                del stopped[i]
+        i = rng.randrange(workers)
+        if i in stopped:
+            continue
+        if rng.random() < 0.1 and len(stopped) < workers - 1:
+            procs[i].send_signal(signal.SIGSTOP)  # past its lease: others must take its job over
+            stopped[i] = now + lease * rng.uniform(1.5, 2.5)
+            done_stops += 1
+        else:
+            procs[i].kill()
+            procs[i].wait()
+            procs[i] = spawn("worker", lease, work)
+            done_kills += 1
+    for i in stopped:
+        procs[i].send_signal(signal.SIGCONT)
+    prod.wait()
+    # Let the survivors drain what is left, then stop them.
+    deadline = time.monotonic() + 120
+    with JobStore(root) as store:
+        while time.monotonic() < deadline:
+            stats = store.statistics()
+            if stats.pending + stats.active + stats.scheduled == 0:
+                break
+            time.sleep(0.2)
+    open(os.path.join(base, "stop"), "w").close()
+    for p in procs:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    report = check(root, read_history(base))
+    report.update(kills=done_kills, stops=done_stops, workers=workers, seconds=round(time.monotonic() - started, 1),
+                  producer_exit=prod.returncode)
+    return report
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] in ("producer", "worker"):
+        role, root, history, *rest = sys.argv[1:]
+        if role == "producer":
+            producer(root, history, int(rest[0]), float(rest[1]))
+        else:
+            worker(root, history, float(rest[0]), float(rest[1]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=4000)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--kills", type=int, default=1000)
+    parser.add_argument("--lease", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    report = run(jobs=args.jobs, workers=args.workers, kills=args.kills, lease=args.lease, seed=args.seed)
+    print(json.dumps(report, indent=2))
+    bad = report["lost"] or report["unexpected"] or report["duplicate_commits"] or report["left_pending_or_active"]
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
