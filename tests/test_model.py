@@ -1,4 +1,9 @@
-"""Property test: random operation sequences against a plain in-memory model of the store."""
+"""Property test: random operation sequences against a plain in-memory model of the store.
+
+Besides the API calls, the machine can make the worker hang past its lease (a rescuer with an
+injected monotonic clock sees its heartbeat frozen and takes its jobs), or crash (its flock is
+released as by process death, and a fresh worker takes its place), and run recovery.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +16,12 @@ from conftest import FakeWall
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from test_recovery import die
 
-from fsjobstore import JobState, JobStore, WorkLease
+from fsjobstore import JobState, JobStore, LeaseLost, StoreClosed, WorkLease
 
 BACKOFF = 10.0
+LEASE = 3600.0  # heartbeats every 900 s of real time: none happen during an example
 TARGETS = st.sampled_from(["a", "b", {"url": "c"}])
 
 
@@ -40,15 +47,36 @@ class StoreMachine(RuleBasedStateMachine):
         super().__init__()
         self.dir = tempfile.mkdtemp()
         self.wall = FakeWall()
-        self.store = JobStore(self.dir + "/s", durable=False, wall_clock=self.wall, backoff=lambda n: BACKOFF,
-                              watch=False, poll_interval=3600.0)
+        self.clock = FakeWall(1000.0)  # the rescuer's monotonic clock
+        self.store = self._worker()
+        self.rescuer = JobStore(self.dir + "/s", durable=False, wall_clock=self.wall, backoff=lambda n: BACKOFF,
+                                watch=False, poll_interval=3600.0, lease_duration=LEASE, clock=self.clock)
         self.jobs: dict[str, Model] = {}
         self.leases: dict[str, WorkLease] = {}
+        self.stale: list[WorkLease] = []  # leases that were taken over: committing must fail
         self.created = 0
+
+    def _worker(self) -> JobStore:
+        store = JobStore(self.dir + "/s", durable=False, wall_clock=self.wall, backoff=lambda n: BACKOFF,
+                         watch=False, poll_interval=3600.0, lease_duration=LEASE)
+        # No heartbeat thread: its background recovery would take a crashed worker's jobs at a
+        # moment of the thread's choosing; here recovery runs when the machine says so.
+        store._start_background = lambda: None  # type: ignore[method-assign]
+        return store
 
     def teardown(self) -> None:
         self.store.close()
+        self.rescuer.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _taken_over(self, job_id: str) -> None:
+        """Recovery returns a lost claim: one attempt spent, then pending or (no attempts left) failed."""
+        m = self.jobs[job_id]
+        m.attempts += 1
+        if m.attempts >= m.max_attempts:
+            self._final(job_id, "failed")
+        else:
+            m.state = "pending"
 
     def _promote(self) -> None:
         for m in self.jobs.values():
@@ -114,6 +142,50 @@ class StoreMachine(RuleBasedStateMachine):
         self.jobs[job_id].value = b"by id"
         self._final(job_id, "fulfilled")
 
+    @precondition(lambda self: self.leases)
+    @rule()
+    def hang_past_the_lease(self) -> None:
+        self.rescuer.recover()  # first sight of the worker's heartbeat
+        self.clock.advance(LEASE + 1)
+        report = self.rescuer.recover()  # the beat has not changed for a whole lease: expired
+        assert report.requeued + report.failed == len(self.leases)
+        for job_id, lease in sorted(self.leases.items()):
+            self._taken_over(job_id)
+            self.stale.append(lease)
+        self.leases.clear()
+        assert self.store._owner is not None
+        self.store._owner.beat()  # the worker wakes up: its heartbeat moves again
+
+    @precondition(lambda self: self.stale)
+    @rule(data=st.data())
+    def late_commit_is_refused(self, data: st.DataObject) -> None:
+        lease = self.stale.pop(data.draw(st.integers(0, len(self.stale) - 1)))
+        try:
+            lease.fulfill(b"late")
+        except (LeaseLost, StoreClosed):
+            pass
+        else:
+            raise AssertionError(f"a lease taken over committed: {lease}")
+
+    @rule()
+    def crash_worker(self) -> None:
+        if self.store._owner is None:  # never became an owner: nothing of it to die
+            self.store.close()
+        else:
+            die(self.store)
+        for job_id in self.leases:
+            self.jobs[job_id].state = "orphaned"
+        self.leases.clear()
+        self.store = self._worker()
+
+    @rule()
+    def recover(self) -> None:
+        report = self.rescuer.recover()
+        orphans = sorted(i for i, m in self.jobs.items() if m.state == "orphaned")
+        assert report.requeued + report.failed == len(orphans)
+        for job_id in orphans:
+            self._taken_over(job_id)
+
     @rule(seconds=st.sampled_from([1.0, 6.0, 11.0]))
     def advance(self, seconds: float) -> None:
         self.wall.advance(seconds)
@@ -163,7 +235,8 @@ class StoreMachine(RuleBasedStateMachine):
                  ("pending", "scheduled", "active", "fulfilled", "failed")}
         # Promotion happens when someone pulls, so a due job may still sit in scheduled.
         assert stats.pending + stats.scheduled == count["pending"] + count["scheduled"]
-        assert (stats.active, stats.fulfilled, stats.failed) == (count["active"], count["fulfilled"], count["failed"])
+        active = count["active"] + sum(1 for m in self.jobs.values() if m.state == "orphaned")
+        assert (stats.active, stats.fulfilled, stats.failed) == (active, count["fulfilled"], count["failed"])
 
     @invariant()
     def every_job_reads_back_as_modelled(self) -> None:
@@ -172,7 +245,8 @@ class StoreMachine(RuleBasedStateMachine):
             state = got.state.value
             if state == JobState.SCHEDULED.value and m.state == "pending":
                 state = "pending"
-            assert state == m.state or (m.state == "scheduled" and state == "pending")
+            modelled = "active" if m.state == "orphaned" else m.state
+            assert state == modelled or (m.state == "scheduled" and state == "pending")
             assert got.attempts == m.attempts and got.value == m.value
             assert sorted(map(key, got.waiting)) == sorted(map(key, m.targets))
 
