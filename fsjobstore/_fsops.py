@@ -184,6 +184,14 @@ def is_real_dir(path: str) -> bool:
         return False
 
 
+def is_regular(path: str) -> bool:
+    """A regular file (not a link, directory, FIFO, socket or device); False if gone."""
+    try:
+        return stat.S_ISREG(sc.lstat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
 def makedirs(path: str) -> None:
     """Create ``path`` and missing parents (the store root, at open)."""
     parent = os.path.dirname(path)

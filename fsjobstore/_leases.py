@@ -25,6 +25,7 @@ import json
 import os
 import secrets
 import socket
+import stat
 import threading
 from collections.abc import Callable
 from typing import Literal
@@ -174,12 +175,17 @@ class NotifyLock:
     @classmethod
     def try_acquire(cls, path: str, owner: str) -> NotifyLock | None:
         for _ in range(3):
-            fd = sc.open(path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC, FILE_MODE)
+            try:
+                fd = sc.open(path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC, FILE_MODE)
+            except StorageError:
+                raise
+            except OSError:  # a planted symlink or directory: recovery quarantines it
+                return None
             keep = False
             try:
-                if not sc.try_lock(fd):
-                    return None
                 st = sc.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or not sc.try_lock(fd):
+                    return None
                 try:
                     cur = sc.lstat(path)
                 except FileNotFoundError:

@@ -239,6 +239,9 @@ def _sweep_leases(host: _Host, me: str, counts: dict[str, int]) -> None:
         if name.startswith("."):
             continue  # an owner being born (see OwnerLease); never judged
         path = os.path.join(tree.layout.leases, name)
+        if not fs.is_regular(path):
+            counts["quarantined"] += tree.quarantine(path, "not a regular file in leases")
+            continue
         m = OWNER_RE.match(name)
         if m:
             if m["owner"] != me and host._probe.status(m["owner"]) == "dead" and fs.unlink(path):

@@ -8,6 +8,7 @@ import itertools
 import json
 import logging
 import os
+import stat
 import threading
 import time
 import uuid
@@ -329,10 +330,13 @@ class JobStore:
         it names must exist. The marker's flock makes concurrent repairs take turns."""
         marker = self._layout.id_marker(job_id)
         try:
-            fd = sc.open(marker, os.O_RDONLY | fs.O_NOFOLLOW | fs.O_CLOEXEC)
+            # O_NONBLOCK: a FIFO planted here must not hang us (it then fails the checks below).
+            fd = sc.open(marker, os.O_RDONLY | fs.O_NOFOLLOW | os.O_NONBLOCK | fs.O_CLOEXEC)
         except OSError:
             return
         try:
+            if not stat.S_ISREG(sc.fstat(fd).st_mode):
+                return  # planted: it still spends the id, but there is nothing to publish
             sc.lock_blocking(fd)
             if sc.fstat(fd).st_nlink > 1 or self._tree.locate(job_id) is not None:
                 return  # published, or a create is between its link and its rename

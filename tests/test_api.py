@@ -236,7 +236,9 @@ def test_unknown_ids_raise_job_not_found_which_is_a_key_error(store: JobStore) -
         assert isinstance(info.value, KeyError) and isinstance(info.value, JobStoreError)
 
 
-@pytest.mark.parametrize("bad", ["..", "a/b", "a\x00b", "x" * 129, ".hidden", "-flag", "é", "a.b", "", "a b"])
+@pytest.mark.parametrize("bad", ["..", ".", "a/b", "a\x00b", "x" * 129, "x" * 256, ".hidden", "-flag", "é", "a.b", "",
+                                 "a b", "job.json", "job.commit", "job.recover", "0123456789abcdef.owner",
+                                 "job.notify", "fsjobstore.json", "a\\b", "\ud800", 7])
 def test_unsafe_job_ids_are_refused(store: JobStore, bad: str) -> None:
     with pytest.raises(InvalidJobId):
         store.create(1, job_id=bad)

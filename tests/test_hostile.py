@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
+from typing import Any
 
 import pytest
 
@@ -125,3 +129,29 @@ def test_planted_files_in_scheduled_and_notify_do_not_stop_work_or_notifications
     assert note is not None and note.id == job.id
     note.done(["t"])
     assert store.pull_notification() is None
+
+
+def _corpus(**env: str) -> dict[str, Any]:
+    script = os.path.join(os.path.dirname(__file__), "hostile_corpus.py")
+    out = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300, check=True,
+                         env={**os.environ, **env}).stdout
+    report: dict[str, Any] = json.loads(out)
+    return report
+
+
+def test_the_whole_corpus_in_every_directory_is_quarantined_or_ignored_and_good_jobs_flow() -> None:
+    report = _corpus()
+    assert report["planted"] == report["kinds"] * report["directories"] >= 200
+    assert report["errors"] == []
+    assert report["good_fulfilled"] == report["good_notified"] == report["good_created"]
+    assert report["other_fulfilled"] == []
+    assert report["quarantined"] > 100
+    # Only ids/ keeps what was planted: it is read solely to repair a create, and a planted
+    # file there just spends that id.
+    assert all(p.startswith("ids/") for p in report["left_in_place"]), report["left_in_place"]
+    assert report["fd_growth"] <= 2
+    assert report["outside_root"] == []
+
+
+def test_the_corpus_audit_notices_a_read_outside_the_store() -> None:
+    assert _corpus(HOSTILE_SELFTEST="1")["outside_root"] == ["open /etc/hostname"]
