@@ -11,6 +11,7 @@ from typing import Any
 
 from ._errors import JobStoreError
 from ._store import JobStore
+from ._verify import verify
 
 
 def _job_json(job: Any) -> dict[str, Any]:
@@ -63,7 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("job_id")
     p.add_argument("target", help="the target, as JSON")
 
+    p = sub.add_parser("verify", help="self-test the filesystem under DIR; exit 0 if the store is safe there")
+    p.add_argument("dir")
+
     args = parser.parse_args(argv)
+    if args.command == "verify":
+        return 0 if verify(args.dir) else 1
     try:
         with JobStore(args.dir, durable=not args.no_fsync) as store:
             if args.command == "create":

@@ -109,7 +109,9 @@ class OwnerProbe:
     process from a slow one.
     """
 
-    def __init__(self, layout: Layout, lease_duration: float, clock: Callable[[], float]) -> None:
+    def __init__(self, layout: Layout, lease_duration: float, clock: Callable[[], float], *,
+                 trust_locks: bool = True) -> None:
+        self.trust_locks = trust_locks  # False: heartbeat-only (see _verify)
         self._layout = layout
         self._lease_duration = lease_duration
         self._clock = clock
@@ -131,7 +133,7 @@ class OwnerProbe:
             # (filelock's lock_descriptor only takes exclusive locks, hence fcntl here). The
             # owner holds an exclusive lock, so this succeeds only once the owner has exited;
             # the owner's file appears already locked (see OwnerLease), so no startup window.
-            if sc.try_lock_shared(fd):
+            if self.trust_locks and sc.try_lock_shared(fd):
                 return "dead"
             content = sc.pread(fd, _BEAT_WIDTH + 1, 0)
         finally:

@@ -249,8 +249,10 @@ def _sweep_leases(host: _Host, me: str, counts: dict[str, int]) -> None:
                 counts["locks_removed"] += 1
             continue
         if NOTIFY_LOCK_RE.match(name):
-            lock = NotifyLock.try_acquire(path, me)
-            if lock is not None:  # nobody holds it: its holder died
+            # A free lock proves its holder died only where locks are trusted; heartbeat-only
+            # stores wait for the holder's heartbeat to stop instead.
+            lock = NotifyLock.try_acquire(path, me) if host._probe.trust_locks else None
+            if lock is not None:
                 lock.release()
                 counts["locks_removed"] += 1
                 continue

@@ -53,6 +53,7 @@ from ._records import Job, JobState, Record
 from ._recovery import RecoveryReport, new_counts, recover, take_over
 from ._tree import Location, Tree
 from ._values import MAX_ERROR_CHARS, as_bytes, default_backoff, due_time, error_text, retry_delay
+from ._verify import locks_prove_death
 from ._wakeup import Waker
 
 log = logging.getLogger("fsjobstore")
@@ -90,6 +91,10 @@ class JobStore:
     :param backoff: ``attempt -> seconds`` before a failed job (or notification) is retried.
     :param poll_interval: longest a waiting puller sleeps before rescanning, whether or not
         inotify said anything (it cannot see other hosts, and it can overflow).
+    :param lock_takeover: whether a free ``flock`` proves a holder dead, so its jobs are taken at
+        once. None (the default) trusts locks on local filesystems and not on network ones
+        (NFS, CIFS, FUSE, ...), where they may not reach other hosts; untrusted, a holder is
+        replaced only after ``lease_duration`` without heartbeats. ``fsjobstore verify`` checks.
     :param clock: monotonic seconds, for leases and timeouts (injectable for tests).
     :param wall_clock: epoch seconds, for ``run_at``/``delay`` and timestamps.
     """
@@ -107,6 +112,7 @@ class JobStore:
         max_request_bytes: int = 1024 * 1024,
         poll_interval: float = 1.0,
         watch: bool = True,
+        lock_takeover: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -142,7 +148,8 @@ class JobStore:
         record_cap = 2 * max_value_bytes + max_request_bytes + MAX_ERROR_CHARS * 6 + 65536
         self._tree = Tree(self._layout, durable=durable, record_cap=record_cap,
                           target_cap=max_request_bytes + 4096)
-        self._probe = OwnerProbe(self._layout, self.lease_duration, clock)
+        self.lock_takeover = locks_prove_death(self.path) if lock_takeover is None else lock_takeover
+        self._probe = OwnerProbe(self._layout, self.lease_duration, clock, trust_locks=self.lock_takeover)
         self._mutex = threading.RLock()
         self._owner: OwnerLease | None = None
         self._tokens = itertools.count(1)

@@ -1,0 +1,266 @@
+"""What the filesystem under a store can do, and the self-test behind ``fsjobstore verify DIR``.
+
+The store leans on four facts of a local POSIX filesystem: rename is atomic, hard links work,
+fsync works, and an ``flock`` held by a process is seen by every other process and released
+when the holder dies. On network filesystems (NFS, CIFS, CephFS, FUSE mounts, 9p, ...) the last
+one may hold only within one host, and inotify sees nothing another host does. There the store
+runs **heartbeat-only**: a free lock is not taken as proof that its holder died, so a holder is
+only replaced after a whole ``lease_duration`` without heartbeats; and pullers rely on polling.
+
+``verify`` checks each fact on the user's own mount with real processes, and says which mode
+the store will choose there.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from . import _syscalls as sc
+from ._fsops import DIR_MODE, FILE_MODE, O_CLOEXEC, fsync_dir
+
+# Filesystem types on which flock may not reach other hosts and inotify misses remote changes.
+NETWORK_FS = frozenset({
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "9p", "afs", "gpfs",
+    "beegfs", "ocfs2", "gfs2", "davfs", "sshfs", "virtiofs",
+})
+
+
+def filesystem_type(path: str) -> str:
+    """The type of the filesystem holding ``path`` (from /proc/self/mountinfo), or "unknown"."""
+    path = os.path.realpath(path)
+    best, best_type = "", "unknown"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                fields = line.split()
+                if "-" not in fields:
+                    continue
+                mount = fields[4].replace("\\040", " ")
+                fstype = fields[fields.index("-") + 1]
+                inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best):
+                    best, best_type = mount, fstype
+    except OSError:
+        return "unknown"
+    return best_type
+
+
+def locks_prove_death(path: str) -> bool:
+    """The default for ``JobStore(lock_takeover=None)``: trust flock on local filesystems only."""
+    fstype = filesystem_type(path)
+    return not (fstype in NETWORK_FS or fstype.startswith("fuse"))
+
+
+# == the self-test =================================================================================
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    passed: bool
+    detail: str
+    required: bool  # the store cannot work safely without it
+
+
+def _lock_holder(path: str, ready: multiprocessing.synchronize.Event, done: multiprocessing.synchronize.Event) -> None:
+    fd = sc.open(path, os.O_RDWR | O_CLOEXEC)
+    if sc.try_lock(fd):
+        ready.set()
+        done.wait(10)
+    os._exit(0)  # dies holding the lock: the kernel must release it
+
+
+def _lock_tester(path: str, result: Connection) -> None:
+    fd = sc.open(path, os.O_RDWR | O_CLOEXEC)
+    result.send(sc.try_lock(fd))  # a pipe, not a Queue: send() is done before _exit
+    os._exit(0)
+
+
+def check_locks(scratch: str) -> Check:
+    ctx = multiprocessing.get_context("fork")
+    path = os.path.join(scratch, "lock")
+    sc.close(sc.open(path, os.O_RDWR | os.O_CREAT | O_CLOEXEC, FILE_MODE))
+    ready, done = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_lock_holder, args=(path, ready, done))
+    holder.start()
+    if not ready.wait(10):
+        holder.kill()
+        return Check("lock exclusion", False, "a process could not take a lock at all", False)
+    receive, send = ctx.Pipe(duplex=False)
+
+    def probe() -> bool:
+        tester = ctx.Process(target=_lock_tester, args=(path, send))
+        tester.start()
+        got = bool(receive.recv()) if receive.poll(10) else False
+        tester.join()
+        return got
+
+    got_while_held = probe()
+    done.set()
+    holder.join()
+    got_after_death = probe()
+    if got_while_held:
+        return Check("lock exclusion", False, "a second process took a lock another process held", False)
+    if not got_after_death:
+        return Check("lock exclusion", False, "a lock was not released when its holder died", False)
+    return Check("lock exclusion", True, "held locks exclude other processes and die with their holder", False)
+
+
+def _renamer(scratch: str, rounds: int) -> None:
+    target = os.path.join(scratch, "target")
+    for i in range(rounds):
+        tmp = os.path.join(scratch, f"tmp{i}")
+        fd = sc.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, FILE_MODE)
+        sc.write(fd, (f"{i:08d}" * 64).encode())
+        sc.close(fd)
+        sc.rename(tmp, target)
+    os._exit(0)
+
+
+def check_rename(scratch: str, rounds: int = 2000) -> Check:
+    """A reader never sees the replaced name missing or half of one version and half of another."""
+    target = os.path.join(scratch, "target")
+    with open(target, "wb") as fh:
+        fh.write(b"00000000" * 64)
+    ctx = multiprocessing.get_context("fork")
+    writer = ctx.Process(target=_renamer, args=(scratch, rounds))
+    writer.start()
+    reads = 0
+    while writer.is_alive() or reads == 0:
+        try:
+            with open(target, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            writer.kill()
+            return Check("atomic rename", False, "a name being replaced by rename was missing for a moment", True)
+        reads += 1
+        if len(data) != 512 or data != data[:8] * 64:
+            writer.kill()
+            return Check("atomic rename", False, f"a reader saw a mixed or partial file ({len(data)} bytes)", True)
+    writer.join()
+    return Check("atomic rename", True, f"{rounds} replacing renames, {reads} concurrent reads, all whole", True)
+
+
+def check_links(scratch: str) -> Check:
+    src, dst = os.path.join(scratch, "linksrc"), os.path.join(scratch, "linkdst")
+    with open(src, "wb") as fh:
+        fh.write(b"x")
+    try:
+        sc.link(src, dst)
+        sc.link(src, dst)
+    except FileExistsError:
+        return Check("hard links", True, "link() works and refuses an existing name", True)
+    except OSError as exc:
+        return Check("hard links", False, f"link() failed: {exc}", True)
+    return Check("hard links", False, "link() replaced an existing name", True)
+
+
+def check_fsync(scratch: str, rounds: int = 20) -> Check:
+    try:
+        started = time.perf_counter()
+        for i in range(rounds):
+            path = os.path.join(scratch, f"sync{i}")
+            fd = sc.open(path, os.O_WRONLY | os.O_CREAT | O_CLOEXEC, FILE_MODE)
+            sc.write(fd, b"x" * 100)
+            sc.fsync(fd)
+            sc.close(fd)
+            fsync_dir(scratch)
+        each = (time.perf_counter() - started) / rounds
+    except OSError as exc:
+        return Check("fsync", False, f"fsync failed: {exc}", True)
+    return Check("fsync", True, f"file and directory fsync work ({each * 1000:.2f} ms per write+fsync+dir fsync)", True)
+
+
+def _touch_later(path: str) -> None:
+    time.sleep(0.2)
+    with open(path, "wb"):
+        pass
+    os._exit(0)
+
+
+def check_inotify(scratch: str, wait: float = 3.0) -> Check:
+    try:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+    except ImportError:
+        return Check("inotify wake-ups", False, "watchdog is not importable", False)
+    seen = threading.Event()
+    stamp: list[float] = []
+
+    class Handler(FileSystemEventHandler):
+        def on_created(self, event: FileSystemEvent) -> None:
+            stamp.append(time.perf_counter())
+            seen.set()
+
+    watched = os.path.join(scratch, "watched")
+    os.mkdir(watched, DIR_MODE)
+    observer = Observer()
+    observer.daemon = True
+    try:
+        observer.schedule(Handler(), watched, recursive=True)
+        observer.start()
+    except Exception as exc:
+        return Check("inotify wake-ups", False, f"cannot watch: {exc}", False)
+    try:
+        proc = multiprocessing.get_context("fork").Process(target=_touch_later,
+                                                           args=(os.path.join(watched, "f"),))
+        started = time.perf_counter()
+        proc.start()
+        got = seen.wait(wait)
+        proc.join()
+    finally:
+        observer.stop()
+        observer.join(2)
+    if not got:
+        return Check("inotify wake-ups", False, f"no event within {wait} s of another process creating a file", False)
+    latency = (stamp[0] - started - 0.2) * 1000
+    return Check("inotify wake-ups", True, f"another process's create seen after about {max(latency, 0.0):.1f} ms",
+                 False)
+
+
+CHECKS: tuple[tuple[str, Callable[[str], Check], bool], ...] = (
+    ("atomic rename", check_rename, True),
+    ("hard links", check_links, True),
+    ("fsync", check_fsync, True),
+    ("lock exclusion", check_locks, False),
+    ("inotify wake-ups", check_inotify, False),
+)
+
+
+def verify(directory: str, out: Callable[[str], None] = print) -> bool:
+    """Run every check in a scratch directory under ``directory``; True if the store is safe there."""
+    os.makedirs(directory, DIR_MODE, exist_ok=True)
+    scratch = os.path.join(directory, f".fsjobstore-verify-{os.getpid()}")
+    os.mkdir(scratch, DIR_MODE)
+    try:
+        checks = []
+        for name, test, required in CHECKS:
+            sub = os.path.join(scratch, test.__name__)
+            os.mkdir(sub, DIR_MODE)
+            try:
+                checks.append(test(sub))
+            except Exception as exc:  # a check that cannot even run has failed
+                checks.append(Check(name, False, f"{type(exc).__name__}: {exc}", required))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    fstype = filesystem_type(directory)
+    trust = locks_prove_death(directory)
+    for check in checks:
+        out(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
+    locks_ok = next(c.passed for c in checks if c.name == "lock exclusion")
+    watch_ok = next(c.passed for c in checks if c.name == "inotify wake-ups")
+    out(f"filesystem: {fstype}")
+    out("take-over: " + ("lock-based (a dead holder's jobs are taken at once; a hung one's after lease_duration)"
+                         if trust else "heartbeat-only (a holder is replaced after lease_duration without heartbeats)"))
+    out("wake-ups: " + ("inotify, with a rescan every poll_interval" if watch_ok
+                        else "polling every poll_interval (inotify events did not arrive)"))
+    safe = all(c.passed for c in checks if c.required) and (locks_ok or not trust)
+    if trust and not locks_ok:
+        out("the store would trust locks here, but they do not work: open it with lock_takeover=False")
+    out("result: " + ("PASS" if safe else "FAIL"))
+    return safe

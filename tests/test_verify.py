@@ -1,0 +1,83 @@
+"""``fsjobstore verify``: each check passes here and can fail, and the heartbeat-only mode it
+reports for network filesystems really waits for a lease instead of trusting free locks."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import FakeWall
+from faultkit import CountingHook, hooked
+
+from fsjobstore import JobState, JobStore, _syscalls, _verify
+
+
+def test_verify_passes_on_this_machine_and_names_the_modes(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "fsjobstore", "verify", str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("atomic rename", "hard links", "fsync", "lock exclusion", "inotify wake-ups"):
+        assert any(line.startswith(f"PASS  {name}:") for line in lines), lines
+    assert any(line.startswith("take-over: lock-based") for line in lines)
+    assert any(line.startswith("wake-ups: inotify") for line in lines)
+    assert lines[-1] == "result: PASS"
+    assert os.listdir(tmp_path) == []  # it cleans up after itself
+
+
+def test_verify_fails_where_locks_do_not_exclude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_syscalls, "try_lock", lambda fd: True)  # every lock "succeeds": no exclusion
+    out: list[str] = []
+    assert _verify.verify(str(tmp_path), out.append) is False
+    assert any(line.startswith("FAIL  lock exclusion") for line in out)
+    assert out[-1] == "result: FAIL"
+
+
+def test_verify_fails_where_hard_links_are_refused(tmp_path: Path) -> None:
+    class NoLinks(CountingHook):
+        def before(self, op: str, args: tuple[object, ...]) -> None:
+            if op == "link":
+                raise OSError(errno.EPERM, "links not supported")
+
+    out: list[str] = []
+    with hooked(NoLinks()):
+        assert _verify.verify(str(tmp_path), out.append) is False
+    assert any(line.startswith("FAIL  hard links") for line in out)
+
+
+def test_local_filesystems_trust_locks_and_network_ones_do_not(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _verify.filesystem_type(str(tmp_path)) != "unknown"
+    assert _verify.locks_prove_death(str(tmp_path))
+    for network in ("nfs4", "cifs", "fuse.sshfs", "ceph"):
+        monkeypatch.setattr(_verify, "filesystem_type", lambda path, t=network: t)
+        assert not _verify.locks_prove_death(str(tmp_path))
+
+
+def test_a_heartbeat_only_store_takes_a_dead_workers_job_only_after_a_whole_lease(
+    open_store: Callable[..., JobStore],
+) -> None:
+    worker = open_store(lease_duration=30.0)
+    clock = FakeWall(0.0)
+    rescuer = open_store(lease_duration=30.0, lock_takeover=False, clock=clock)
+    assert rescuer.lock_takeover is False
+    job = worker.create("x")
+    assert worker.pull_work() is not None
+    worker._stop.set()
+    assert worker._thread is not None
+    worker._thread.join()
+    assert worker._owner is not None and worker._owner._fd is not None
+    os.close(worker._owner._fd)  # the worker dies: its lock is free, its heartbeat frozen
+    worker._owner._fd = None
+    worker._closed = True
+    assert rescuer.recover().requeued == 0  # a free lock is not proof here
+    clock.advance(29.0)
+    assert rescuer.recover().requeued == 0
+    clock.advance(1.5)
+    assert rescuer.recover().requeued == 1
+    assert rescuer.get(job.id).state is JobState.PENDING
