@@ -9,8 +9,13 @@ fault is gone a retry and a full create-claim-fulfil-notify cycle must work on t
 from __future__ import annotations
 
 import errno
+import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from faultkit import SCENARIOS, CountingHook, Ctx, Scenario, check_store, full_cycle, hooked, raise_errno
@@ -79,3 +84,22 @@ def test_a_fault_at_any_call_raises_a_named_error_and_leaves_nothing_half_done(s
     covered, problems = inject_everywhere(scenario, ERRNOS[name])
     assert covered > 0
     assert problems == []
+
+
+def test_a_really_full_tmpfs_fails_cleanly_and_the_store_works_once_space_is_freed(tmp_path: Path) -> None:
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare(1) here to mount a private tmpfs")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    script = os.path.join(os.path.dirname(__file__), "fullfs.py")
+    done = subprocess.run(
+        [unshare, "-rm", "sh", "-c", f'mount -t tmpfs -o size=256k tmpfs "{mount}" && exec "$0" "$1" "$2"',
+         sys.executable, script, str(mount)], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0 and "mount" in done.stderr and "fullfs" not in done.stderr:
+        pytest.skip(f"cannot mount a tmpfs in a user namespace here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [o.split(":")[0] for o in report["outcomes"]] == ["ok create", "ok fulfill"], report
+    assert all("ENOSPC" in o for o in report["outcomes"]), report
+    assert report["problems"] == []
