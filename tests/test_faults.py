@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,34 @@ def test_a_really_full_tmpfs_fails_cleanly_and_the_store_works_once_space_is_fre
     assert [o.split(":")[0] for o in report["outcomes"]] == ["ok create", "ok fulfill"], report
     assert all("ENOSPC" in o for o in report["outcomes"]), report
     assert report["problems"] == []
+
+
+def test_a_fault_reading_a_live_owners_lease_file_never_takes_its_jobs(open_store: Callable[..., JobStore]) -> None:
+    worker, rescuer = open_store(), open_store()
+    worker.create("x")
+    lease = worker.pull_work()
+    assert lease is not None
+
+    class OwnerFilesFail(CountingHook):
+        def before(self, op: str, args: tuple[object, ...]) -> None:
+            if op == "open" and str(args[0]).endswith(".owner"):
+                raise OSError(errno.EMFILE, "Too many open files")
+
+    with hooked(OwnerFilesFail()), pytest.raises(StorageError) as raised:
+        rescuer.recover()
+    assert raised.value.errno == errno.EMFILE
+    assert lease.compromised is None
+    lease.fulfill(b"mine")
+    assert rescuer.get(lease.id).value == b"mine"
+
+
+if __name__ == "__main__":
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    total = problems = 0
+    for code in ERRNOS.values():
+        for scenario in SCENARIOS:
+            covered, found = inject_everywhere(scenario, code)
+            total, problems = total + covered, problems + len(found)
+    print(f"faults injected: {total}, problems: {problems}")
