@@ -438,8 +438,9 @@ class JobStore:
         except FileNotFoundError:
             return None
         except StorageError:
-            # Reading failed, not the file: put the claim back where it was (it is ours, so
-            # nobody else can move it meanwhile) and report the fault.
+            # Reading failed, not the file: put the claim back where it was and report the fault.
+            # RACE: none for the rename back: the claim's token is ours and we are alive, so no
+            # recoverer moves it; a puller can see the job again only once it is back.
             try:
                 sc.rename(active, give_back)
             except OSError:
