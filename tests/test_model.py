@@ -145,7 +145,7 @@ class StoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.leases)
     @rule()
     def hang_past_the_lease(self) -> None:
-        self.rescuer.recover()  # first sight of the worker's heartbeat
+        self.recover()  # first sight of the worker's heartbeat (and a crashed worker's jobs go)
         self.clock.advance(LEASE + 1)
         report = self.rescuer.recover()  # the beat has not changed for a whole lease: expired
         assert report.requeued + report.failed == len(self.leases)
@@ -155,6 +155,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.leases.clear()
         assert self.store._owner is not None
         self.store._owner.beat()  # the worker wakes up: its heartbeat moves again
+        self._rescued()
 
     @precondition(lambda self: self.stale)
     @rule(data=st.data())
@@ -185,6 +186,13 @@ class StoreMachine(RuleBasedStateMachine):
         assert report.requeued + report.failed == len(orphans)
         for job_id in orphans:
             self._taken_over(job_id)
+        self._rescued()
+
+    def _rescued(self) -> None:
+        """The rescuer requeued jobs the worker's own index has not seen: a watching worker
+        hears of them through inotify, a polling one at its next rescan. This machine runs
+        without a watcher, so it tells the worker to rescan, as either would."""
+        self.store._pending.invalidate()
 
     @rule(seconds=st.sampled_from([1.0, 6.0, 11.0]))
     def advance(self, seconds: float) -> None:
