@@ -12,11 +12,10 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from conftest import FakeWall
+from conftest import FakeWall, die
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from test_recovery import die
 
 from fsjobstore import JobState, JobStore, LeaseLost, StoreClosed, WorkLease
 

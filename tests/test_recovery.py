@@ -12,31 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import die, freeze
 
 from fsjobstore import JobState, JobStore, LeaseLost, WorkLease, _fsops, _tree
 
 
 class Crash(BaseException):
     """Stands for the process dying at this instant (not an Exception: nothing catches it)."""
-
-
-def freeze(store: JobStore) -> None:
-    """Stop the store's threads (its background recovery among them)."""
-    store._stop.set()
-    if store._thread is not None:
-        store._thread.join()
-    if store._waker is not None:
-        store._waker.stop()
-
-
-def die(store: JobStore) -> None:
-    """Stop every thread and release the owner's flock without cleaning up, as process death does."""
-    freeze(store)
-    owner = store._owner
-    assert owner is not None and owner._fd is not None
-    os.close(owner._fd)
-    owner._fd = None
-    store._closed = True
 
 
 def names(store: JobStore, rel: str) -> list[str]:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from conftest import FakeWall
+from conftest import FakeWall, freeze
 
 from fsjobstore import JobState, JobStore
 
@@ -44,9 +44,7 @@ def test_a_hung_worker_is_taken_over_only_after_a_full_lease_on_the_rescuers_own
     job = worker.create("x")
     lease = worker.pull_work()
     assert lease is not None
-    worker._stop.set()  # the worker hangs: no more heartbeats
-    assert worker._thread is not None
-    worker._thread.join()
+    freeze(worker)  # the worker hangs: no more heartbeats
     rescuer.recover()  # first sight of its heartbeat
     mono.advance(29.9)
     assert rescuer.recover().requeued == 0

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import FakeWall
+from conftest import FakeWall, die
 from faultkit import CountingHook, hooked
 
 from fsjobstore import JobState, JobStore, _syscalls, _verify
@@ -68,13 +68,7 @@ def test_a_heartbeat_only_store_takes_a_dead_workers_job_only_after_a_whole_leas
     assert rescuer.lock_takeover is False
     job = worker.create("x")
     assert worker.pull_work() is not None
-    worker._stop.set()
-    assert worker._thread is not None
-    worker._thread.join()
-    assert worker._owner is not None and worker._owner._fd is not None
-    os.close(worker._owner._fd)  # the worker dies: its lock is free, its heartbeat frozen
-    worker._owner._fd = None
-    worker._closed = True
+    die(worker)  # its lock is free, its heartbeat frozen
     assert rescuer.recover().requeued == 0  # a free lock is not proof here
     clock.advance(29.0)
     assert rescuer.recover().requeued == 0
