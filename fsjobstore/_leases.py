@@ -61,7 +61,8 @@ class OwnerLease:
             self.beat()
             sc.rename(hidden, self.path)
         except BaseException:
-            sc.close(fd)
+            with contextlib.suppress(OSError):  # must not hide the error that brought us here
+                sc.close(fd)
             with contextlib.suppress(OSError):
                 sc.unlink(hidden)
             raise
@@ -129,8 +130,7 @@ class OwnerProbe:
         except OSError:
             return "dead"  # a planted symlink or worse is no live owner of ours
         try:
-            # A *shared* lock: probers running at once must not see each other as the owner
-            # (filelock's lock_descriptor only takes exclusive locks, hence fcntl here). The
+            # A *shared* lock: probers running at once must not see each other as the owner. The
             # owner holds an exclusive lock, so this succeeds only once the owner has exited;
             # the owner's file appears already locked (see OwnerLease), so no startup window.
             if self.trust_locks and sc.try_lock_shared(fd):

@@ -315,17 +315,13 @@ class JobStore:
                     raise
                 reserved = True
             self._tree.publish(tmp, record, dest)
-        except StorageError as exc:
-            if exc.applied:  # the job is in place; only the fsync that makes it durable failed
+        except Exception as exc:
+            if isinstance(exc, StorageError) and exc.applied:
+                # The job is in place; only the fsync that makes it durable failed.
                 self._pending.note_published(record, dest)
-                raise
-            if fs.unlink_quietly(tmp) and reserved:
-                fs.unlink_quietly(marker)
-            raise
-        except Exception:
-            # Publishing failed. If the temp file is still here the job was never published, so
-            # give the id back; if it is gone the job is in place and the id stays spent.
-            if fs.unlink_quietly(tmp) and reserved:
+            elif fs.unlink_quietly(tmp) and reserved:
+                # The temp file was still here, so the job was never published: give the id
+                # back. (Had it gone, the job would be in place and the id spent.)
                 fs.unlink_quietly(marker)
             raise
         self._pending.note_published(record, dest)
@@ -540,19 +536,20 @@ class JobStore:
             return
         lease._committing = False
 
-    def _drop(self, path: str) -> None:
-        """Remove a superseded copy of a job. If that fails the copy stays until the next
-        recovery pass of this store retries it (see FORMAT.md, "Faults")."""
-        if not fs.unlink_quietly(path) and sc.lexists(path):
-            with self._mutex:
-                self._litter.add(path)
+    def _drop(self, path: str) -> bool:
+        """Remove a superseded copy of a job; True once it is gone. If that fails the copy stays
+        until the next recovery pass of this store retries it (see FORMAT.md, "Faults")."""
+        if fs.unlink_quietly(path) or not sc.lexists(path):
+            return True
+        with self._mutex:
+            self._litter.add(path)
+        return False
 
     def _sweep_litter(self) -> int:
+        """Retry the copies :meth:`_drop` could not remove; how many are gone now."""
         with self._mutex:
             litter, self._litter = self._litter, set()
-        for path in litter:
-            self._drop(path)
-        return len(litter)
+        return sum(self._drop(path) for path in litter)
 
     def _next_record(self, record: Record, token: str, kind: str, payload: Any, retry: bool,
                      delay: float | None) -> tuple[Record, str]:
