@@ -71,6 +71,50 @@ def write_new(path: str, data: bytes, *, durable: bool) -> None:
         raise
 
 
+def write_at(path: str, offset: int, data: bytes, *, durable: bool) -> None:
+    """Write ``data`` into the existing file ``path`` at ``offset`` (cutting off anything past
+    it first), fsync it if durable. On any error the file is cut back to ``offset`` where that
+    is still possible, and the error is raised: the file then reads as it did before.
+    FileNotFoundError means ``path`` is gone and nothing was written."""
+    fd = sc.open(path, os.O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+    try:
+        if sc.fstat(fd).st_size != offset:
+            sc.ftruncate(fd, offset)  # an earlier attempt's tail: never append after it
+        view = memoryview(data)
+        at = offset
+        while view:
+            written = sc.pwrite(fd, view, at)
+            view, at = view[written:], at + written
+        if durable:
+            sc.fsync(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            sc.ftruncate(fd, offset)
+        with contextlib.suppress(OSError):
+            sc.close(fd)
+        raise
+    try:
+        sc.close(fd)
+    except OSError:
+        cut_back(path, offset)
+        raise
+
+
+def cut_back(path: str, offset: int) -> bool:
+    """Truncate ``path`` to ``offset`` bytes (undoing an appended line); False if that failed."""
+    try:
+        fd = sc.open(path, os.O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        sc.ftruncate(fd, offset)
+        return True
+    except OSError:
+        return False
+    finally:
+        sc.close_read(fd)
+
+
 def rename_into(src: str, dst: str, *, durable: bool) -> None:
     """Atomically move ``src`` to ``dst`` (replacing it) and make the new entry durable."""
     sc.rename(src, dst)

@@ -100,11 +100,12 @@ class WorkLease(_Lease):
     """
 
     def __init__(self, store: _WorkCommitter, record: Record, token: str,
-                 on_compromised: OnCompromised | None) -> None:
+                 on_compromised: OnCompromised | None, size: int = 0) -> None:
         super().__init__(on_compromised)
         self._store = store
         self._record = record
-        self._committing = False  # set once the commit's fence rename is under way
+        self._size = size  # bytes of the claimed file: where a final commit appends its result
+        self._committing = False  # set once the commit's first visible step is under way
         self.token = token
 
     @property

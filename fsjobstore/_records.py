@@ -47,7 +47,8 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """The content of a job file (format version 1). Immutable: a transition writes a new one."""
+    """The content of a job file (format version 1). Immutable: a transition writes a new file,
+    or, for a final commit, appends one result line to the claimed one."""
 
     id: str
     queue: str
@@ -82,15 +83,57 @@ class Record:
         }
         return dumps(doc, what="job record") + b"\n"
 
+    def result_bytes(self, state: str) -> bytes:
+        """The line a final commit appends to the claimed file (see FORMAT.md, "Job file"):
+        what changed, and the final state it names. Together with the first line it reads
+        back as this record."""
+        doc: dict[str, Any] = {
+            "result": state,
+            "attempts": self.attempts,
+            "error": self.error,
+            "finished_at": self.finished_at,
+            "committed_by": self.committed_by,
+            "not_before": self.not_before,
+            "value": None if self.value is None else encode_value(self.value),
+        }
+        return dumps(doc, what="job result") + b"\n"
+
     @classmethod
     def from_bytes(cls, data: bytes) -> Record:
         """Parse and validate; raises ``ValueError`` naming the first problem."""
-        doc = loads(data)
+        return cls.parse(data).record
+
+    @classmethod
+    def parse(cls, data: bytes) -> Parsed:
+        """Parse a job file: its record line, then at most one appended result line.
+
+        A last line without its newline is an append that a crash cut short: it is ignored
+        (``Parsed.complete`` says how many bytes are whole). Anything else wrong raises
+        ``ValueError`` naming the first problem.
+        """
+        end = data.find(b"\n")
+        if end < 0:
+            end = len(data) - 1  # one record with no newline (written by hand, say)
+        doc = loads(data[: end + 1])
         if not isinstance(doc, dict):
             raise ValueError("top level is not an object")
         version = doc.get("format")
         if version != FORMAT_VERSION:
             raise ValueError(f"unknown format version {version!r}")
+        complete = end + 1
+        state = None
+        last = data.rfind(b"\n")
+        if last > end:
+            if data.find(b"\n", end + 1) != last:
+                raise ValueError("more than one result line")
+            result = loads(data[end + 1 : last + 1])
+            if not isinstance(result, dict) or result.get("result") not in ("fulfilled", "failed"):
+                raise ValueError("the result line does not name a final state")
+            state = result.pop("result")
+            if set(result) != _RESULT_FIELDS:
+                raise ValueError(f"the result line has fields {sorted(result)}")
+            doc.update(result)
+            complete = last + 1
         try:
             rec = cls(
                 id=check_job_id(doc["id"]),
@@ -111,7 +154,9 @@ class Record:
             raise ValueError(f"missing field {exc.args[0]!r}") from None
         except Exception as exc:  # InvalidJobId is a ValueError; keep one error type out
             raise ValueError(str(exc)) from None
-        return rec
+        if state is not None and (rec.finished_at is None or rec.committed_by is None):
+            raise ValueError("the result line lacks finished_at or committed_by")
+        return Parsed(rec, state, complete)
 
     def snapshot(self, state: JobState, waiting: tuple[Any, ...] = ()) -> Job:
         return Job(
@@ -120,6 +165,19 @@ class Record:
             created_at=self.created_at, run_at=self.not_before, value=self.value,
             error=self.error, finished_at=self.finished_at, waiting=waiting,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A parsed job file: the record as of its last whole line, the final state an appended
+    result line names (None if there is none), and how many leading bytes are whole lines."""
+
+    record: Record
+    final: str | None
+    complete: int
+
+
+_RESULT_FIELDS = frozenset({"attempts", "error", "finished_at", "committed_by", "not_before", "value"})
 
 
 # Control characters other than tab/newline/CR become 6-byte \uXXXX escapes in JSON; without

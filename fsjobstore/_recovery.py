@@ -128,12 +128,18 @@ def _taken_over(host: _Host, mine: str, job_id: str, old_token: str, kind: str, 
         counts["duplicates_dropped"] += 1
         return
     try:
-        record = tree.read_record(mine)
+        parsed = tree.read_parsed(mine)
     except FileNotFoundError:
         return
     except (fs.Unreadable, ValueError) as exc:
         counts["quarantined"] += tree.quarantine(mine, f"active job file {exc}")
         return
+    if parsed.final is not None:
+        _finish_final(host, mine, job_id, parsed.final, counts)
+        return
+    # A torn result line (the holder died mid-append) is ignored: the job is requeued from
+    # its record line into a fresh file, so the tail never reaches the queue.
+    record = parsed.record
     attempts = record.attempts + 1
     error = f"attempt {attempts} lost: {why}"
     if attempts >= record.max_attempts:
@@ -165,6 +171,29 @@ def _taken_over(host: _Host, mine: str, job_id: str, old_token: str, kind: str, 
     host._drop(mine)
     if dest == "failed":
         host._after_final(job_id)
+
+
+def _finish_final(host: _Host, mine: str, job_id: str, state: str, counts: dict[str, int]) -> None:
+    """The holder appended its whole result line and died (or hung) before the rename that
+    publishes it: publish it. Its fsync may not have happened yet, so we make the data durable
+    before the name, as the holder would have."""
+    tree = host._tree
+    if tree.durable:
+        fd = sc.open(mine, os.O_RDONLY | fs.O_NOFOLLOW | fs.O_CLOEXEC)
+        try:
+            sc.fsync(fd)
+        finally:
+            sc.close_read(fd)
+    try:
+        tree.publish_final(mine, job_id, state)
+    except FileExistsError:  # a result exists already: ours was a stray copy
+        host._drop(mine)
+        counts["duplicates_dropped"] += 1
+        return
+    except FileNotFoundError:
+        return  # RACE: another recoverer took it from us after we judged it; it finishes the job
+    counts["commits_finished"] += 1
+    host._after_final(job_id)
 
 
 def _finish_commit(host: _Host, job_id: str, old_token: str, mine: str, counts: dict[str, int]) -> bool:

@@ -252,6 +252,8 @@ class JobStore:
         self._held_work = {}
         self._litter = set()
         self._thread = None
+        if self._waker is not None:
+            self._waker.abandon_after_fork()
         self._waker = None
         self._mutex = threading.RLock()
         self._stop = threading.Event()
@@ -430,7 +432,7 @@ class JobStore:
     def _lease_from_active(self, active: str, job_id: str, queue: str, token: str,
                            on_compromised: OnCompromised | None, *, give_back: str) -> WorkLease | None:
         try:
-            record = self._tree.read_record(active)
+            parsed = self._tree.read_parsed(active)
         except FileNotFoundError:
             return None
         except StorageError:
@@ -446,10 +448,14 @@ class JobStore:
         except (fs.Unreadable, ValueError) as exc:
             self._tree.quarantine(active, f"claimed job file {exc}")
             return None
+        record = parsed.record
         if record.id != job_id or record.queue != queue:
             self._tree.quarantine(active, f"file content names job {record.id!r} in queue {record.queue!r}")
             return None
-        lease = WorkLease(self, record, token, on_compromised)
+        if parsed.final is not None:
+            self._tree.quarantine(active, f"a queued job file already holds a {parsed.final} result")
+            return None
+        lease = WorkLease(self, record, token, on_compromised, size=parsed.complete)
         with self._mutex:
             self._held_work[token] = lease
         return lease
@@ -481,6 +487,9 @@ class JobStore:
             self._pending.note_published(record, "pending")
             return
         new, dest = self._next_record(record, token, kind, payload, retry, delay)
+        if dest in ("fulfilled", "failed"):
+            self._commit_final(lease, active, new, dest)
+            return
         tmp = lay.commit_tmp_path(token, record.id, dest)
         fs.unlink_quietly(tmp)  # a failed earlier attempt of this very commit may have left it
         fs.write_new(tmp, new.to_bytes(), durable=self.durable)
@@ -511,17 +520,60 @@ class JobStore:
             raise
         self._committed(lease, committing, new, dest)
 
+    def _commit_final(self, lease: WorkLease, active: str, new: Record, dest: str) -> None:
+        """A result is final: append it to the claimed file as one line, then move that file
+        into ``fulfilled/`` or ``failed/`` with one rename that never replaces a result.
+
+        No temp file is created and nothing is unlinked (both cost far more than a rename on
+        most filesystems). The rename is the fence: once a recoverer has moved our claim, it
+        fails with ENOENT. Durable order: write, fsync the file, rename, fsync the directory.
+        """
+        lease._committing = True
+        try:
+            fs.write_at(active, lease._size, new.result_bytes(dest), durable=self.durable)
+        except FileNotFoundError:
+            raise self._lost(lease) from None
+        except OSError:
+            lease._committing = False  # the line was cut back: the claim is as it was
+            raise
+        try:
+            self._tree.publish_final(active, new.id, dest)
+        except FileNotFoundError:
+            # RACE: we were judged hung and a recoverer moved our claim. If it saw our whole
+            # result line it published that (our commit stands); otherwise it requeued the job
+            # from the record line and ours is void.
+            if not self._published_by(lease.token, new, dest):
+                raise self._lost(lease) from None
+        except FileExistsError:
+            # A result exists already, so this claim was a stray second copy of a final job
+            # (a restored backup, a hand-made copy): it goes, and nothing was committed.
+            self._drop(active)
+            raise self._lost(lease) from None
+        except StorageError as exc:
+            if not exc.applied:
+                # Nothing moved. Cut the line back so a release or a retry starts clean; if even
+                # that fails, a line that is not followed by the rename is what a crash leaves,
+                # and readers and recovery already handle it.
+                fs.cut_back(active, lease._size)
+                lease._committing = False
+                raise
+            self._committed_final(lease, new)
+            raise
+        self._committed_final(lease, new)
+
+    def _committed_final(self, lease: WorkLease, new: Record) -> None:
+        self._finish(lease)
+        try:
+            self._after_final(new.id)
+        except StorageError as exc:
+            # The result is committed and durable; only its notify index entry is missing,
+            # and every recovery pass restores those (_recovery._sweep_targets).
+            log.warning("job %s is committed but its notification was not indexed: %s", new.id, exc)
+
     def _committed(self, lease: WorkLease, committing: str, new: Record, dest: str) -> None:
         self._drop(committing)
         self._finish(lease)
-        self._pending.note_published(new, dest)
-        if dest in ("fulfilled", "failed"):
-            try:
-                self._after_final(new.id)
-            except StorageError as exc:
-                # The result is committed and durable; only its notify index entry is missing,
-                # and every recovery pass restores those (_recovery._sweep_targets).
-                log.warning("job %s is committed but its notification was not indexed: %s", new.id, exc)
+        self._pending.note_published(new, dest)  # a retry: final results go by _commit_final
 
     def _unfence(self, lease: WorkLease, committing: str, active: str, tmp: str) -> None:
         """Undo a commit that failed before anything was published: the claim is ours again
@@ -724,7 +776,7 @@ class JobStore:
     def _start_waker(self) -> None:
         with self._mutex:
             if self._waker is None and not self._closed:
-                waker = Waker(self._layout.jobs, self._pending.on_arrival)
+                waker = Waker(self._layout.jobs, self._pending.on_arrival, self._pending.invalidate)
                 waker.start()
                 self._waker = waker
 

@@ -20,6 +20,8 @@ watchdog's inotify descriptors are not routed here: wake-ups are hints, never st
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import fcntl
 import os
@@ -89,7 +91,7 @@ def write(fd: int, data: bytes | memoryview) -> int:
     return _call("write", os.write, fd, data)
 
 
-def pwrite(fd: int, data: bytes, offset: int) -> int:
+def pwrite(fd: int, data: bytes | memoryview, offset: int) -> int:
     return _call("write", os.pwrite, fd, data, offset)
 
 
@@ -175,6 +177,50 @@ def unlock(fd: int) -> None:
 # -- names ------------------------------------------------------------------------------------
 def rename(src: str, dst: str) -> None:
     _call("rename", os.rename, src, dst)
+
+
+def rename_noreplace(src: str, dst: str) -> None:
+    """Move ``src`` to ``dst`` in one atomic step that fails with FileExistsError if ``dst``
+    exists (Linux renameat2 with RENAME_NOREPLACE).
+
+    Where the C library or the filesystem lacks it, link() then unlink() does the same job in
+    two steps: a crash between them leaves both names on one inode, which recovery resolves
+    (FORMAT.md, "Recovery"). The hook sees either one "rename" or a "link" and an "unlink".
+    """
+    global _renameat2
+    if _renameat2 is not None:
+        try:
+            _call("rename", _noreplace, src, dst)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise
+            _renameat2 = None  # this filesystem (or kernel) has no RENAME_NOREPLACE
+    link(src, dst)
+    unlink(src)
+
+
+def _load_renameat2() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_renameat2 = _load_renameat2()
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+
+
+def _noreplace(src: str, dst: str) -> None:
+    assert _renameat2 is not None
+    if _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), src, None, dst)
 
 
 def link(src: str, dst: str) -> None:

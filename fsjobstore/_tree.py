@@ -21,7 +21,7 @@ from . import _syscalls as sc
 from ._codec import dumps, loads
 from ._errors import JobNotFound
 from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, TARGET_RE, Layout
-from ._records import JobState, Record
+from ._records import JobState, Parsed, Record
 
 log = logging.getLogger("fsjobstore")
 
@@ -46,7 +46,20 @@ class Tree:
     # -- reading -------------------------------------------------------------------------------
     def read_record(self, path: str) -> Record:
         """Raises FileNotFoundError, or fs.Unreadable / ValueError naming what is wrong."""
-        return Record.from_bytes(fs.read_regular(path, self.record_cap))
+        return self.read_parsed(path).record
+
+    def read_parsed(self, path: str) -> Parsed:
+        """Like :meth:`read_record`, with the result line's final state and the whole length."""
+        return Record.parse(fs.read_regular(path, self.record_cap))
+
+    def publish_final(self, path: str, job_id: str, state: str) -> str:
+        """Move a claimed file that ends in its result line into ``state``'s directory in one
+        rename that never replaces an existing result (FileExistsError instead), then make
+        the new entry durable. FileNotFoundError: ``path`` was moved (taken over)."""
+        dst = self.layout.final_path(state, job_id)
+        sc.rename_noreplace(path, dst)
+        fs.sync_applied(os.path.dirname(dst), durable=self.durable)
+        return dst
 
     def dest_path(self, record: Record, dest: str) -> str:
         lay = self.layout

@@ -1,37 +1,124 @@
-"""Wake-ups: watchdog tells idle pullers that something arrived; a timer covers what it misses.
+"""Wake-ups: idle pullers learn at once that something arrived; a timer covers what they miss.
 
-inotify is a hint, never the source of truth: its queue overflows (and watchdog drops the
-overflow signal), and it sees nothing another host does on a network filesystem. Every wait is
-therefore bounded by ``poll_interval``, after which the caller rescans the directories.
+Wake-ups are hints, never the source of truth: inotify's queue overflows, and it sees nothing
+another host does on a network filesystem. Every wait is therefore bounded by
+``poll_interval``, after which the caller rescans the directories.
 
-We watch ``jobs/`` recursively because watchdog holds back the events of a directory for about
-half a second after a file is renamed *out* of it, unless the destination is watched too
-(it waits to pair the two halves of the move). Every routine move stays inside ``jobs/``.
+On Linux the waiting thread itself blocks on an inotify descriptor (the kernel API, through
+ctypes): the event that makes a job visible wakes the very thread that will claim it. An
+earlier version used watchdog's observer, which hands each event through three threads and a
+queue; that cost 1.5-2 ms per wake-up here against the kernel's 0.1-0.3 ms (PERFORMANCE.md).
+watchdog remains the fallback where inotify cannot be used (other systems, no ctypes). In
+both cases ``jobs/`` is watched as a tree: its queue directories, ``scheduled`` and ``notify``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
+import errno
 import logging
 import os
+import select
+import struct
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("fsjobstore")
 
+_IN_MOVED_TO = 0x00000080
+_IN_CREATE = 0x00000100
+_IN_Q_OVERFLOW = 0x00004000
+_IN_IGNORED = 0x00008000
+_IN_ONLYDIR = 0x01000000
+_IN_ISDIR = 0x40000000
+_MASK = _IN_CREATE | _IN_MOVED_TO | _IN_ONLYDIR
+_HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
+
+
+def _libc() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.inotify_init1.argtypes = [ctypes.c_int]
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _libc()
+
 
 class Waker:
-    """Counts arrivals under a directory tree and lets threads wait for the next one."""
+    """Counts arrivals under ``jobs/`` and lets threads wait for the next one.
 
-    def __init__(self, root: str, on_arrival: Callable[[str], None]) -> None:
+    ``on_arrival(path)`` is called for each file that appears; ``on_overflow()`` when events
+    were lost (the caller then rescans). Thread-safe; one waiting thread at a time reads the
+    descriptor and the others wait on a condition it signals.
+    """
+
+    def __init__(self, root: str, on_arrival: Callable[[str], None],
+                 on_overflow: Callable[[], None] = lambda: None) -> None:
         self._root = root
         self._on_arrival = on_arrival
+        self._on_overflow = on_overflow
         self._cond = threading.Condition()
         self._generation = 0
+        self._fd = -1
+        self._pipe: tuple[int, int] | None = None  # wakes the reader when we stop
+        self._dirs: dict[int, str] = {}  # watch descriptor -> directory
+        self._reading = False
+        self._stopped = False
         self._observer: Any = None
         self.watching = False
 
+    # -- starting ---------------------------------------------------------------------------
     def start(self) -> None:
+        if _LIBC is not None and self._start_inotify():
+            return
+        self._start_watchdog()
+
+    def _start_inotify(self) -> bool:
+        fd = _LIBC.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            log.warning("inotify_init1 failed (%s); trying watchdog", os.strerror(ctypes.get_errno()))
+            return False
+        self._fd = fd
+        self._pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.watching = True
+        try:
+            self._watch_tree(self._root)
+        except OSError as exc:  # fs.inotify.max_user_watches, say: degrade to polling
+            log.warning("cannot watch %s (%s); pullers will poll", self._root, exc)
+            self._close_fds()
+            self.watching = False
+            return True  # watchdog would hit the same limit
+        return True
+
+    def _watch(self, directory: str) -> bool:
+        wd = _LIBC.inotify_add_watch(self._fd, os.fsencode(directory), _MASK)
+        if wd < 0:
+            code = ctypes.get_errno()
+            if code in (errno.ENOENT, errno.ENOTDIR):
+                return False  # gone, or not a directory: nothing to watch
+            raise OSError(code, os.strerror(code), directory)
+        self._dirs[wd] = directory
+        return True
+
+    def _watch_tree(self, directory: str) -> None:
+        """Watch ``directory`` and the directories below it (queue directories, ...)."""
+        if not self._watch(directory):
+            return
+        with contextlib.suppress(OSError), os.scandir(directory) as it:
+            subdirs = [e.path for e in it if e.is_dir(follow_symlinks=False)]
+        for sub in subdirs:
+            if os.path.basename(sub) not in ("active", "fulfilled", "failed"):  # nobody waits on these
+                self._watch_tree(sub)
+
+    def _start_watchdog(self) -> None:
         try:
             from watchdog.events import FileCreatedEvent, FileMovedEvent, FileSystemEventHandler
             from watchdog.observers import Observer
@@ -50,8 +137,6 @@ class Waker:
         try:
             observer = Observer()
             observer.daemon = True
-            # Only creations and moves can mean new work. Filtering here narrows the inotify mask
-            # itself, so the kernel never queues the open/modify/close events of every write.
             observer.schedule(_Handler(), self._root, recursive=True,
                               event_filter=[FileCreatedEvent, FileMovedEvent])
             observer.start()
@@ -61,6 +146,7 @@ class Waker:
         self._observer = observer
         self.watching = True
 
+    # -- events -----------------------------------------------------------------------------
     def arrived(self, path: str) -> None:
         try:
             self._on_arrival(path)
@@ -69,15 +155,77 @@ class Waker:
                 self._generation += 1
                 self._cond.notify_all()
 
+    def _read_events(self) -> None:
+        """Read everything queued on the descriptor and dispatch it (no lock held)."""
+        overflow = False
+        while True:
+            try:
+                buf = os.read(self._fd, 65536)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                log.warning("reading inotify events failed: %s; pullers will poll", exc)
+                self.watching = False
+                break
+            off = 0
+            while off < len(buf):
+                wd, mask, _cookie, length = _HEADER.unpack_from(buf, off)
+                name = buf[off + _HEADER.size: off + _HEADER.size + length].rstrip(b"\0")
+                off += _HEADER.size + length
+                if mask & _IN_Q_OVERFLOW:
+                    overflow = True
+                elif mask & _IN_IGNORED:
+                    self._dirs.pop(wd, None)  # its directory went (quarantined)
+                elif wd in self._dirs and not overflow:
+                    path = os.path.join(self._dirs[wd], os.fsdecode(name))
+                    if mask & _IN_ISDIR:
+                        # A new queue directory: watch it, and rescan, since files may have
+                        # landed in it before the watch existed.
+                        with contextlib.suppress(OSError):
+                            self._watch_tree(path)
+                        overflow = True
+                    else:
+                        self._on_arrival(path)
+        if overflow:
+            self._on_overflow()
+
     @property
     def generation(self) -> int:
         return self._generation
 
     def wait(self, since: int, timeout: float) -> None:
         """Return when an arrival happens after generation ``since``, or after ``timeout``."""
+        if self._fd < 0:
+            with self._cond:
+                self._cond.wait_for(lambda: self._generation != since, timeout=max(0.0, timeout))
+            return
+        deadline = time.monotonic() + max(0.0, timeout)
         with self._cond:
-            self._cond.wait_for(lambda: self._generation != since, timeout=max(0.0, timeout))
+            while self._generation == since and not self._stopped:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                if self._reading:
+                    self._cond.wait(remaining)
+                    continue
+                self._reading = True
+                self._cond.release()
+                try:
+                    self._read_once(remaining)
+                finally:
+                    self._cond.acquire()
+                    self._reading = False
+                    self._cond.notify_all()
 
+    def _read_once(self, timeout: float) -> None:
+        assert self._pipe is not None
+        ready, _, _ = select.select([self._fd, self._pipe[0]], [], [], timeout)
+        if self._fd in ready and not self._stopped:
+            self._read_events()
+            with self._cond:
+                self._generation += 1
+
+    # -- stopping ---------------------------------------------------------------------------
     def stop(self) -> None:
         observer, self._observer = self._observer, None
         self.watching = False
@@ -86,5 +234,27 @@ class Waker:
             if observer.is_alive() and threading.current_thread() is not observer:
                 observer.join(timeout=2.0)
         with self._cond:
+            self._stopped = True
             self._generation += 1
+            if self._pipe is not None:
+                with contextlib.suppress(OSError):
+                    os.write(self._pipe[1], b"x")
+            self._cond.wait_for(lambda: not self._reading, timeout=2.0)
             self._cond.notify_all()
+            if not self._reading:
+                self._close_fds()
+
+    def abandon_after_fork(self) -> None:
+        """In a forked child: close our copies of the parent's descriptors, start nothing."""
+        self._observer = None
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        fds = [self._fd, *(self._pipe or ())]
+        self._fd, self._pipe = -1, None
+        self._dirs = {}
+        for fd in fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import die, freeze
 
-from fsjobstore import JobState, JobStore, LeaseLost, WorkLease, _fsops, _tree
+from fsjobstore import JobState, JobStore, LeaseLost, WorkLease, _fsops, _syscalls, _tree
 
 
 class Crash(BaseException):
@@ -59,26 +59,26 @@ def pair(open_store: Callable[..., JobStore]) -> tuple[JobStore, JobStore]:
     return open_store(backoff=lambda a: 0.0), open_store(backoff=lambda a: 0.0)
 
 
-def test_a_commit_that_died_after_its_fence_is_finished_from_its_temp_file(
+def test_a_retry_that_died_after_its_fence_is_finished_from_its_temp_file(
     pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     worker, rescuer = pair
     worker.create("x")
-    job_id = commit_and_die(worker, monkeypatch, lambda lease: lease.fulfill(b"result"), _tree.Tree, "publish")
+    job_id = commit_and_die(worker, monkeypatch, lambda lease: lease.fail("boom"), _tree.Tree, "publish")
     assert [n.rsplit(".", 1)[1] for n in names(rescuer, "jobs/active")] == ["commit"]
     report = rescuer.recover()
-    assert report.commits_finished == 1
+    assert report.commits_finished == 1 and report.requeued == 0
     got = rescuer.get(job_id)
-    assert got.state is JobState.FULFILLED and got.value == b"result"
+    assert got.state is JobState.PENDING and got.attempts == 1 and got.error == "boom"
     assert names(rescuer, "jobs/active") == [] and names(rescuer, "tmp") == []
 
 
-def test_a_commit_whose_temp_file_is_torn_is_undone_and_the_attempt_counted(
+def test_a_retry_whose_temp_file_is_torn_is_undone_and_the_attempt_counted(
     pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     worker, rescuer = pair
     job = worker.create("x")
-    commit_and_die(worker, monkeypatch, lambda lease: lease.fulfill(b"result"), _tree.Tree, "publish")
+    commit_and_die(worker, monkeypatch, lambda lease: lease.fail("boom"), _tree.Tree, "publish")
     [tmp] = names(rescuer, "tmp")
     with open(os.path.join(rescuer.path, "tmp", tmp), "r+b") as fh:
         fh.truncate(20)  # as a power loss can leave a file whose data was not yet on disk
@@ -88,13 +88,57 @@ def test_a_commit_whose_temp_file_is_torn_is_undone_and_the_attempt_counted(
     assert got.state is JobState.PENDING and got.attempts == 1
 
 
-def test_a_commit_that_died_after_publishing_leaves_one_result(
+def test_a_result_appended_by_a_worker_that_died_before_its_rename_is_published(
+    pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker, rescuer = pair
+    worker.create("x")
+    job_id = commit_and_die(worker, monkeypatch, lambda lease: lease.fulfill(b"result"), _tree.Tree, "publish_final")
+    [claim] = names(rescuer, "jobs/active")
+    with open(os.path.join(rescuer.path, "jobs", "active", claim), "rb") as fh:
+        assert fh.read().count(b"\n") == 2  # the record line and the result line
+    report = rescuer.recover()
+    assert report.commits_finished == 1 and report.requeued == 0
+    got = rescuer.get(job_id)
+    assert got.state is JobState.FULFILLED and got.value == b"result" and got.attempts == 1
+    assert names(rescuer, "jobs/active") == [] and names(rescuer, "tmp") == []
+
+
+def test_a_result_line_cut_short_by_a_crash_is_ignored_and_the_job_requeued_without_it(
     pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     worker, rescuer = pair
     job = worker.create("x")
-    commit_and_die(worker, monkeypatch, lambda lease: lease.fulfill(b"result"), _fsops, "unlink_quietly",
-                   _is_commit_file)
+    commit_and_die(worker, monkeypatch, lambda lease: lease.fulfill(b"result"), _tree.Tree, "publish_final")
+    [claim] = names(rescuer, "jobs/active")
+    path = os.path.join(rescuer.path, "jobs", "active", claim)
+    with open(path, "r+b") as fh:
+        data = fh.read()
+        fh.truncate(len(data) - 5)  # the append reached the disk only in part
+    report = rescuer.recover()
+    assert report.requeued == 1 and report.commits_finished == 0
+    got = rescuer.get(job.id)
+    assert got.state is JobState.PENDING and got.attempts == 1 and got.value is None
+    [queued] = names(rescuer, "jobs/pending/default")
+    with open(os.path.join(rescuer.path, "jobs", "pending", "default", queued), "rb") as fh:
+        assert fh.read().count(b"\n") == 1  # requeued from the record line alone
+
+
+def test_a_commit_that_died_between_link_and_unlink_leaves_one_result(
+    pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where renameat2 is missing, publishing a result is link() then unlink()."""
+    worker, rescuer = pair
+    job = worker.create("x")
+    monkeypatch.setattr(_syscalls, "_renameat2", None)
+    lease = worker.pull_work()
+    assert lease is not None
+    crash(monkeypatch, _syscalls, "unlink", lambda path: f"{os.sep}active{os.sep}" in path)
+    with pytest.raises(Crash):
+        lease.fulfill(b"result")
+    monkeypatch.undo()
+    die(worker)
+    assert len(names(rescuer, "jobs/active")) == 1 and names(rescuer, "jobs/fulfilled") == [f"{job.id}.json"]
     report = rescuer.recover()
     assert report.requeued == 0 and report.duplicates_dropped == 1
     assert rescuer.get(job.id).value == b"result"

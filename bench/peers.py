@@ -1,0 +1,447 @@
+"""fsjobstore against the embedded Python queues a user would pick instead, side by side.
+
+    pip install -e ".[bench]"
+    python bench/peers.py                 # the full run (about 20 minutes on 2 cores)
+    python bench/peers.py --quick         # small counts, one repeat: a smoke run
+    python bench/peers.py --peers fsjobstore,huey-sqlite --workloads W2,W4
+
+Every figure is the median of --repeat runs, each in a fresh directory under --dir (default: a
+temp directory in the current one, so every queue sees the same filesystem). File creation
+rates on this kind of machine swing several-fold between runs: compare figures from one run.
+Workloads (see PERFORMANCE.md): W1 enqueue, W2 drain by 1/2/4 processes with an exactly-once
+check, W3 wake-up latency and idle CPU, W4 = W1 and W2 with fsync on, W5 claim cost by depth,
+W6 a worker's memory; plus the raw limits of this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing as mp
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _raw
+from _adapters import ADAPTERS, Adapter, has_durable_mode
+
+CTX = mp.get_context("fork")
+
+
+# == workloads ====================================================================================
+def w1_enqueue(cls: type[Adapter], d: str, n: int, durable: bool) -> float:
+    q = cls(d, durable)
+    try:
+        t = time.perf_counter()
+        for i in range(n):
+            q.put(i)
+        return n / (time.perf_counter() - t)
+    finally:
+        q.close()
+
+
+def _fill(cls: type[Adapter], d: str, n: int) -> None:
+    q = cls(d, False)  # filling is not what is measured
+    try:
+        for i in range(n):
+            q.put(i)
+    finally:
+        q.close()
+
+
+def _drain_worker(cls: type[Adapter], d: str, durable: bool, start: Any, out: Any) -> None:
+    taken: list[int] = []
+    errors = 0
+    q = cls(d, durable)
+    start.wait()
+    idle = 0
+    while idle < 2:  # stop after two empty looks in a row (others may still be committing)
+        try:
+            i = q.take()
+        except Exception:  # lock contention in SQLite peers ("database is locked"): count, retry
+            errors += 1
+            time.sleep(0.001)
+            continue
+        if i is None:
+            idle += 1
+            continue
+        idle = 0
+        taken.append(i)
+    finished = time.monotonic()
+    q.close()
+    out.put((taken, finished, errors))
+
+
+def w2_drain(cls: type[Adapter], d: str, n: int, workers: int, durable: bool) -> tuple[float, int, int, int]:
+    """(items/s, duplicates, losses, worker errors) for ``workers`` processes draining ``n`` items."""
+    _fill(cls, d, n)
+    start, out = CTX.Event(), CTX.Queue()
+    procs = [CTX.Process(target=_drain_worker, args=(cls, d, durable, start, out)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    time.sleep(0.3)  # every worker has opened its queue
+    t0 = time.monotonic()
+    start.set()
+    results = [out.get(timeout=900) for _ in procs]
+    for p in procs:
+        p.join()
+    counts = Counter(i for taken, _, _ in results for i in taken)
+    dups = sum(c - 1 for c in counts.values() if c > 1)
+    lost = sum(1 for i in range(n) if i not in counts)
+    elapsed = max(f for _, f, _ in results) - t0
+    return n / elapsed, dups, lost, sum(e for _, _, e in results)
+
+
+def _wake_worker(cls: type[Adapter], d: str, n: int, idle_for: float, poll: float, ready: Any, out: Any) -> None:
+    q = cls(d, False)
+    q.take()  # open everything a worker opens
+    wait = getattr(q, "wait_take", None)
+    # Idle CPU: a worker waiting with nothing to do, over idle_for seconds.
+    c0, t0 = os.times(), time.monotonic()
+    if wait is not None:
+        while time.monotonic() - t0 < idle_for:
+            wait(idle_for - (time.monotonic() - t0))
+    else:
+        while time.monotonic() - t0 < idle_for:
+            q.take()
+            time.sleep(poll)
+    c1, t1 = os.times(), time.monotonic()
+    cpu = (c1.user + c1.system - c0.user - c0.system) / (t1 - t0) * 100
+    ready.set()
+    got: dict[int, float] = {}
+    while len(got) < n:
+        i = wait(30.0) if wait is not None else q.take()
+        if i is None:
+            if wait is None:
+                time.sleep(poll)
+            continue
+        got[i] = q.claimed_at
+    q.close()
+    out.put((got, cpu))
+
+
+def w3_wakeup(cls: type[Adapter], d: str, n: int, durable: bool, poll: float,
+              idle_for: float) -> tuple[float, float, float, float]:
+    """(p50, p99, max) ms from just before the producer's put to the worker holding the item,
+    and the idle worker's CPU in % of one core."""
+    ready, out = CTX.Event(), CTX.Queue()
+    p = CTX.Process(target=_wake_worker, args=(cls, d, n, idle_for, poll, ready, out))
+    p.start()
+    if not ready.wait(idle_for + 60):
+        raise RuntimeError("wake-up worker did not start")
+    q = cls(d, durable)
+    sent = {}
+    try:
+        for i in range(n):
+            sent[i] = time.monotonic()  # CLOCK_MONOTONIC is system-wide on Linux
+            q.put(i)
+            time.sleep(0.02)
+    finally:
+        q.close()
+    got, cpu = out.get(timeout=120)
+    p.join()
+    lat = sorted((got[i] - sent[i]) * 1000 for i in range(n))
+    return lat[len(lat) // 2], lat[min(n - 1, round(n * 0.99) - 1)], lat[-1], cpu
+
+
+def w5_depth(cls: type[Adapter], d: str, depth: int, ops: int) -> float:
+    """Microseconds per claim+complete with ``depth`` items queued behind."""
+    _fill(cls, d, depth + ops + 1)
+    q = cls(d, False)
+    try:
+        q.take()  # warm: a running worker has already listed its queue once
+        t = time.perf_counter()
+        for _ in range(ops):
+            if q.take() is None:
+                raise RuntimeError("queue ran dry")
+        return (time.perf_counter() - t) / ops * 1e6
+    finally:
+        q.close()
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _rss_worker(cls: type[Adapter], d: str, marks: tuple[int, ...], out: Any) -> None:
+    q = cls(d, False)
+    seen, rss = 0, []
+    for mark in marks:
+        while seen < mark:
+            if q.take() is None:
+                raise RuntimeError("queue ran dry")
+            seen += 1
+        rss.append(_rss_mb())
+    q.close()
+    out.put(rss)
+
+
+def w6_memory(cls: type[Adapter], d: str, small: int, big: int) -> tuple[float, float]:
+    """A fresh worker's RSS (MB) after ``small`` and after ``big`` items."""
+    _fill(cls, d, big)
+    out = CTX.Queue()
+    p = CTX.Process(target=_rss_worker, args=(cls, d, (small, big), out))
+    p.start()
+    rss = out.get(timeout=1800)
+    p.join()
+    return rss[0], rss[1]
+
+
+# == running ======================================================================================
+class Runner:
+    def __init__(self, base: str, repeat: int) -> None:
+        self.base = base
+        self.repeat = repeat
+
+    def median(self, fn: Callable[[str], Any], repeat: int | None = None) -> Any:
+        results = []
+        for _ in range(repeat or self.repeat):
+            d = tempfile.mkdtemp(dir=self.base)
+            try:
+                results.append(fn(os.path.join(d, "q")))
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+        if isinstance(results[0], tuple):
+            return tuple(statistics.median(r[k] for r in results) for k in range(len(results[0])))
+        return statistics.median(results)
+
+    def worst(self, fn: Callable[[str], tuple[float, int, int, int]]) -> tuple[float, int, int, int]:
+        """Median rate, but the *largest* duplicate/loss/error counts of any repeat."""
+        results = []
+        for _ in range(self.repeat):
+            d = tempfile.mkdtemp(dir=self.base)
+            try:
+                results.append(fn(os.path.join(d, "q")))
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+        return (statistics.median(r[0] for r in results), max(r[1] for r in results),
+                max(r[2] for r in results), max(r[3] for r in results))
+
+
+def table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in enumerate(header)]
+    lines = [f"\n### {title}", "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def ratio(ours: float | None, theirs: float | None, *, lower_is_better: bool = False) -> str:
+    if not ours or not theirs:
+        return ""
+    r = theirs / ours if lower_is_better else ours / theirs
+    return f"{r:.2f}x"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", help="where to run (default: a temp dir under the current directory)")
+    ap.add_argument("--quick", action="store_true", help="small counts and one repeat (a smoke run)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--peers", default=",".join(ADAPTERS), help="comma-separated; fsjobstore is always included")
+    ap.add_argument("--workloads", default="RAW,W1,W2,W3,W4,W5,W6")
+    ap.add_argument("--poll", type=float, default=0.005,
+                    help="W3: how often peers with no wake-up mechanism poll (seconds)")
+    args = ap.parse_args()
+    names = ["fsjobstore", *[p for p in args.peers.split(",") if p and p != "fsjobstore"]]
+    for p in names:
+        if p not in ADAPTERS:
+            ap.error(f"unknown peer {p!r}; choose from {', '.join(ADAPTERS)}")
+    peers = {p: ADAPTERS[p] for p in names}
+    work = set(args.workloads.upper().split(","))
+    q = args.quick
+    n = 1000 if q else 10_000
+    n_wake = 50 if q else 200
+    depths = (100, 1000) if q else (100, 10_000, 100_000)
+    mem = (1000, 5000) if q else (1000, 100_000)
+    base = os.path.abspath(args.dir or tempfile.mkdtemp(prefix="fsjobstore-peers-", dir="."))
+    os.makedirs(base, exist_ok=True)
+    run = Runner(base, 1 if q else args.repeat)
+    out: list[str] = []
+
+    def emit(text: str) -> None:
+        out.append(text)
+        print(text, flush=True)
+
+    emit(f"fsjobstore vs peers in {base}: {os.cpu_count()} cores, median of {run.repeat}, "
+         f"{n:,} jobs per W1/W2/W4 run, started {time.strftime('%Y-%m-%d %H:%M')}")
+    figures: dict[str, Any] = {}
+
+    if "RAW" in work:
+        raw = {
+            "rename between two directories /s": run.median(lambda d: _raw.rename(_mk(d), 20_000)),
+            "create+write+close /s": run.median(lambda d: _raw.create(_mk(d), n, then_rename=False)),
+            "create+write+close+rename /s": run.median(lambda d: _raw.create(_mk(d), n, then_rename=True)),
+            "create+write+fsync+close+rename+dir-fsync /s": run.median(lambda d: _raw.durable_create(_mk(d), 2000)),
+            "inotify round trip between processes, p50 ms": run.median(lambda d: _raw.inotify_round_trip(_mk(d))),
+        }
+        figures["raw"] = raw
+        emit(table("Raw limits of this machine", ["operation", "rate"],
+                   [[k, f"{v:,.0f}" if v > 100 else f"{v:.3f}"] for k, v in raw.items()]))
+
+    def safe(cls: type[Adapter]) -> str:
+        return "yes" if cls.mp_safe else "no: 1 process only"
+
+    for durable, label, key in ((False, "W1 enqueue (fsync off)", "W1"), (True, "W4 enqueue (fsync on)", "W4")):
+        if key not in work:
+            continue
+        rows, rates = [], {}
+        for p, cls in peers.items():
+            if durable and not has_durable_mode(cls):
+                rows.append([p, "n/a: no fsync option", "", cls.note])
+                continue
+            mode = "always fsyncs" if not durable and cls.fsync is True else ""
+            rates[p] = run.median(lambda d, cls=cls, durable=durable: w1_enqueue(cls, d, n, durable))
+            rows.append([p, f"{rates[p]:,.0f}" + (f" ({mode})" if mode else ""),
+                         ratio(rates["fsjobstore"], rates[p]), cls.note])
+        figures[f"{key}-create"] = rates
+        emit(table(f"{label}: {n:,} small JSON jobs from one process, jobs/s", ["queue", "jobs/s",
+                   "fsjobstore / this", "how"], rows))
+
+    for durable, label, key in ((False, "W2 drain (fsync off)", "W2"), (True, "W4 drain (fsync on)", "W4")):
+        if key not in work:
+            continue
+        rows, rates = [], {}
+        for p, cls in peers.items():
+            if durable and not has_durable_mode(cls):
+                rows.append([p, "n/a: no fsync option", "", "", "", ""])
+                continue
+            row = [p, safe(cls)]
+            for w in (1, 2, 4):
+                if w > 1 and not cls.mp_safe:
+                    row.append("n/a")
+                    continue
+                rate, dups, lost, errs = run.worst(
+                    lambda d, cls=cls, w=w, durable=durable: w2_drain(cls, d, n, w, durable))
+                rates[(p, w)] = rate
+                row.append(f"{rate:,.0f} ({dups}/{lost}{f'/{errs}e' if errs else ''})")
+            row.append("yes" if cls.acks else "no: dequeue deletes")
+            rows.append(row)
+        for row in rows:
+            if row[0] != "fsjobstore" and (row[0], 1) in rates:
+                row.append(" / ".join(ratio(rates.get(("fsjobstore", w)), rates.get((row[0], w))) or "-"
+                                      for w in (1, 2, 4)))
+            else:
+                row.append("")
+        figures[f"{key}-drain"] = rates
+        emit(table(f"{label}: {n:,} jobs, jobs/s (duplicates/losses[/worker errors])",
+                   ["queue", "multi-process", "1 worker", "2 workers", "4 workers", "item safe while worked on",
+                    "fsjobstore / this (1/2/4)"], rows))
+
+    if "W3" in work:
+        rows = []
+        idle_for = 2.0 if q else 5.0
+        for p, cls in peers.items():
+            for durable in ((False, True) if p == "fsjobstore" else (False,)):
+                p50, p99, mx, cpu = run.median(lambda d, cls=cls, durable=durable: w3_wakeup(
+                    cls, d, n_wake, durable, args.poll, idle_for))
+                how = ("inotify" if p == "fsjobstore" else f"polls every {args.poll * 1000:g} ms")
+                label = f"{p} (producer durable={durable})" if p == "fsjobstore" else p
+                rows.append([label, f"{p50:.2f}", f"{p99:.2f}", f"{mx:.2f}", f"{cpu:.2f}%", how])
+                figures[f"W3-{label}"] = (p50, p99, mx, cpu)
+        emit(table(f"W3 wake-up: one idle worker, one job every 20 ms from another process, {n_wake} jobs",
+                   ["queue", "p50 ms", "p99 ms", "max ms", "idle CPU", "how the worker waits"], rows))
+
+    if "W5" in work:
+        rows = []
+        for p, cls in peers.items():
+            cells = []
+            for depth in depths:
+                if depth >= 100_000 and p in ("huey-file", "dirq"):
+                    cells.append("skipped: fill/drain too slow")
+                    continue
+                us = run.median(lambda d, cls=cls, depth=depth: w5_depth(cls, d, depth, 300 if q else 1000), 1)
+                figures[f"W5-{p}-{depth}"] = us
+                cells.append(f"{us:,.0f}")
+            first, last = figures.get(f"W5-{p}-{depths[0]}"), figures.get(f"W5-{p}-{depths[-1]}")
+            rows.append([p, *cells, f"{last / first:.2f}x" if first and last else ""])
+        emit(table("W5 depth: microseconds per claim+complete (fsync off, one process)",
+                   ["queue", *[f"{d:,} pending" for d in depths], f"{depths[-1]:,} / {depths[0]:,}"], rows))
+
+    if "W6" in work:
+        rows = []
+        for p, cls in peers.items():
+            if mem[1] >= 100_000 and p in ("huey-file", "dirq"):
+                rows.append([p, "skipped: fill/drain too slow", "", ""])
+                continue
+            a, b = run.median(lambda d, cls=cls: w6_memory(cls, d, *mem), 1)
+            figures[f"W6-{p}"] = (a, b)
+            rows.append([p, f"{a:.1f}", f"{b:.1f}", f"{b - a:+.1f}"])
+        emit(table(f"W6 memory: one worker's RSS in MB after {mem[0]:,} and {mem[1]:,} jobs",
+                   ["queue", f"after {mem[0]:,}", f"after {mem[1]:,}", "growth"], rows))
+
+    emit(verdicts(figures, peers, depths, mem))
+    if args.dir is None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _mk(d: str) -> str:
+    os.makedirs(d)
+    return d
+
+
+def verdicts(f: dict[str, Any], peers: dict[str, type[Adapter]], depths: tuple[int, ...],
+             mem: tuple[int, int]) -> str:
+    """The issue's targets, each computed from this run's figures."""
+    lines = ["\n### Targets (from this run)"]
+
+    def say(ok: bool, text: str) -> None:
+        lines.append(f"- [{'x' if ok else ' '}] {text}")
+
+    safe_peers = [p for p, c in peers.items() if p != "fsjobstore" and c.mp_safe]
+    for key, what in (("W2-drain", "W2 drain"), ("W4-drain", "W4 durable drain")):
+        rates = f.get(key)
+        if not rates:
+            continue
+        for w in (1, 2, 4):
+            ours = rates.get(("fsjobstore", w))
+            pool = safe_peers if w > 1 else [p for p in peers if p != "fsjobstore"]
+            if key == "W2-drain":
+                pool = safe_peers
+            best = max(((rates[(p, w)], p) for p in pool if (p, w) in rates), default=None)
+            if ours is None or best is None:
+                continue
+            need = 1.2 if key == "W2-drain" else 1.0
+            say(ours >= need * best[0], f"{what}, {w} worker(s): fsjobstore {ours:,.0f}/s vs fastest "
+                f"{'multi-process-safe ' if key == 'W2-drain' else 'durable '}peer {best[1]} {best[0]:,.0f}/s "
+                f"= {ours / best[0]:.2f}x (target {need}x)")
+    raw = f.get("raw", {})
+    create = f.get("W1-create", {}).get("fsjobstore")
+    if create and raw:
+        limit = raw["create+write+close+rename /s"]
+        say(create >= 0.5 * limit, f"W1 create {create:,.0f}/s = {create / limit:.0%} of raw create+write+close+rename "
+            f"{limit:,.0f}/s (target 50%)")
+    dcreate = f.get("W4-create", {}).get("fsjobstore")
+    if dcreate and raw:
+        limit = raw["create+write+fsync+close+rename+dir-fsync /s"]
+        say(dcreate >= 0.6 * limit, f"W4 durable create {dcreate:,.0f}/s = {dcreate / limit:.0%} of raw durable "
+            f"create {limit:,.0f}/s (target 60%)")
+    for key, val in f.items():
+        if key.startswith("W3-fsjobstore"):
+            p50, p99, _, cpu = val
+            say(p50 <= 1.0 and p99 <= 3.0, f"W3 {key[3:]}: p50 {p50:.2f} ms, p99 {p99:.2f} ms (targets 1 / 3 ms)")
+            say(cpu < 1.0, f"W3 {key[3:]}: idle worker CPU {cpu:.2f}% of a core (target < 1%)")
+    a, b = f.get(f"W5-fsjobstore-{depths[0]}"), f.get(f"W5-fsjobstore-{depths[-1]}")
+    if a and b:
+        say(b <= 2 * a, f"W5 claim+complete {b:,.0f} us at {depths[-1]:,} pending vs {a:,.0f} us at "
+            f"{depths[0]:,} = {b / a:.2f}x (target 2x)")
+    m = f.get("W6-fsjobstore")
+    if m:
+        say(m[1] - m[0] < 10,
+            f"W6 RSS growth {m[1] - m[0]:+.1f} MB from {mem[0]:,} to {mem[1]:,} jobs (target < 10 MB)")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()

@@ -1,0 +1,130 @@
+"""The final-commit path: a result is one line appended to the claimed file, which one rename
+then moves into place. These tests pin the file grammar and the syscalls a commit may make."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from fsjobstore import JobState, JobStore, _syscalls
+from fsjobstore._records import Record
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def before(self, op: str, args: tuple[Any, ...]) -> None:
+        self.calls.append((op, args))
+
+    def after(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+        pass
+
+
+def _record(**over: Any) -> Record:
+    fields: dict[str, Any] = dict(id="j1", queue="default", priority=0, request={"a": 1}, created_at=1.0,
+                                  seq="0" * 20, max_attempts=3)
+    fields.update(over)
+    return Record(**fields)
+
+
+def test_a_record_line_followed_by_its_result_line_reads_as_the_final_record() -> None:
+    base = _record()
+    final = _record(attempts=1, value=b"ok", finished_at=2.0, committed_by="t")
+    parsed = Record.parse(base.to_bytes() + final.result_bytes("fulfilled"))
+    assert parsed.record == final and parsed.final == "fulfilled"
+    assert parsed.complete == len(base.to_bytes() + final.result_bytes("fulfilled"))
+
+
+def test_a_result_line_cut_short_is_ignored_and_the_whole_prefix_measured() -> None:
+    base = _record()
+    line = _record(attempts=1, value=b"ok", finished_at=2.0, committed_by="t").result_bytes("fulfilled")
+    for cut in (1, len(line) // 2, len(line) - 1):
+        parsed = Record.parse(base.to_bytes() + line[:cut])
+        assert parsed.record == base and parsed.final is None and parsed.complete == len(base.to_bytes())
+
+
+@pytest.mark.parametrize(
+    "tail, problem",
+    [
+        (b'{"result":"pending"}\n', "does not name a final state"),
+        (b'{"result":"failed","attempts":1}\n', "has fields"),
+        (b"[1]\n", "does not name a final state"),
+        (b"nonsense\n", "invalid JSON"),
+    ],
+)
+def test_a_bad_result_line_is_an_error_naming_it(tail: bytes, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        Record.parse(_record().to_bytes() + tail)
+
+
+def test_two_result_lines_are_an_error() -> None:
+    line = _record(attempts=1, value=b"ok", finished_at=2.0, committed_by="t").result_bytes("fulfilled")
+    with pytest.raises(ValueError, match="more than one result line"):
+        Record.parse(_record().to_bytes() + line + line)
+
+
+def test_a_result_line_without_who_committed_it_is_an_error() -> None:
+    line = _record(attempts=1, value=b"ok", finished_at=2.0).result_bytes("fulfilled")
+    with pytest.raises(ValueError, match="committed_by"):
+        Record.parse(_record().to_bytes() + line)
+
+
+@pytest.mark.parametrize("durable", [True, False])
+@pytest.mark.parametrize("how", ["fulfill", "fail"])
+def test_a_final_commit_creates_no_file_and_unlinks_nothing(tmp_path: Any, durable: bool, how: str) -> None:
+    with JobStore(tmp_path / "s", durable=durable) as s:
+        job = s.create("x", max_attempts=1)
+        lease = s.pull_work()
+        assert lease is not None
+        rec = Recorder()
+        _syscalls.set_hook(rec)
+        try:
+            lease.fulfill(b"v") if how == "fulfill" else lease.fail("no")
+        finally:
+            _syscalls.set_hook(None)
+        ops = [op for op, _ in rec.calls]
+        creates = [a for op, a in rec.calls if op == "open" and a[1] & os.O_CREAT]
+        assert creates == [] and "unlink" not in ops and "link" not in ops
+        assert ops.count("rename") == 1
+        assert ops.count("fsync") == (2 if durable else 0)  # the file, then its new directory
+        got = s.get(job.id)
+        assert got.state is (JobState.FULFILLED if how == "fulfill" else JobState.FAILED)
+        assert got.value == (b"v" if how == "fulfill" else None) and got.attempts == 1
+
+
+def test_without_renameat2_a_result_is_published_by_link_and_unlink(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_syscalls, "_renameat2", None)
+    with JobStore(tmp_path / "s") as s:
+        job = s.create("x")
+        lease = s.pull_work()
+        assert lease is not None
+        lease.fulfill(b"v")
+        assert s.get(job.id).value == b"v"
+        assert os.listdir(tmp_path / "s" / "jobs" / "active") == []
+
+
+def test_a_result_is_never_published_over_an_existing_one(tmp_path: Any) -> None:
+    """A stray second copy of a final job (a restored backup) cannot replace its result."""
+    with JobStore(tmp_path / "s") as s:
+        job = s.create("x")
+        stray = os.path.join(s.path, "jobs", "pending", "default")
+        [name] = os.listdir(stray)
+        with open(os.path.join(stray, name), "rb") as fh:
+            copy = fh.read()
+        lease = s.pull_work()
+        assert lease is not None
+        lease.fulfill(b"first")
+        with open(os.path.join(stray, name), "wb") as fh:
+            fh.write(copy)
+        s._pending.invalidate()
+        second = s.pull_work()
+        assert second is not None
+        with pytest.raises(Exception, match="taken over"):
+            second.fulfill(b"second")
+        assert s.get(job.id).value == b"first"
+        assert os.listdir(os.path.join(s.path, "jobs", "active")) == []
