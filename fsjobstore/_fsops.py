@@ -71,15 +71,16 @@ def write_new(path: str, data: bytes, *, durable: bool) -> None:
         raise
 
 
-def write_at(path: str, offset: int, data: bytes, *, durable: bool) -> None:
-    """Write ``data`` into the existing file ``path`` at ``offset`` (cutting off anything past
-    it first), fsync it if durable. On any error the file is cut back to ``offset`` where that
-    is still possible, and the error is raised: the file then reads as it did before.
-    FileNotFoundError means ``path`` is gone and nothing was written."""
+def write_at(path: str, offset: int, data: bytes, *, durable: bool, clean: bool) -> None:
+    """Write ``data`` into the existing file ``path`` at ``offset`` and fsync it if durable.
+    Unless the caller knows the file ends at ``offset`` (``clean``), anything past it is cut off
+    first. On any error the file is cut back to ``offset`` where that is still possible, and
+    the error is raised: the file then reads as it did before. FileNotFoundError means
+    ``path`` is gone and nothing was written."""
     fd = sc.open(path, os.O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
     try:
-        if sc.fstat(fd).st_size != offset:
-            sc.ftruncate(fd, offset)  # an earlier attempt's tail: never append after it
+        if not clean:
+            sc.ftruncate(fd, offset)  # a torn tail or an earlier attempt's: never write after it
         view = memoryview(data)
         at = offset
         while view:
@@ -173,15 +174,19 @@ def read_regular(path: str, cap: int) -> bytes:
             raise Unreadable(f"is not a regular file (mode {stat.filemode(st.st_mode)})")
         if st.st_size > cap:
             raise Unreadable(f"is {st.st_size} bytes, over the cap of {cap}")
-        chunks = []
-        remaining = cap + 1
-        while remaining > 0:
-            chunk = sc.read(fd, min(remaining, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        data = b"".join(chunks)
+        # One read usually does it: a regular file returning fewer bytes than asked is at EOF.
+        want = min(cap + 1, st.st_size + 1)
+        data = sc.read(fd, want)
+        if len(data) == want:  # the file grew since fstat, or is big: read on to EOF or the cap
+            chunks = [data]
+            remaining = cap + 1 - len(data)
+            while remaining > 0:
+                chunk = sc.read(fd, min(remaining, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            data = b"".join(chunks)
         if len(data) > cap:
             raise Unreadable(f"grew past the cap of {cap} bytes while being read")
         return data

@@ -105,6 +105,7 @@ class WorkLease(_Lease):
         self._store = store
         self._record = record
         self._size = size  # bytes of the claimed file: where a final commit appends its result
+        self._clean = True  # the file is known to end at _size (no torn tail, no failed attempt)
         self._committing = False  # set once the commit's first visible step is under way
         self.token = token
 

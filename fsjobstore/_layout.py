@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 FORMAT_VERSION = 1
 MARKER = "fsjobstore.json"
@@ -38,61 +38,33 @@ TMP_RE = re.compile(rf"(?P<token>{_TOKEN})\.(?P<purpose>new|newid|commit|aux)\.(
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """Absolute paths of one store's directories."""
+    """Absolute paths of one store's directories, joined once (they are on every hot path)."""
 
     root: str
+    marker: str = field(init=False)
+    jobs: str = field(init=False)  # the watched subtree: every routine move stays inside it
+    pending: str = field(init=False)
+    scheduled: str = field(init=False)
+    active: str = field(init=False)
+    fulfilled: str = field(init=False)
+    failed: str = field(init=False)
+    notify: str = field(init=False)
+    targets: str = field(init=False)
+    leases: str = field(init=False)
+    ids: str = field(init=False)
+    tmp: str = field(init=False)
+    quarantine: str = field(init=False)
 
-    @property
-    def marker(self) -> str:
-        return os.path.join(self.root, MARKER)
+    def __post_init__(self) -> None:
+        def put(name: str, path: str) -> None:
+            object.__setattr__(self, name, path)
 
-    @property
-    def jobs(self) -> str:  # the watched subtree: every routine move stays inside it
-        return os.path.join(self.root, "jobs")
-
-    @property
-    def pending(self) -> str:
-        return os.path.join(self.jobs, "pending")
-
-    @property
-    def scheduled(self) -> str:
-        return os.path.join(self.jobs, "scheduled")
-
-    @property
-    def active(self) -> str:
-        return os.path.join(self.jobs, "active")
-
-    @property
-    def fulfilled(self) -> str:
-        return os.path.join(self.jobs, "fulfilled")
-
-    @property
-    def failed(self) -> str:
-        return os.path.join(self.jobs, "failed")
-
-    @property
-    def notify(self) -> str:
-        return os.path.join(self.jobs, "notify")
-
-    @property
-    def targets(self) -> str:
-        return os.path.join(self.root, "targets")
-
-    @property
-    def leases(self) -> str:
-        return os.path.join(self.root, "leases")
-
-    @property
-    def ids(self) -> str:
-        return os.path.join(self.root, "ids")
-
-    @property
-    def tmp(self) -> str:
-        return os.path.join(self.root, "tmp")
-
-    @property
-    def quarantine(self) -> str:
-        return os.path.join(self.root, "quarantine")
+        put("marker", os.path.join(self.root, MARKER))
+        put("jobs", os.path.join(self.root, "jobs"))
+        for sub in ("pending", "scheduled", "active", "fulfilled", "failed", "notify"):
+            put(sub, os.path.join(self.jobs, sub))
+        for sub in ("targets", "leases", "ids", "tmp", "quarantine"):
+            put(sub, os.path.join(self.root, sub))
 
     def all_dirs(self) -> tuple[str, ...]:
         return (
@@ -105,23 +77,23 @@ class Layout:
         return os.path.join(self.pending, queue)
 
     def pending_path(self, queue: str, priority: int, seq: str, job_id: str) -> str:
-        return os.path.join(self.pending, queue, pending_name(priority, seq, job_id))
+        return f"{self.pending}/{queue}/{pending_name(priority, seq, job_id)}"
 
     def scheduled_path(self, due: float, queue: str, priority: int, seq: str, job_id: str) -> str:
         name = f"{due_field(due)}.{queue}.{prio_field(priority)}.{seq}.{job_id}.json"
         return os.path.join(self.scheduled, name)
 
     def active_path(self, job_id: str, token: str, kind: str = "json") -> str:
-        return os.path.join(self.active, f"{job_id}.{token}.{kind}")
+        return f"{self.active}/{job_id}.{token}.{kind}"
 
     def final_path(self, state: str, job_id: str) -> str:
-        return os.path.join(self.fulfilled if state == "fulfilled" else self.failed, f"{job_id}.json")
+        return f"{self.fulfilled if state == 'fulfilled' else self.failed}/{job_id}.json"
 
     def notify_path(self, job_id: str) -> str:
         return os.path.join(self.notify, f"{job_id}.json")
 
     def target_dir(self, job_id: str) -> str:
-        return os.path.join(self.targets, job_id)
+        return f"{self.targets}/{job_id}"
 
     def owner_path(self, owner: str) -> str:
         return os.path.join(self.leases, f"{owner}.owner")

@@ -156,7 +156,7 @@ class Record:
             raise ValueError(str(exc)) from None
         if state is not None and (rec.finished_at is None or rec.committed_by is None):
             raise ValueError("the result line lacks finished_at or committed_by")
-        return Parsed(rec, state, complete)
+        return Parsed(rec, state, complete, complete < len(data))
 
     def snapshot(self, state: JobState, waiting: tuple[Any, ...] = ()) -> Job:
         return Job(
@@ -175,6 +175,7 @@ class Parsed:
     record: Record
     final: str | None
     complete: int
+    torn: bool  # bytes follow the whole lines (an append cut short)
 
 
 _RESULT_FIELDS = frozenset({"attempts", "error", "finished_at", "committed_by", "not_before", "value"})

@@ -456,6 +456,7 @@ class JobStore:
             self._tree.quarantine(active, f"a queued job file already holds a {parsed.final} result")
             return None
         lease = WorkLease(self, record, token, on_compromised, size=parsed.complete)
+        lease._clean = not parsed.torn
         with self._mutex:
             self._held_work[token] = lease
         return lease
@@ -530,11 +531,12 @@ class JobStore:
         """
         lease._committing = True
         try:
-            fs.write_at(active, lease._size, new.result_bytes(dest), durable=self.durable)
+            fs.write_at(active, lease._size, new.result_bytes(dest), durable=self.durable, clean=lease._clean)
         except FileNotFoundError:
             raise self._lost(lease) from None
         except OSError:
-            lease._committing = False  # the line was cut back: the claim is as it was
+            lease._committing = False  # the line was cut back (if it could be): a retry truncates first
+            lease._clean = False
             raise
         try:
             self._tree.publish_final(active, new.id, dest)
@@ -556,6 +558,7 @@ class JobStore:
                 # and readers and recovery already handle it.
                 fs.cut_back(active, lease._size)
                 lease._committing = False
+                lease._clean = False
                 raise
             self._committed_final(lease, new)
             raise

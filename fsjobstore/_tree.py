@@ -77,12 +77,19 @@ class Tree:
         FileExistsError instead of replacing it, so at most one result per job can ever exist.
         """
         dst = self.dest_path(record, dest)
-        if dest == "pending":
-            fs.ensure_dir(os.path.dirname(dst), durable=self.durable)
         if dest in ("fulfilled", "failed"):
             fs.link_into(tmp_path, dst, durable=self.durable)
             fs.unlink_quietly(tmp_path)  # a second name of the result: litter if it stays
-        else:
+            return dst
+        try:
+            fs.rename_into(tmp_path, dst, durable=self.durable)
+        except FileNotFoundError:
+            # A queue's first job: its directory is made on demand (one mkdir per queue, not
+            # one failed mkdir per job). Any other ENOENT (our temp file went) is the caller's.
+            parent = os.path.dirname(dst)
+            if dest != "pending" or fs.is_real_dir(parent):
+                raise
+            fs.ensure_dir(parent, durable=self.durable)
             fs.rename_into(tmp_path, dst, durable=self.durable)
         return dst
 
@@ -161,7 +168,9 @@ class Tree:
         return out
 
     def has_targets(self, job_id: str) -> bool:
-        return any(TARGET_RE.match(n) for n in fs.scan_names(self.layout.target_dir(job_id)))
+        tdir = self.layout.target_dir(job_id)
+        # Most jobs never have targets: one stat answers for them without listing anything.
+        return sc.lexists(tdir) and any(TARGET_RE.match(n) for n in fs.scan_names(tdir))
 
     def write_notify_entry(self, job_id: str, tmp_path: str, not_before: float, attempts: int,
                            error: str | None) -> None:

@@ -1,0 +1,61 @@
+"""The peer benchmark's own machinery: its exactly-once check must be able to say no, and its
+fsjobstore workloads must run. (Speed itself is measured by bench/peers.py, never asserted here.)"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+
+import _adapters
+import peers
+
+
+class _HandsOutEverythingTwice(_adapters.Adapter):
+    """Every worker process believes it took every item: duplicates the check must count."""
+
+    name = "twice"
+
+    def __init__(self, path: str, durable: bool) -> None:
+        super().__init__(path, durable)
+        self._left = list(range(100))
+
+    def put(self, i: int) -> None:
+        pass
+
+    def take(self) -> int | None:
+        return self._left.pop() if self._left else None
+
+
+class _LosesOddItems(_HandsOutEverythingTwice):
+    def __init__(self, path: str, durable: bool) -> None:
+        super().__init__(path, durable)
+        self._left = list(range(0, 100, 2))
+
+
+def test_the_drain_check_counts_duplicates(tmp_path: Path) -> None:
+    _, dups, lost, errors = peers.w2_drain(_HandsOutEverythingTwice, str(tmp_path / "q"), 100, 2, False)
+    assert (dups, lost, errors) == (100, 0, 0)
+
+
+def test_the_drain_check_counts_losses(tmp_path: Path) -> None:
+    _, dups, lost, _ = peers.w2_drain(_LosesOddItems, str(tmp_path / "q"), 100, 1, False)
+    assert (dups, lost) == (0, 50)
+
+
+def test_fsjobstore_drains_exactly_once_under_the_bench(tmp_path: Path) -> None:
+    rate, dups, lost, errors = peers.w2_drain(_adapters.FsJobStore, str(tmp_path / "q"), 300, 2, True)
+    assert (dups, lost, errors) == (0, 0, 0) and rate > 0
+
+
+def test_the_wakeup_workload_returns_ordered_latencies(tmp_path: Path) -> None:
+    p50, p99, worst, cpu = peers.w3_wakeup(_adapters.FsJobStore, str(tmp_path / "q"), 20, False, 0.005, 0.2)
+    assert 0 < p50 <= p99 <= worst and cpu >= 0
+
+
+def test_the_depth_and_memory_workloads_run(tmp_path: Path) -> None:
+    assert peers.w5_depth(_adapters.FsJobStore, str(tmp_path / "a"), 50, 20) > 0
+    small, big = peers.w6_memory(_adapters.FsJobStore, str(tmp_path / "b"), 10, 60)
+    assert small > 0 and big > 0
