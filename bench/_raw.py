@@ -28,39 +28,43 @@ def rename(base: str, n: int) -> float:
 
 def create(base: str, n: int, *, then_rename: bool) -> float:
     """create+write+close (and optionally a rename into a second directory) per second."""
-    a, b = os.path.join(base, "a"), os.path.join(base, "b")
-    os.makedirs(a)
-    os.makedirs(b)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-    t = time.perf_counter()
-    for i in range(n):
-        p = os.path.join(a, str(i))
-        fd = os.open(p, flags, 0o600)
-        os.write(fd, _DATA)
-        os.close(fd)
-        if then_rename:
-            os.rename(p, os.path.join(b, str(i)))
-    return n / (time.perf_counter() - t)
+    a, b = _pair(base)
+    return n / create_block(a, b, 0, n, then_rename=then_rename, durable=False)
 
 
 def durable_create(base: str, n: int) -> float:
     """create+write+fsync+close+rename+dir-fsync per second (the least a durable enqueue costs)."""
+    a, b = _pair(base)
+    return n / create_block(a, b, 0, n, then_rename=True, durable=True)
+
+
+def _pair(base: str) -> tuple[str, str]:
     a, b = os.path.join(base, "a"), os.path.join(base, "b")
     os.makedirs(a)
     os.makedirs(b)
+    return a, b
+
+
+def create_block(a: str, b: str, start: int, count: int, *, then_rename: bool, durable: bool) -> float:
+    """Seconds to create files ``start .. start+count`` in ``a`` (moving each into ``b``)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     dfd = os.open(b, os.O_RDONLY | os.O_DIRECTORY)
-    t = time.perf_counter()
-    for i in range(n):
-        p = os.path.join(a, str(i))
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, _DATA)
-        os.fsync(fd)
-        os.close(fd)
-        os.rename(p, os.path.join(b, str(i)))
-        os.fsync(dfd)
-    rate = n / (time.perf_counter() - t)
-    os.close(dfd)
-    return rate
+    try:
+        t = time.perf_counter()
+        for i in range(start, start + count):
+            p = os.path.join(a, str(i))
+            fd = os.open(p, flags, 0o600)
+            os.write(fd, _DATA)
+            if durable:
+                os.fsync(fd)
+            os.close(fd)
+            if then_rename:
+                os.rename(p, os.path.join(b, str(i)))
+                if durable:
+                    os.fsync(dfd)
+        return time.perf_counter() - t
+    finally:
+        os.close(dfd)
 
 
 # -- inotify round trip: one process creates a file, another blocked in read() sees it ---------
