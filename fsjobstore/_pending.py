@@ -42,15 +42,19 @@ class QueueIndex:
         self._mutex = threading.Lock()
 
     def _refill(self) -> None:
-        names = []
-        for name in fs.scan_names(self.directory):
+        # Only the names we keep are checked against the grammar: at 100,000 pending, matching
+        # every name cost more than listing them (PERFORMANCE.md). A bad name further back is
+        # checked, and quarantined, once a later listing brings it to the front.
+        names = fs.scan_names(self.directory)
+        front = heapq.nsmallest(self._limit, names)
+        kept = []
+        for name in front:
             if PENDING_RE.match(name):
-                names.append(name)
+                kept.append(name)
             elif not name.startswith("."):
                 self._on_bad_name(name)
-        kept = heapq.nsmallest(self._limit, names)
-        self._truncated = len(names) > len(kept)
-        self._ceiling = kept[-1] if kept else ""
+        self._truncated = len(names) > len(front)
+        self._ceiling = front[-1] if front else ""
         self._heap = kept  # nsmallest returns a sorted list, which is a valid heap
         self._known = set(kept)
         self._listed_at = self._clock()
@@ -152,7 +156,7 @@ class Pending:
             def bad_name(name: str, directory: str = directory) -> None:
                 self._tree.quarantine(os.path.join(directory, name), "unrecognised name in a pending queue")
 
-            index = QueueIndex(directory, 512, rescan_interval=self._poll, clock=self._clock, on_bad_name=bad_name)
+            index = QueueIndex(directory, 2048, rescan_interval=self._poll, clock=self._clock, on_bad_name=bad_name)
             self._indexes[queue] = index
         return index
 

@@ -252,7 +252,4 @@ def lexists(path: str) -> bool:
 
 
 def listdir(path: str) -> list[str]:
-    def scan(p: str) -> list[str]:
-        with os.scandir(p) as it:
-            return [entry.name for entry in it]
-    return _call("listdir", scan, path)
+    return _call("listdir", os.listdir, path)

@@ -1,0 +1,107 @@
+"""Compare fsjobstore at several git revisions, interleaved, on this machine's weather.
+
+    python bench/ab.py 461059a HEAD            # before/after of an optimisation
+    python bench/ab.py --rounds 5 REV1 REV2 REV3
+
+Each revision is checked out into a temporary git worktree. For every round, each revision
+runs in a fresh process, in turn, so slow and fast moments of the disk fall on all of them
+alike; figures are medians over the rounds. Printed per revision: create/s and one-process
+claim+fulfil/s, durable and not, and the cross-process wake-up latency p50/p99 (ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+_PROBE = r"""
+import json, multiprocessing as mp, os, sys, tempfile, time
+from fsjobstore import JobStore
+
+def rate(fn, n):
+    t = time.perf_counter()
+    for i in range(n):
+        fn(i)
+    return n / (time.perf_counter() - t)
+
+def drain(s):
+    lease = s.pull_work()
+    lease.fulfill(b"")
+
+def waiter(root, n, q):
+    with JobStore(root, durable=False, poll_interval=5.0) as s:
+        s.pull_work()
+        q.put("ready")
+        lat = []
+        for _ in range(n):
+            lease = s.pull_work(timeout=10)
+            lat.append(time.monotonic() - lease.request["t"])
+            lease.fulfill(b"")
+        q.put(sorted(lat))
+
+base = tempfile.mkdtemp(dir=sys.argv[1])
+out = {}
+for durable, n in ((False, 2000), (True, 400)):
+    with JobStore(os.path.join(base, f"s{durable}"), durable=durable) as s:
+        out[f"create/s durable={durable}"] = rate(lambda i: s.create({"i": i, "payload": "x" * 50}), n)
+        out[f"claim+fulfil/s durable={durable}"] = rate(lambda i: drain(s), n)
+ctx = mp.get_context("fork")
+q = ctx.Queue()
+root = os.path.join(base, "w")
+JobStore(root).close()
+p = ctx.Process(target=waiter, args=(root, 100, q))
+p.start()
+q.get(timeout=30)
+time.sleep(0.3)
+with JobStore(root, durable=False) as s:
+    for _ in range(100):
+        s.create({"t": time.monotonic()})
+        time.sleep(0.02)
+lat = q.get(timeout=60)
+p.join()
+out["wake-up p50 ms"] = lat[50] * 1000
+out["wake-up p99 ms"] = lat[98] * 1000
+print(json.dumps(out))
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("revs", nargs="+")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    repo = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    work = tempfile.mkdtemp(prefix="fsjobstore-ab-", dir=".")
+    trees = {}
+    try:
+        for rev in args.revs:
+            tree = os.path.join(work, f"tree-{len(trees)}")
+            subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", "-q", tree, rev], check=True)
+            trees[rev] = tree
+        results: dict[str, list[dict[str, float]]] = {rev: [] for rev in args.revs}
+        for _ in range(args.rounds):
+            for rev, tree in trees.items():
+                env = dict(os.environ, PYTHONPATH=tree)
+                done = subprocess.run([sys.executable, "-c", _PROBE, work], env=env, capture_output=True,
+                                      text=True, check=True)
+                results[rev].append(json.loads(done.stdout))
+        keys = list(results[args.revs[0]][0])
+        print(f"{'':32}" + "".join(f"{rev:>14}" for rev in args.revs))
+        for key in keys:
+            cells = [statistics.median(r[key] for r in results[rev]) for rev in args.revs]
+            print(f"{key:32}" + "".join(f"{c:>14,.2f}" if c < 100 else f"{c:>14,.0f}" for c in cells))
+    finally:
+        for tree in trees.values():
+            subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", tree], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
