@@ -76,7 +76,8 @@ def main() -> None:
     ap.add_argument("revs", nargs="+")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    repo = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = subprocess.run(["git", "-C", here, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
                           check=True).stdout.strip()
     work = tempfile.mkdtemp(prefix="fsjobstore-ab-", dir=".")
     trees = {}
