@@ -100,12 +100,12 @@ class WorkLease(_Lease):
     """
 
     def __init__(self, store: _WorkCommitter, record: Record, token: str,
-                 on_compromised: OnCompromised | None, size: int = 0) -> None:
+                 on_compromised: OnCompromised | None, size: int = 0, clean: bool = True) -> None:
         super().__init__(on_compromised)
         self._store = store
         self._record = record
         self._size = size  # bytes of the claimed file: where a final commit appends its result
-        self._clean = True  # the file is known to end at _size (no torn tail, no failed attempt)
+        self._clean = clean  # the file is known to end at _size (no torn tail, no failed attempt)
         self._committing = False  # set once the commit's first visible step is under way
         self.token = token
 

@@ -455,8 +455,7 @@ class JobStore:
         if parsed.final is not None:
             self._tree.quarantine(active, f"a queued job file already holds a {parsed.final} result")
             return None
-        lease = WorkLease(self, record, token, on_compromised, size=parsed.complete)
-        lease._clean = not parsed.torn
+        lease = WorkLease(self, record, token, on_compromised, size=parsed.complete, clean=not parsed.torn)
         with self._mutex:
             self._held_work[token] = lease
         return lease

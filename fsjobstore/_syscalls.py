@@ -14,7 +14,8 @@ microsecond against syscalls of several):
   reliability suite uses it for crash points, fault injection and power-loss recording. With no
   hook installed the only cost is one ``is None`` test.
 
-watchdog's inotify descriptors are not routed here: wake-ups are hints, never state.
+The inotify calls of ``_wakeup`` are not routed here (only their C functions are looked up by
+:func:`libc_function`): wake-ups are hints, never state.
 """
 
 from __future__ import annotations
@@ -200,18 +201,19 @@ def rename_noreplace(src: str, dst: str) -> None:
     unlink(src)
 
 
-def _load_renameat2() -> Any:
+def libc_function(name: str, argtypes: list[Any]) -> Any:
+    """A C library function that sets errno (read with ctypes.get_errno()), or None where the
+    C library cannot be loaded or lacks it. For the calls Python's os module does not offer."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        fn = libc.renameat2
+        fn = getattr(ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.argtypes = argtypes
     fn.restype = ctypes.c_int
     return fn
 
 
-_renameat2 = _load_renameat2()
+_renameat2 = libc_function("renameat2", [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint])
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 

@@ -1,9 +1,10 @@
 """Operations on one store's tree that both the store and recovery perform.
 
-Every transition ends in :meth:`Tree.publish`: a fully written temp file is renamed (or, for
-final states, hard-linked so that an existing result is never replaced) into the directory of
-its new state, and that directory is fsynced before the caller removes the old entry. A crash
-between the two leaves the job in two places, which recovery resolves; never in none.
+Every transition ends in :meth:`Tree.publish` or :meth:`Tree.publish_final`: a fully written
+file is renamed (for final states, with a rename that never replaces an existing result) into
+the directory of its new state, and that directory is fsynced before the caller removes any old
+entry. A crash between the two leaves the job in two places, which recovery resolves; never in
+none.
 """
 
 from __future__ import annotations
@@ -73,14 +74,12 @@ class Tree:
     def publish(self, tmp_path: str, record: Record, dest: str) -> str:
         """Move a complete temp file into ``dest`` durably; returns the new path.
 
-        Final states are published with link(): if a result already exists we raise
+        Final states go by :meth:`publish_final`: if a result already exists we raise
         FileExistsError instead of replacing it, so at most one result per job can ever exist.
         """
-        dst = self.dest_path(record, dest)
         if dest in ("fulfilled", "failed"):
-            fs.link_into(tmp_path, dst, durable=self.durable)
-            fs.unlink_quietly(tmp_path)  # a second name of the result: litter if it stays
-            return dst
+            return self.publish_final(tmp_path, record.id, dest)
+        dst = self.dest_path(record, dest)
         try:
             fs.rename_into(tmp_path, dst, durable=self.durable)
         except FileNotFoundError:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -26,6 +25,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from ._syscalls import libc_function
 
 log = logging.getLogger("fsjobstore")
 
@@ -39,17 +40,8 @@ _MASK = _IN_CREATE | _IN_MOVED_TO | _IN_ONLYDIR
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
 
 
-def _libc() -> Any:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        libc.inotify_init1.argtypes = [ctypes.c_int]
-        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-        return libc
-    except (OSError, AttributeError):
-        return None
-
-
-_LIBC = _libc()
+_INIT = libc_function("inotify_init1", [ctypes.c_int])
+_ADD_WATCH = libc_function("inotify_add_watch", [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32])
 
 
 class Waker:
@@ -77,12 +69,12 @@ class Waker:
 
     # -- starting ---------------------------------------------------------------------------
     def start(self) -> None:
-        if _LIBC is not None and self._start_inotify():
+        if _INIT is not None and _ADD_WATCH is not None and self._start_inotify():
             return
         self._start_watchdog()
 
     def _start_inotify(self) -> bool:
-        fd = _LIBC.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = _INIT(os.O_NONBLOCK | os.O_CLOEXEC)
         if fd < 0:
             log.warning("inotify_init1 failed (%s); trying watchdog", os.strerror(ctypes.get_errno()))
             return False
@@ -99,7 +91,7 @@ class Waker:
         return True
 
     def _watch(self, directory: str) -> bool:
-        wd = _LIBC.inotify_add_watch(self._fd, os.fsencode(directory), _MASK)
+        wd = _ADD_WATCH(self._fd, os.fsencode(directory), _MASK)
         if wd < 0:
             code = ctypes.get_errno()
             if code in (errno.ENOENT, errno.ENOTDIR):
