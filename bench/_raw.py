@@ -110,3 +110,53 @@ def inotify_round_trip(base: str, n: int = 200, gap: float = 0.02) -> float:
     proc.join()
     lat = sorted(g - s for s, g in zip(sent, got, strict=True))
     return lat[len(lat) // 2] * 1000
+
+
+# -- the floor of a rename-claim design: what one claim+complete costs in bare syscalls ---------
+def _floor_worker(names: list[str], pend: str, act: str, done: str, durable: bool,
+                  start: mp.synchronize.Event, out: mp.Queue) -> None:  # type: ignore[name-defined,type-arg]
+    dfd = os.open(done, os.O_RDONLY | os.O_DIRECTORY)
+    line = b'{"result":"fulfilled"}\n'
+    start.wait()
+    for name in names:
+        claimed = os.path.join(act, name)
+        os.rename(os.path.join(pend, name), claimed)
+        fd = os.open(claimed, os.O_RDWR)
+        size = len(os.read(fd, 65536))
+        os.pwrite(fd, line, size)
+        if durable:
+            os.fsync(fd)
+        os.close(fd)
+        os.rename(claimed, os.path.join(done, name))
+        if durable:
+            os.fsync(dfd)
+    out.put(time.monotonic())
+
+
+def drain_floor(base: str, n: int, workers: int, *, durable: bool) -> float:
+    """Claims+completes per second, by ``workers`` processes, in bare syscalls: rename the job file
+    into active/, open, read, append a result, (fsync,) close, rename it into done/ (, fsync that
+    directory). That is the least any design costs that claims a job by renaming its file and
+    publishes the result by renaming it again, as fsjobstore does. It does no parsing, no checks
+    and no fencing, and each worker owns a share of the names, so it never contends."""
+    pend, act, done = (os.path.join(base, x) for x in ("pending", "active", "done"))
+    for d in (pend, act, done):
+        os.makedirs(d)
+    # Names as long as fsjobstore's: directory lookups cost by name length.
+    names = [f"1000000.{i:020d}.{os.urandom(16).hex()}.json" for i in range(n)]
+    for name in names:
+        with open(os.path.join(pend, name), "wb") as fh:
+            fh.write(_DATA * 4)  # about as long as a job file
+    ctx = mp.get_context("fork")
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_floor_worker, args=(names[k::workers], pend, act, done, durable, start, out))
+             for k in range(workers)]
+    for p in procs:
+        p.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    start.set()
+    finished = [out.get(timeout=900) for _ in procs]
+    for p in procs:
+        p.join()
+    return n / (max(finished) - t0)

@@ -59,3 +59,23 @@ def test_the_depth_and_memory_workloads_run(tmp_path: Path) -> None:
     assert peers.w5_depth(_adapters.FsJobStore, str(tmp_path / "a"), 50, 20) > 0
     small, big = peers.w6_memory(_adapters.FsJobStore, str(tmp_path / "b"), 10, 60)
     assert small > 0 and big > 0
+
+
+def test_the_floor_moves_every_job_file_once_into_done(tmp_path: Path) -> None:
+    base = tmp_path / "floor"
+    rate = peers._raw.drain_floor(str(base), 40, 2, durable=True)
+    assert rate > 0
+    counts = [len(os.listdir(base / d)) for d in ("pending", "active", "done")]
+    assert counts == [0, 0, 40]
+    assert all((base / "done" / name).read_bytes().endswith(b'{"result":"fulfilled"}\n')
+               for name in os.listdir(base / "done"))
+
+
+def test_a_target_above_the_floor_is_reported_out_of_reach() -> None:
+    figures = {"W2-drain": {("fsjobstore", 1): 10_000.0, ("dirq", 1): 30_000.0},
+               "W2-floor": {1: 33_000.0}}
+    text = peers.verdicts(figures, {"fsjobstore": _adapters.FsJobStore, "dirq": _adapters.Dirq}, (100,), (1, 2))
+    assert "- [ ] W2 drain, 1 worker(s)" in text and "is above the floor: out of reach" in text
+    figures["W2-floor"] = {1: 50_000.0}  # 1/36,000 s - 1/50,000 s = 7.8 us to spare
+    text = peers.verdicts(figures, {"fsjobstore": _adapters.FsJobStore, "dirq": _adapters.Dirq}, (100,), (1, 2))
+    assert "leaves 7.8 us of CPU per job" in text and "out of reach" not in text
