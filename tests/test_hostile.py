@@ -155,3 +155,17 @@ def test_the_whole_corpus_in_every_directory_is_quarantined_or_ignored_and_good_
 
 def test_the_corpus_audit_notices_a_read_outside_the_store() -> None:
     assert _corpus(HOSTILE_SELFTEST="1")["outside_root"] == ["open /etc/hostname"]
+
+
+@pytest.mark.parametrize("doc", [b'{"a":1,"b":2,"a":3}', b'{"x":[{"k":1},{"k":1,"k":2}]}', b'{"a":{"a":1,"a":1}}'])
+def test_a_duplicate_key_at_any_depth_is_refused_by_name(doc: bytes) -> None:
+    from fsjobstore._codec import loads
+
+    with pytest.raises(ValueError, match="duplicate key"):
+        loads(doc)
+
+
+def test_the_same_key_in_sibling_objects_is_no_duplicate() -> None:
+    from fsjobstore._codec import loads
+
+    assert loads(b'{"x":[{"k":1},{"k":2}],"k":3}') == {"x": [{"k": 1}, {"k": 2}], "k": 3}
