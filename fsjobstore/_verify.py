@@ -16,7 +16,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from multiprocessing.connection import Connection
 
 from . import _syscalls as sc
 from ._fsops import DIR_MODE, FILE_MODE, O_CLOEXEC, fsync_dir
+from ._wakeup import Waker
 
 # Filesystem types on which flock may not reach other hosts and inotify misses remote changes.
 NETWORK_FS = frozenset({
@@ -184,42 +184,32 @@ def _touch_later(path: str) -> None:
 
 
 def check_inotify(scratch: str, wait: float = 3.0) -> Check:
-    try:
-        from watchdog.events import FileSystemEvent, FileSystemEventHandler
-        from watchdog.observers import Observer
-    except ImportError:
-        return Check("inotify wake-ups", False, "watchdog is not importable", False)
-    seen = threading.Event()
-    stamp: list[float] = []
-
-    class Handler(FileSystemEventHandler):
-        def on_created(self, event: FileSystemEvent) -> None:
-            stamp.append(time.perf_counter())
-            seen.set()
-
+    """Watch a directory with the store's own :class:`Waker` (inotify, or watchdog where inotify
+    cannot be used) and let another process create a file in it: the waiting thread must wake."""
+    seen: list[float] = []
     watched = os.path.join(scratch, "watched")
     os.mkdir(watched, DIR_MODE)
-    observer = Observer()
-    observer.daemon = True
+    waker = Waker(watched, lambda path: seen.append(time.perf_counter()))
+    waker.start()
     try:
-        observer.schedule(Handler(), watched, recursive=True)
-        observer.start()
-    except Exception as exc:
-        return Check("inotify wake-ups", False, f"cannot watch: {exc}", False)
-    try:
+        if not waker.watching:
+            return Check("inotify wake-ups", False, "cannot watch the directory (see the log)", False)
         proc = multiprocessing.get_context("fork").Process(target=_touch_later,
                                                            args=(os.path.join(watched, "f"),))
         started = time.perf_counter()
+        deadline = started + 0.2 + wait
         proc.start()
-        got = seen.wait(wait)
+        while not seen and time.perf_counter() < deadline:
+            waker.wait(waker.generation, deadline - time.perf_counter())
         proc.join()
+        how = waker.mechanism
     finally:
-        observer.stop()
-        observer.join(2)
-    if not got:
+        waker.stop()
+    if not seen:
         return Check("inotify wake-ups", False, f"no event within {wait} s of another process creating a file", False)
-    latency = (stamp[0] - started - 0.2) * 1000
-    return Check("inotify wake-ups", True, f"another process's create seen after about {max(latency, 0.0):.1f} ms",
+    latency = (seen[0] - started - 0.2) * 1000
+    return Check("inotify wake-ups", True,
+                 f"another process's create woke a waiting thread after about {max(latency, 0.0):.1f} ms ({how})",
                  False)
 
 

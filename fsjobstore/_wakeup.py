@@ -182,6 +182,13 @@ class Waker:
             self._on_overflow()
 
     @property
+    def mechanism(self) -> str:
+        """What delivers wake-ups: "inotify" (our own reader), "watchdog" (the fallback) or "none"."""
+        if not self.watching:
+            return "none"
+        return "inotify" if self._fd >= 0 else "watchdog"
+
+    @property
     def generation(self) -> int:
         return self._generation
 

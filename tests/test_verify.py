@@ -26,6 +26,7 @@ def test_verify_passes_on_this_machine_and_names_the_modes(tmp_path: Path) -> No
         assert any(line.startswith(f"PASS  {name}:") for line in lines), lines
     assert any(line.startswith("take-over: lock-based") for line in lines)
     assert any(line.startswith("wake-ups: inotify") for line in lines)
+    assert any(line.startswith("PASS  inotify wake-ups:") and line.endswith("(inotify)") for line in lines)
     assert lines[-1] == "result: PASS"
     assert os.listdir(tmp_path) == []  # it cleans up after itself
 
@@ -75,3 +76,13 @@ def test_a_heartbeat_only_store_takes_a_dead_workers_job_only_after_a_whole_leas
     clock.advance(1.5)
     assert rescuer.recover().requeued == 1
     assert rescuer.get(job.id).state is JobState.PENDING
+
+
+def _exit_without_creating(path: str) -> None:
+    os._exit(0)
+
+
+def test_the_wakeup_check_fails_when_no_event_arrives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_verify, "_touch_later", _exit_without_creating)  # the child creates nothing
+    check = _verify.check_inotify(str(tmp_path), wait=0.3)
+    assert not check.passed and "no event within 0.3 s" in check.detail
