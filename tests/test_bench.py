@@ -51,8 +51,9 @@ def test_fsjobstore_drains_exactly_once_under_the_bench(tmp_path: Path) -> None:
 
 
 def test_the_wakeup_workload_returns_ordered_latencies(tmp_path: Path) -> None:
-    p50, p99, worst, cpu = peers.w3_wakeup(_adapters.FsJobStore, str(tmp_path / "q"), 20, False, 0.005, 0.2)
+    p50, p99, worst, cpu, after = peers.w3_wakeup(_adapters.FsJobStore, str(tmp_path / "q"), 20, False, 0.005, 0.2)
     assert 0 < p50 <= p99 <= worst and cpu >= 0
+    assert 0 < after < p50  # from the put's return is later than from just before it
 
 
 def test_the_depth_and_memory_workloads_run(tmp_path: Path) -> None:
