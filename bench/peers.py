@@ -241,17 +241,20 @@ class Runner:
             return tuple(statistics.median(r[k] for r in results) for k in range(len(results[0])))
         return statistics.median(results)
 
-    def worst(self, fn: Callable[[str], tuple[float, int, int, int]]) -> tuple[float, int, int, int]:
-        """Median rate, but the *largest* duplicate/loss/error counts of any repeat."""
-        results = []
-        for _ in range(self.repeat):
-            d = tempfile.mkdtemp(dir=self.base)
-            try:
-                results.append(fn(os.path.join(d, "q")))
-            finally:
-                shutil.rmtree(d, ignore_errors=True)
-        return (statistics.median(r[0] for r in results), max(r[1] for r in results),
-                max(r[2] for r in results), max(r[3] for r in results))
+    def rotate(self, fns: dict[Any, Callable[[str], Any]]) -> dict[Any, list[Any]]:
+        """Every function ``repeat`` times, round by round (one run of each per round, starting
+        one later each round), each in a fresh directory: a slow spell of the disk then falls
+        on all of them alike instead of on whichever ran first."""
+        keys = list(fns)
+        results: dict[Any, list[Any]] = {k: [] for k in keys}
+        for r in range(self.repeat):
+            for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+                d = tempfile.mkdtemp(dir=self.base)
+                try:
+                    results[k].append(fns[k](os.path.join(d, "q")))
+                finally:
+                    shutil.rmtree(d, ignore_errors=True)
+        return results
 
 
 def table(title: str, header: list[str], rows: list[list[str]]) -> str:
@@ -321,13 +324,15 @@ def main() -> None:
     for durable, label, key in ((False, "W1 enqueue (fsync off)", "W1"), (True, "W4 enqueue (fsync on)", "W4")):
         if key not in work:
             continue
-        rows, rates = [], {}
+        rows = []
+        runs = run.rotate({p: (lambda d, cls=cls, durable=durable: w1_enqueue(cls, d, n, durable))
+                           for p, cls in peers.items() if not durable or has_durable_mode(cls)})
+        rates = {p: statistics.median(r) for p, r in runs.items()}
         for p, cls in peers.items():
-            if durable and not has_durable_mode(cls):
+            if p not in rates:
                 rows.append([p, "n/a: no fsync option", "", cls.note])
                 continue
             mode = "always fsyncs" if not durable and cls.fsync is True else ""
-            rates[p] = run.median(lambda d, cls=cls, durable=durable: w1_enqueue(cls, d, n, durable))
             rows.append([p, f"{rates[p]:,.0f}" + (f" ({mode})" if mode else ""),
                          ratio(rates["fsjobstore"], rates[p]), cls.note])
         figures[f"{key}-create"] = rates
@@ -351,23 +356,31 @@ def main() -> None:
         if key not in work:
             continue
         rows, rates = [], {}
+        for w in (1, 2, 4):  # one worker count at a time, the queues (and the floor) in rotation
+            fns: dict[Any, Callable[[str], Any]] = {
+                p: (lambda d, cls=cls, w=w, durable=durable: w2_drain(cls, d, n, w, durable))
+                for p, cls in peers.items() if (not durable or has_durable_mode(cls)) and (w == 1 or cls.mp_safe)}
+            fns["floor"] = lambda d, w=w, durable=durable: (
+                _raw.drain_floor(_mk(d), n if not durable else n // 3, w, durable=durable), 0, 0, 0)
+            for p, results in run.rotate(fns).items():
+                # the median rate, but the *largest* duplicate/loss/error counts of any repeat
+                rates[(p, w)] = (statistics.median(r[0] for r in results),
+                                 *(max(r[k] for r in results) for k in (1, 2, 3)))
         for p, cls in peers.items():
             if durable and not has_durable_mode(cls):
                 rows.append([p, "n/a: no fsync option", "", "", "", ""])
                 continue
             row = [p, safe(cls)]
             for w in (1, 2, 4):
-                if w > 1 and not cls.mp_safe:
+                if (p, w) not in rates:
                     row.append("n/a")
                     continue
-                rate, dups, lost, errs = run.worst(
-                    lambda d, cls=cls, w=w, durable=durable: w2_drain(cls, d, n, w, durable))
-                rates[(p, w)] = rate
+                rate, dups, lost, errs = rates[(p, w)]
                 row.append(f"{rate:,.0f} ({dups}/{lost}{f'/{errs}e' if errs else ''})")
             row.append("yes" if cls.acks else "no: dequeue deletes")
             rows.append(row)
-        floor = {w: run.median(lambda d, w=w, durable=durable: _raw.drain_floor(
-            _mk(d), n if not durable else n // 3, w, durable=durable)) for w in (1, 2, 4)}
+        floor = {w: rates.pop(("floor", w))[0] for w in (1, 2, 4)}
+        rates = {k: v[0] for k, v in rates.items()}
         figures[f"{key}-floor"] = floor
         rows.append(["floor: bare syscalls", "(see note)", *(f"{floor[w]:,.0f}" for w in (1, 2, 4)), "",
                      " / ".join(ratio(rates.get(("fsjobstore", w)), floor[w]) or "-" for w in (1, 2, 4))])

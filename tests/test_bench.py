@@ -80,3 +80,12 @@ def test_a_target_above_the_floor_is_reported_out_of_reach() -> None:
     figures["W2-floor"] = {1: 50_000.0}  # 1/36,000 s - 1/50,000 s = 7.8 us to spare
     text = peers.verdicts(figures, {"fsjobstore": _adapters.FsJobStore, "dirq": _adapters.Dirq}, (100,), (1, 2))
     assert "leaves 7.8 us of CPU per job" in text and "out of reach" not in text
+
+
+def test_rotation_runs_each_queue_once_per_round_and_changes_who_goes_first(tmp_path: Path) -> None:
+    order: list[tuple[str, str]] = []
+    fns = {k: (lambda d, k=k: order.append((k, d)) or len(order)) for k in ("a", "b", "c")}
+    results = peers.Runner(str(tmp_path), 3).rotate(fns)
+    assert [k for k, _ in order] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert results == {"a": [1, 6, 8], "b": [2, 4, 9], "c": [3, 5, 7]}
+    assert len({d for _, d in order}) == 9 and os.listdir(tmp_path) == []  # fresh directories, removed
