@@ -225,18 +225,24 @@ def w6_memory(cls: type[Adapter], d: str, small: int, big: int) -> tuple[float, 
 
 # == running ======================================================================================
 class Runner:
+    """Runs each measurement in a fresh directory, on a settled disk: ``os.sync()`` first, so
+    that the write-back of what an earlier measurement left behind (it can take seconds after a
+    drain of 10,000 files) does not land inside the next one."""
+
     def __init__(self, base: str, repeat: int) -> None:
         self.base = base
         self.repeat = repeat
 
+    def _one(self, fn: Callable[[str], Any]) -> Any:
+        d = tempfile.mkdtemp(dir=self.base)
+        try:
+            os.sync()
+            return fn(os.path.join(d, "q"))
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
     def median(self, fn: Callable[[str], Any], repeat: int | None = None) -> Any:
-        results = []
-        for _ in range(repeat or self.repeat):
-            d = tempfile.mkdtemp(dir=self.base)
-            try:
-                results.append(fn(os.path.join(d, "q")))
-            finally:
-                shutil.rmtree(d, ignore_errors=True)
+        results = [self._one(fn) for _ in range(repeat or self.repeat)]
         if isinstance(results[0], tuple):
             return tuple(statistics.median(r[k] for r in results) for k in range(len(results[0])))
         return statistics.median(results)
@@ -249,11 +255,7 @@ class Runner:
         results: dict[Any, list[Any]] = {k: [] for k in keys}
         for r in range(self.repeat):
             for k in keys[r % len(keys):] + keys[:r % len(keys)]:
-                d = tempfile.mkdtemp(dir=self.base)
-                try:
-                    results[k].append(fns[k](os.path.join(d, "q")))
-                finally:
-                    shutil.rmtree(d, ignore_errors=True)
+                results[k].append(self._one(fns[k]))
         return results
 
 
@@ -336,13 +338,8 @@ def main() -> None:
             rows.append([p, f"{rates[p]:,.0f}" + (f" ({mode})" if mode else ""),
                          ratio(rates["fsjobstore"], rates[p]), cls.note])
         figures[f"{key}-create"] = rates
-        pairs = []
-        for _ in range(run.repeat):
-            d = tempfile.mkdtemp(dir=run.base)
-            try:
-                pairs.append(paired_create(os.path.join(d, "q"), n if not durable else n // 5, durable))
-            finally:
-                shutil.rmtree(d, ignore_errors=True)
+        pairs = [run._one(lambda d, durable=durable: paired_create(d, n if not durable else n // 5, durable))
+                 for _ in range(run.repeat)]
         figures[f"{key}-paired"] = (statistics.median(r for r, _ in pairs), statistics.median(o for _, o in pairs),
                                     statistics.median(o / r for r, o in pairs))
         emit(table(f"{label}: {n:,} small JSON jobs from one process, jobs/s", ["queue", "jobs/s",
