@@ -62,15 +62,10 @@ class FsJobStore(Adapter):
         self.store.create(_payload(i))
 
     def take(self) -> int | None:
-        lease = self.store.pull_work()
-        if lease is None:
-            return None
-        self.claimed_at = time.monotonic()
-        lease.fulfill(b"")
-        return int(lease.request["i"])
+        return self.wait_take(0)
 
     def wait_take(self, timeout: float) -> int | None:
-        """Block (inotify, then a rescan every poll_interval) until an item arrives."""
+        """Block (inotify, then a rescan every poll_interval) until an item arrives; 0 never waits."""
         lease = self.store.pull_work(timeout=timeout)
         if lease is None:
             return None

@@ -8,6 +8,8 @@ import os
 import select
 import struct
 import time
+from collections.abc import Callable
+from typing import Any
 
 _DATA = b'{"i": 1, "payload": "' + b"x" * 50 + b'"}\n'
 
@@ -147,16 +149,24 @@ def drain_floor(base: str, n: int, workers: int, *, durable: bool) -> float:
     for name in names:
         with open(os.path.join(pend, name), "wb") as fh:
             fh.write(_DATA * 4)  # about as long as a job file
+    t0, finished = run_together(_floor_worker, [(names[k::workers], pend, act, done, durable) for k in range(workers)])
+    return n / (max(finished) - t0)
+
+
+def run_together(target: Callable[..., None], arg_lists: list[tuple[Any, ...]],
+                 timeout: float = 900) -> tuple[float, list[Any]]:
+    """Fork one process per argument tuple, let them all start at one signal, and return the
+    monotonic time of that signal and what each put on its queue. ``target`` is called as
+    ``target(*args, start, out)``: it waits on ``start`` and puts one result on ``out``."""
     ctx = mp.get_context("fork")
     start, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_floor_worker, args=(names[k::workers], pend, act, done, durable, start, out))
-             for k in range(workers)]
+    procs = [ctx.Process(target=target, args=(*args, start, out)) for args in arg_lists]
     for p in procs:
         p.start()
-    time.sleep(0.3)
+    time.sleep(0.3)  # every process has opened what it needs
     t0 = time.monotonic()
     start.set()
-    finished = [out.get(timeout=900) for _ in procs]
+    results = [out.get(timeout=timeout) for _ in procs]
     for p in procs:
         p.join()
-    return n / (max(finished) - t0)
+    return t0, results

@@ -107,16 +107,7 @@ def _drain_worker(cls: type[Adapter], d: str, durable: bool, start: Any, out: An
 def w2_drain(cls: type[Adapter], d: str, n: int, workers: int, durable: bool) -> tuple[float, int, int, int]:
     """(items/s, duplicates, losses, worker errors) for ``workers`` processes draining ``n`` items."""
     _fill(cls, d, n)
-    start, out = CTX.Event(), CTX.Queue()
-    procs = [CTX.Process(target=_drain_worker, args=(cls, d, durable, start, out)) for _ in range(workers)]
-    for p in procs:
-        p.start()
-    time.sleep(0.3)  # every worker has opened its queue
-    t0 = time.monotonic()
-    start.set()
-    results = [out.get(timeout=900) for _ in procs]
-    for p in procs:
-        p.join()
+    t0, results = _raw.run_together(_drain_worker, [(cls, d, durable)] * workers)
     counts = Counter(i for taken, _, _ in results for i in taken)
     dups = sum(c - 1 for c in counts.values() if c > 1)
     lost = sum(1 for i in range(n) if i not in counts)
@@ -233,7 +224,7 @@ class Runner:
         self.base = base
         self.repeat = repeat
 
-    def _one(self, fn: Callable[[str], Any]) -> Any:
+    def once(self, fn: Callable[[str], Any]) -> Any:
         d = tempfile.mkdtemp(dir=self.base)
         try:
             os.sync()
@@ -242,7 +233,7 @@ class Runner:
             shutil.rmtree(d, ignore_errors=True)
 
     def median(self, fn: Callable[[str], Any], repeat: int | None = None) -> Any:
-        results = [self._one(fn) for _ in range(repeat or self.repeat)]
+        results = [self.once(fn) for _ in range(repeat or self.repeat)]
         if isinstance(results[0], tuple):
             return tuple(statistics.median(r[k] for r in results) for k in range(len(results[0])))
         return statistics.median(results)
@@ -255,7 +246,7 @@ class Runner:
         results: dict[Any, list[Any]] = {k: [] for k in keys}
         for r in range(self.repeat):
             for k in keys[r % len(keys):] + keys[:r % len(keys)]:
-                results[k].append(self._one(fns[k]))
+                results[k].append(self.once(fns[k]))
         return results
 
 
@@ -338,7 +329,7 @@ def main() -> None:
             rows.append([p, f"{rates[p]:,.0f}" + (f" ({mode})" if mode else ""),
                          ratio(rates["fsjobstore"], rates[p]), cls.note])
         figures[f"{key}-create"] = rates
-        pairs = [run._one(lambda d, durable=durable: paired_create(d, n if not durable else n // 5, durable))
+        pairs = [run.once(lambda d, durable=durable: paired_create(d, n if not durable else n // 5, durable))
                  for _ in range(run.repeat)]
         figures[f"{key}-paired"] = (statistics.median(r for r, _ in pairs), statistics.median(o for _, o in pairs),
                                     statistics.median(o / r for r, o in pairs))
@@ -379,16 +370,14 @@ def main() -> None:
         floor = {w: rates.pop(("floor", w))[0] for w in (1, 2, 4)}
         rates = {k: v[0] for k, v in rates.items()}
         figures[f"{key}-floor"] = floor
-        rows.append(["floor: bare syscalls", "(see note)", *(f"{floor[w]:,.0f}" for w in (1, 2, 4)), "",
-                     " / ".join(ratio(rates.get(("fsjobstore", w)), floor[w]) or "-" for w in (1, 2, 4))])
         for row in rows:
-            if row[0] == "floor: bare syscalls":
-                continue
             if row[0] != "fsjobstore" and (row[0], 1) in rates:
                 row.append(" / ".join(ratio(rates.get(("fsjobstore", w)), rates.get((row[0], w))) or "-"
                                       for w in (1, 2, 4)))
             else:
                 row.append("")
+        rows.append(["floor: bare syscalls", "(see note)", *(f"{floor[w]:,.0f}" for w in (1, 2, 4)), "",
+                     " / ".join(ratio(rates.get(("fsjobstore", w)), floor[w]) or "-" for w in (1, 2, 4))])
         figures[f"{key}-drain"] = rates
         emit(table(f"{label}: {n:,} jobs, jobs/s (duplicates/losses[/worker errors])",
                    ["queue", "multi-process", "1 worker", "2 workers", "4 workers", "item safe while worked on",
@@ -473,18 +462,19 @@ def verdicts(f: dict[str, Any], peers: dict[str, type[Adapter]], depths: tuple[i
             if ours is None or best is None:
                 continue
             need = 1.2 if key == "W2-drain" else 1.0
+            target = need * best[0]
             floor = f.get(f"{key[:2]}-floor", {}).get(w)
             reach = ""
             if floor:
                 # CPU a job may cost above the bare syscalls and still make the target: the busy
                 # cores (at most one per worker) over the target rate, minus the same over the floor.
                 cores = min(w, os.cpu_count() or 1)
-                spare = (cores / (need * best[0]) - cores / floor) * 1e6
+                spare = (cores / target - cores / floor) * 1e6
                 reach = (f"; floor {floor:,.0f}/s, fsjobstore at {ours / floor:.0%} of it; the target "
-                         f"{need * best[0]:,.0f}/s " + ("is above the floor: out of reach of any design that "
+                         f"{target:,.0f}/s " + ("is above the floor: out of reach of any design that "
                          "renames a job file to claim it and again to complete it" if spare <= 0 else
                          f"leaves {spare:.1f} us of CPU per job for everything above the bare syscalls"))
-            say(ours >= need * best[0], f"{what}, {w} worker(s): fsjobstore {ours:,.0f}/s vs fastest "
+            say(ours >= target, f"{what}, {w} worker(s): fsjobstore {ours:,.0f}/s vs fastest "
                 f"{'multi-process-safe ' if key == 'W2-drain' else 'durable '}peer {best[1]} {best[0]:,.0f}/s "
                 f"= {ours / best[0]:.2f}x (target {need}x){reach}")
     if "W1-paired" in f:

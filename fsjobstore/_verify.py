@@ -199,8 +199,13 @@ def check_inotify(scratch: str, wait: float = 3.0) -> Check:
         started = time.perf_counter()
         deadline = started + 0.2 + wait
         proc.start()
-        while not seen and time.perf_counter() < deadline:
-            waker.wait(waker.generation, deadline - time.perf_counter())
+        while time.perf_counter() < deadline:
+            # The generation is read before looking: an arrival in between (watchdog's thread)
+            # then ends the wait at once instead of at the deadline.
+            generation = waker.generation
+            if seen:
+                break
+            waker.wait(generation, deadline - time.perf_counter())
         proc.join()
         how = waker.mechanism
     finally:
