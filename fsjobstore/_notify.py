@@ -10,35 +10,32 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import dumps, target_key
+from ._core import Core
 from ._errors import InvalidState, LeaseLost, ValueTooLarge
 from ._handles import NotificationLease, OnCompromised
 from ._layout import FINAL_RE
-from ._leases import NotifyLock, OwnerProbe, break_if_expired
-from ._tree import Tree
+from ._leases import NotifyLock, break_if_expired
 from ._values import error_text
 
 
 class Notifier:
-    def __init__(self, tree: Tree, probe: OwnerProbe, *, wall: Callable[[], float],
-                 backoff: Callable[[int], float], new_token: Callable[[], str],
-                 owner_id: Callable[[], str], note_due: Callable[[float], None]) -> None:
-        self._tree = tree
-        self._layout = tree.layout
-        self._durable = tree.durable
-        self._probe = probe
-        self._wall = wall
-        self._backoff = backoff
-        self._new_token = new_token
-        self._owner_id = owner_id
-        self._note_due = note_due
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self._tree = core.tree
+        self._layout = core.layout
+        self._durable = core.durable
         self._mutex = threading.Lock()
         self._held: dict[str, NotificationLease] = {}
+
+    def after_fork(self) -> None:
+        self._mutex = threading.Lock()
+        self._held = {}
 
     def held(self) -> list[NotificationLease]:
         with self._mutex:
@@ -47,12 +44,12 @@ class Notifier:
     # -- targets -------------------------------------------------------------------------------
     def queue(self, job_id: str, target: Any) -> None:
         key = target_key(target)
-        doc = dumps({"target": target, "queued_at": self._wall()}, what="target")
+        doc = dumps({"target": target, "queued_at": self._core.wall()}, what="target")
         if len(doc) > self._tree.target_cap:
             raise ValueTooLarge(f"target is {len(doc)} bytes; the cap is {self._tree.target_cap}")
         self._tree.require(job_id)
         tdir = self._layout.target_dir(job_id)
-        tmp = self._layout.tmp_path(self._new_token(), "aux", f"{job_id}.{key}.json")
+        tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{job_id}.{key}.json")
         fs.write_new(tmp, doc, durable=self._durable)
         try:
             for _ in range(100):
@@ -96,7 +93,7 @@ class Notifier:
 
     def mark_due_now(self, job_id: str) -> None:
         prev = self._tree.read_notify_entry(job_id)
-        tmp = self._layout.tmp_path(self._new_token(), "aux", f"{job_id}.notify")
+        tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{job_id}.notify")
         self._tree.write_notify_entry(job_id, tmp, 0.0, prev[1] if prev else 0, None)
 
     def _drop_entry(self, job_id: str) -> None:
@@ -115,7 +112,7 @@ class Notifier:
 
     # -- leases --------------------------------------------------------------------------------
     def claim(self, on_compromised: OnCompromised | None) -> NotificationLease | None:
-        lay, now = self._layout, self._wall()
+        lay, now = self._layout, self._core.wall()
         due: list[tuple[float, str]] = []
         for name in fs.scan_names(lay.notify):
             m = FINAL_RE.match(name)
@@ -130,16 +127,16 @@ class Notifier:
                     self.after_final(m["id"])
                 continue
             if entry[0] > now:
-                self._note_due(entry[0])
+                self._core.pending.note_due(entry[0])
                 continue
             due.append((entry[0], m["id"]))
         due.sort()
-        me = self._owner_id()
+        me = self._core.owner_id()
         for _, job_id in due:
             lock_path = lay.notify_lock_path(job_id)
             lock = NotifyLock.try_acquire(lock_path, me)
             if lock is None:
-                break_if_expired(lock_path, me, self._probe)
+                break_if_expired(lock_path, me, self._core.probe)
                 continue
             lease = self._open(job_id, lock, now, on_compromised)
             if lease is not None:
@@ -194,11 +191,11 @@ class Notifier:
             if remaining:
                 attempts = lease.attempts + 1
                 fresh = any(k not in lease._keys for k, _, _ in remaining)
-                not_before = self._wall() if fresh else self._wall() + self._backoff(attempts)
-                tmp = self._layout.tmp_path(self._new_token(), "aux", f"{lease.id}.notify")
+                not_before = self._core.wall() if fresh else self._core.wall() + self._core.settings.backoff(attempts)
+                tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{lease.id}.notify")
                 text = None if error is None else error_text(error)
                 self._tree.write_notify_entry(lease.id, tmp, not_before, attempts, text)
-                self._note_due(not_before)
+                self._core.pending.note_due(not_before)
             else:
                 self._drop_entry(lease.id)
         finally:
@@ -209,6 +206,14 @@ class Notifier:
         lease._mark_finished()
         with self._mutex:
             self._held.pop(lease.id, None)
+
+    def check_held(self, problem: LeaseLost | None) -> None:
+        """Tell every holder whose lock was broken (or, with ``problem``, every holder) so."""
+        for note in self.held():
+            if problem is not None:
+                note._compromise(problem)
+            elif not note.finished and not note._lock.still_ours():
+                note._compromise(LeaseLost(f"the notification lease on job {note.id} was broken"))
 
     def close(self) -> None:
         for lease in self.held():

@@ -12,16 +12,16 @@ import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from . import _fsops as fs
 from . import _syscalls as sc
+from ._core import Core
 from ._errors import StorageError
 from ._layout import ACTIVE_RE, FINAL_RE, NOTIFY_LOCK_RE, OWNER_RE, TARGET_RE, TMP_RE, token_owner
-from ._leases import NotifyLock, OwnerProbe, break_if_expired
-from ._tree import DESTS, Tree
+from ._leases import NotifyLock, break_if_expired
+from ._notify import Notifier
+from ._tree import DESTS
 
 log = logging.getLogger("fsjobstore")
 
@@ -41,36 +41,24 @@ class RecoveryReport:
     quarantined: int = 0
 
 
-class _Host(Protocol):
-    _tree: Tree
-    _probe: OwnerProbe
-    _wall: Callable[[], float]
-
-    def _owner_id(self) -> str: ...
-    def _sweep_litter(self) -> int: ...
-    def _drop(self, path: str) -> bool: ...
-    def _new_token(self) -> str: ...
-    def _after_final(self, job_id: str) -> None: ...
-
-
 def new_counts() -> dict[str, int]:
     """Zeroed counters, one per :class:`RecoveryReport` field."""
     return {f.name: 0 for f in dataclasses.fields(RecoveryReport)}
 
 
-def recover(host: _Host) -> RecoveryReport:
+def recover(core: Core, notifier: Notifier) -> RecoveryReport:
     counts = new_counts()
-    me = host._owner_id()
-    counts["duplicates_dropped"] += host._sweep_litter()
-    _sweep_active(host, me, counts)
-    _sweep_tmp(host, me, counts)
-    _sweep_leases(host, me, counts)
-    _sweep_targets(host, counts)
+    me = core.owner_id()
+    counts["duplicates_dropped"] += core.sweep_litter()
+    _sweep_active(core, notifier, me, counts)
+    _sweep_tmp(core, me, counts)
+    _sweep_leases(core, me, counts)
+    _sweep_targets(core, notifier, counts)
     return RecoveryReport(**counts)
 
 
-def _sweep_active(host: _Host, me: str, counts: dict[str, int]) -> None:
-    tree = host._tree
+def _sweep_active(core: Core, notifier: Notifier, me: str, counts: dict[str, int]) -> None:
+    tree = core.tree
     for name in fs.scan_names(tree.layout.active):
         m = ACTIVE_RE.match(name)
         path = os.path.join(tree.layout.active, name)
@@ -80,14 +68,14 @@ def _sweep_active(host: _Host, me: str, counts: dict[str, int]) -> None:
         owner = token_owner(m["token"])
         if owner == me:
             continue  # our own threads hold it; we are alive by definition
-        status = host._probe.status(owner)
+        status = core.probe.status(owner)
         if status == "alive":
             continue
-        take_over(host, path, m["id"], m["token"], m["kind"],
+        take_over(core, notifier, path, m["id"], m["token"], m["kind"],
                   "its process exited" if status == "dead" else "its heartbeat stopped", counts)
 
 
-def take_over(host: _Host, path: str, job_id: str, old_token: str, kind: str, why: str,
+def take_over(core: Core, notifier: Notifier, path: str, job_id: str, old_token: str, kind: str, why: str,
               counts: dict[str, int]) -> None:
     """Fence out the old holder with a rename, then finish its commit or requeue the job.
 
@@ -95,18 +83,18 @@ def take_over(host: _Host, path: str, job_id: str, old_token: str, kind: str, wh
     name, so the next pass (ours or anyone's) tries again; after publishing, only our fenced
     copy is left to drop, which :meth:`_drop` retries if it must.
     """
-    token = host._new_token()
-    mine = host._tree.layout.active_path(job_id, token, "recover")
+    token = core.new_token()
+    mine = core.tree.layout.active_path(job_id, token, "recover")
     try:
         sc.rename(path, mine)
     except FileNotFoundError:
         return  # another recoverer, or the holder itself, got there first
     log.info("taking over job %s from %s: %s", job_id, old_token, why)
     try:
-        _taken_over(host, mine, job_id, old_token, kind, why, token, counts)
+        _taken_over(core, notifier, mine, job_id, old_token, kind, why, token, counts)
     except StorageError as exc:
         if exc.applied:
-            host._drop(mine)
+            core.drop(mine)
         else:
             try:
                 sc.rename(mine, path)
@@ -115,16 +103,16 @@ def take_over(host: _Host, path: str, job_id: str, old_token: str, kind: str, wh
         raise
 
 
-def _taken_over(host: _Host, mine: str, job_id: str, old_token: str, kind: str, why: str, token: str,
+def _taken_over(core: Core, notifier: Notifier, mine: str, job_id: str, old_token: str, kind: str, why: str, token: str,
                 counts: dict[str, int]) -> None:
-    tree, lay = host._tree, host._tree.layout
-    if kind in ("commit", "recover") and _finish_commit(host, job_id, old_token, mine, counts):
+    tree, lay = core.tree, core.tree.layout
+    if kind in ("commit", "recover") and _finish_commit(core, notifier, job_id, old_token, mine, counts):
         return
     # RACE: a copy may exist elsewhere only if a previous recoverer published it and died
     # before unlinking its ".recover" entry; the job cannot move into pending meanwhile because
     # only the holder of a claim publishes it, and we hold this one.
     if tree.exists_elsewhere(job_id, mine):
-        host._drop(mine)
+        core.drop(mine)
         counts["duplicates_dropped"] += 1
         return
     try:
@@ -135,7 +123,7 @@ def _taken_over(host: _Host, mine: str, job_id: str, old_token: str, kind: str, 
         counts["quarantined"] += tree.quarantine(mine, f"active job file {exc}")
         return
     if parsed.final is not None:
-        _finish_final(host, mine, job_id, parsed.final, counts)
+        _finish_final(core, notifier, mine, job_id, parsed.final, counts)
         return
     # A torn result line (the holder died mid-append) is ignored: the job is requeued from
     # its record line into a fresh file, so the tail never reaches the queue.
@@ -144,7 +132,7 @@ def _taken_over(host: _Host, mine: str, job_id: str, old_token: str, kind: str, 
     error = f"attempt {attempts} lost: {why}"
     if attempts >= record.max_attempts:
         new = dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
-                                  finished_at=host._wall(), not_before=None)
+                                  finished_at=core.wall(), not_before=None)
         dest = "failed"
     else:
         new = dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
@@ -168,16 +156,16 @@ def _taken_over(host: _Host, mine: str, job_id: str, old_token: str, kind: str, 
         raise
     else:
         counts["failed" if dest == "failed" else "requeued"] += 1
-    host._drop(mine)
+    core.drop(mine)
     if dest == "failed":
-        host._after_final(job_id)
+        notifier.after_final(job_id)
 
 
-def _finish_final(host: _Host, mine: str, job_id: str, state: str, counts: dict[str, int]) -> None:
+def _finish_final(core: Core, notifier: Notifier, mine: str, job_id: str, state: str, counts: dict[str, int]) -> None:
     """The holder appended its whole result line and died (or hung) before the rename that
     publishes it: publish it. Its fsync may not have happened yet, so we make the data durable
     before the name, as the holder would have."""
-    tree = host._tree
+    tree = core.tree
     if tree.durable:
         fd = sc.open(mine, os.O_RDONLY | fs.O_NOFOLLOW | fs.O_CLOEXEC)
         try:
@@ -187,18 +175,19 @@ def _finish_final(host: _Host, mine: str, job_id: str, state: str, counts: dict[
     try:
         tree.publish_final(mine, job_id, state)
     except FileExistsError:  # a result exists already: ours was a stray copy
-        host._drop(mine)
+        core.drop(mine)
         counts["duplicates_dropped"] += 1
         return
     except FileNotFoundError:
         return  # RACE: another recoverer took it from us after we judged it; it finishes the job
     counts["commits_finished"] += 1
-    host._after_final(job_id)
+    notifier.after_final(job_id)
 
 
-def _finish_commit(host: _Host, job_id: str, old_token: str, mine: str, counts: dict[str, int]) -> bool:
+def _finish_commit(core: Core, notifier: Notifier, job_id: str, old_token: str, mine: str,
+                   counts: dict[str, int]) -> bool:
     """Complete a commit whose temp file is durable; False if there is none to complete."""
-    tree = host._tree
+    tree = core.tree
     for dest in DESTS:  # a claim commits once, so at most one of these exists
         tmp = tree.layout.commit_tmp_path(old_token, job_id, dest)
         try:
@@ -209,16 +198,16 @@ def _finish_commit(host: _Host, job_id: str, old_token: str, mine: str, counts: 
             tree.publish(tmp, record, dest)  # a fault leaves the temp file: the next pass uses it
         except (FileExistsError, FileNotFoundError):
             fs.unlink_quietly(tmp)  # the holder finished it itself while we looked
-        host._drop(mine)
+        core.drop(mine)
         counts["commits_finished"] += 1
         if dest in ("fulfilled", "failed"):
-            host._after_final(job_id)
+            notifier.after_final(job_id)
         return True
     return False
 
 
-def _sweep_tmp(host: _Host, me: str, counts: dict[str, int]) -> None:
-    tree = host._tree
+def _sweep_tmp(core: Core, me: str, counts: dict[str, int]) -> None:
+    tree = core.tree
     for name in fs.scan_names(tree.layout.tmp):
         path = os.path.join(tree.layout.tmp, name)
         m = TMP_RE.match(name)
@@ -227,18 +216,18 @@ def _sweep_tmp(host: _Host, me: str, counts: dict[str, int]) -> None:
             continue
         owner = token_owner(m["token"])
         # Only a *dead* owner's temp files go: a live producer may be between write and rename.
-        if owner == me or host._probe.status(owner) != "dead":
+        if owner == me or core.probe.status(owner) != "dead":
             continue
         if m["purpose"] == "newid":
-            _finish_create(host, path, counts)
+            _finish_create(core, path, counts)
         elif fs.unlink(path):
             counts["temp_files_removed"] += 1
 
 
-def _finish_create(host: _Host, path: str, counts: dict[str, int]) -> None:
+def _finish_create(core: Core, path: str, counts: dict[str, int]) -> None:
     """A create(job_id=...) that died after reserving the id (a hard link in ids/) but before
     publishing: publish it, since the id is now taken and nobody else can create that job."""
-    tree = host._tree
+    tree = core.tree
     try:
         st = sc.lstat(path)
         if st.st_nlink < 2:
@@ -256,14 +245,14 @@ def _finish_create(host: _Host, path: str, counts: dict[str, int]) -> None:
         if fs.unlink(path):
             counts["temp_files_removed"] += 1
         return
-    due = record.not_before is not None and record.not_before > host._wall()
+    due = record.not_before is not None and record.not_before > core.wall()
     with contextlib.suppress(FileNotFoundError):
         tree.publish(path, record, "scheduled" if due else "pending")
         counts["creates_finished"] += 1
 
 
-def _sweep_leases(host: _Host, me: str, counts: dict[str, int]) -> None:
-    tree = host._tree
+def _sweep_leases(core: Core, me: str, counts: dict[str, int]) -> None:
+    tree = core.tree
     for name in fs.scan_names(tree.layout.leases):
         if name.startswith("."):
             continue  # an owner being born (see OwnerLease); never judged
@@ -273,28 +262,28 @@ def _sweep_leases(host: _Host, me: str, counts: dict[str, int]) -> None:
             continue
         m = OWNER_RE.match(name)
         if m:
-            if m["owner"] != me and host._probe.status(m["owner"]) == "dead" and fs.unlink(path):
-                host._probe.forget(m["owner"])
+            if m["owner"] != me and core.probe.status(m["owner"]) == "dead" and fs.unlink(path):
+                core.probe.forget(m["owner"])
                 counts["locks_removed"] += 1
             continue
         if NOTIFY_LOCK_RE.match(name):
             # A free lock proves its holder died only where locks are trusted; heartbeat-only
             # stores wait for the holder's heartbeat to stop instead.
-            lock = NotifyLock.try_acquire(path, me) if host._probe.trust_locks else None
+            lock = NotifyLock.try_acquire(path, me) if core.probe.trust_locks else None
             if lock is not None:
                 lock.release()
                 counts["locks_removed"] += 1
                 continue
-            if break_if_expired(path, me, host._probe):
+            if break_if_expired(path, me, core.probe):
                 counts["locks_removed"] += 1
             continue
         counts["quarantined"] += tree.quarantine(path, "unrecognised name in leases")
 
 
-def _sweep_targets(host: _Host, counts: dict[str, int]) -> None:
+def _sweep_targets(core: Core, notifier: Notifier, counts: dict[str, int]) -> None:
     """A crash between publishing a final job and indexing its notification leaves targets
     that nobody would deliver: index them again."""
-    tree, lay = host._tree, host._tree.layout
+    tree, lay = core.tree, core.tree.layout
     for job_id in fs.scan_names(lay.targets):
         tdir = lay.target_dir(job_id)
         if not FINAL_RE.match(job_id + ".json") or not fs.is_real_dir(tdir):
@@ -312,5 +301,5 @@ def _sweep_targets(host: _Host, counts: dict[str, int]) -> None:
             with contextlib.suppress(OSError):
                 sc.rmdir(tdir)
             continue
-        host._after_final(job_id)
+        notifier.after_final(job_id)
         counts["notifications_restored"] += 1

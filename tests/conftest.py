@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from internals import die, freeze  # noqa: F401  (re-exported for the tests)
 
 from fsjobstore import JobStore
 
@@ -47,25 +48,6 @@ def open_store(root: str) -> Iterator[Callable[..., JobStore]]:
 @pytest.fixture
 def store(open_store: Callable[..., JobStore]) -> JobStore:
     return open_store(backoff=lambda attempt: 0.0)
-
-
-def freeze(store: JobStore) -> None:
-    """Stop the store's threads (its background recovery among them)."""
-    store._stop.set()
-    if store._thread is not None:
-        store._thread.join()
-    if store._waker is not None:
-        store._waker.stop()
-
-
-def die(store: JobStore) -> None:
-    """Stop every thread and release the owner's flock without cleaning up, as process death does."""
-    freeze(store)
-    owner = store._owner
-    assert owner is not None and owner._fd is not None
-    os.close(owner._fd)
-    owner._fd = None
-    store._closed = True
 
 
 def in_background(call: Callable[[], Any], settle: float = 0.2) -> Callable[[], Any]:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from internals import die_unlinked, freeze, temp_path
+
 from fsjobstore import InvalidState, JobExists, JobStore, _syscalls
 from fsjobstore._layout import ACTIVE_RE, FINAL_RE, PENDING_RE, SCHEDULED_RE, TMP_RE
 from fsjobstore._records import Record
@@ -108,15 +110,11 @@ def _dead_owner(store: JobStore, ctx: Ctx) -> None:
     _job(other, ctx)
     lease = other.pull_work()
     assert lease is not None
-    other._stop.set()
-    if other._thread is not None:
-        other._thread.join()
-    tmp = other._layout.tmp_path(other._new_token(), "new", "x.json")
+    freeze(other)
+    tmp = temp_path(other, "new", "x.json")
     with open(tmp, "wb") as fh:
         fh.write(b"{}")
-    assert other._owner is not None
-    other._owner.close()  # the flock is gone: the owner is dead to every prober
-    other._closed = True
+    die_unlinked(other)  # the flock is gone: the owner is dead to every prober
     _job(store, ctx)
 
 

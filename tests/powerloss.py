@@ -30,6 +30,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from faultkit import Ctx, _dead_owner, check_store, full_cycle, hooked
+from internals import freeze
 
 from fsjobstore import JobStore
 
@@ -274,7 +275,7 @@ def workload(root: str) -> tuple[Snapshot, Recorder]:
         retried = store.pull_work()
         assert retried is not None
         retried.fail("again")
-    store._stop.set()  # the power goes out: no clean close
+    freeze(store)  # the power goes out: no clean close
     return snap, rec
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FakeWall, files_under, in_background
+from internals import owner
 
 from fsjobstore import (
     InvalidJobId,
@@ -220,7 +221,7 @@ def test_fulfill_by_id_takes_over_a_dead_workers_job(open_store: Callable[..., J
     job = worker.create("x")
     lease = worker.pull_work()
     assert lease is not None
-    worker._owner.close()  # type: ignore[union-attr]  # as if the process had died
+    owner(worker).close()  # as if the process had died
     other.fulfill(job.id, b"rescued")
     assert other.get(job.id).value == b"rescued"
     with pytest.raises(LeaseLost):

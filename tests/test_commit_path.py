@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 import pytest
+from internals import rescan
 
 from fsjobstore import JobState, JobStore, _syscalls
 from fsjobstore._records import Record
@@ -121,7 +122,7 @@ def test_a_result_is_never_published_over_an_existing_one(tmp_path: Any) -> None
         lease.fulfill(b"first")
         with open(os.path.join(stray, name), "wb") as fh:
             fh.write(copy)
-        s._pending.invalidate()
+        rescan(s)
         second = s.pull_work()
         assert second is not None
         with pytest.raises(Exception, match="taken over"):

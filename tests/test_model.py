@@ -16,6 +16,7 @@ from conftest import FakeWall, die
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from internals import owner, owner_or_none, rescan
 
 from fsjobstore import JobState, JobStore, LeaseLost, StoreClosed, WorkLease
 
@@ -152,8 +153,7 @@ class StoreMachine(RuleBasedStateMachine):
             self._taken_over(job_id)
             self.stale.append(lease)
         self.leases.clear()
-        assert self.store._owner is not None
-        self.store._owner.beat()  # the worker wakes up: its heartbeat moves again
+        owner(self.store).beat()  # the worker wakes up: its heartbeat moves again
         self._rescued()
 
     @precondition(lambda self: self.stale)
@@ -169,7 +169,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule()
     def crash_worker(self) -> None:
-        if self.store._owner is None:  # never became an owner: nothing of it to die
+        if owner_or_none(self.store) is None:  # never became an owner: nothing of it to die
             self.store.close()
         else:
             die(self.store)
@@ -191,7 +191,7 @@ class StoreMachine(RuleBasedStateMachine):
         """The rescuer requeued jobs the worker's own index has not seen: a watching worker
         hears of them through inotify, a polling one at its next rescan. This machine runs
         without a watcher, so it tells the worker to rescan, as either would."""
-        self.store._pending.invalidate()
+        rescan(self.store)
 
     @rule(seconds=st.sampled_from([1.0, 6.0, 11.0]))
     def advance(self, seconds: float) -> None:

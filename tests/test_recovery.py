@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import die, freeze
+from internals import owner, owner_or_none, temp_path
 
 from fsjobstore import JobState, JobStore, LeaseLost, WorkLease, _fsops, _syscalls, _tree
 
@@ -161,11 +162,11 @@ def test_temp_files_of_dead_owners_go_and_those_of_live_owners_stay(pair: tuple[
     live, other = pair
     dead = JobStore(live.path)
     for s in (live, dead):
-        _fsops.write_new(s._layout.tmp_path(s._new_token(), "new", "abc.json"), b"partial", durable=False)
+        _fsops.write_new(temp_path(s, "new", "abc.json"), b"partial", durable=False)
     die(dead)
     report = other.recover()
     assert report.temp_files_removed == 1
-    assert len(names(other, "tmp")) == 1 and names(other, "tmp")[0].startswith(live._owner_id())
+    assert len(names(other, "tmp")) == 1 and names(other, "tmp")[0].startswith(owner(live).owner)
     assert report.locks_removed == 1  # the dead owner's liveness file
 
 
@@ -216,7 +217,7 @@ def test_a_late_commit_after_a_take_over_raises_lease_lost_and_leaves_no_trace(p
     job = worker.create("x")
     lease = worker.pull_work()
     assert lease is not None
-    owner = worker._owner
+    owner = owner_or_none(worker)
     assert owner is not None
     hidden = os.path.join(os.path.dirname(worker.path), "hidden-owner")
     os.rename(owner.path, hidden)  # observers now see no liveness file: dead
@@ -238,7 +239,7 @@ def test_the_heartbeat_tells_a_holder_its_job_was_taken(open_store: Callable[...
     reasons: list[str] = []
     lease = worker.pull_work(on_compromised=lambda exc: (reasons.append(exc.reason), fired.set()))
     assert lease is not None
-    owner = worker._owner
+    owner = owner_or_none(worker)
     assert owner is not None
     hidden = os.path.join(os.path.dirname(worker.path), "hidden-owner")
     os.rename(owner.path, hidden)

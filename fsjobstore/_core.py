@@ -1,0 +1,166 @@
+"""The machinery one open store shares between its parts: settings, the owner identity and its
+tokens, the pending index, the wake-up source, and the waiting loop of every blocking call.
+
+``JobStore`` builds one :class:`Core` and hands it to the protocol modules (``_create``,
+``_work``, ``_notify``, ``_recovery``, ``_heart``); none of them reaches into ``JobStore``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from . import _fsops as fs
+from . import _syscalls as sc
+from ._errors import InvalidRequest, StoreClosed
+from ._layout import Layout, seq_field
+from ._leases import OwnerLease, OwnerProbe
+from ._pending import Pending
+from ._tree import Tree
+from ._wakeup import Waker
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What a store was opened with, validated (see ``JobStore.__init__``)."""
+
+    path: str
+    durable: bool
+    lease_duration: float
+    heartbeat_interval: float
+    max_attempts: int
+    backoff: Callable[[int], float]
+    max_value_bytes: int
+    max_request_bytes: int
+    poll_interval: float
+    watch: bool
+    lock_takeover: bool
+    clock: Callable[[], float]
+    wall: Callable[[], float]
+
+
+class Core:
+    """Shared state of one open store. Thread-safe; reset in a forked child."""
+
+    def __init__(self, settings: Settings, layout: Layout, tree: Tree) -> None:
+        self.settings = settings
+        self.layout = layout
+        self.tree = tree
+        self.durable = settings.durable
+        self.clock = settings.clock
+        self.wall = settings.wall
+        self.probe = OwnerProbe(layout, settings.lease_duration, settings.clock, trust_locks=settings.lock_takeover)
+        self.closed = False
+        # Called once before the first pull that needs the background thread (set by JobStore).
+        self.start_background: Callable[[], None] = lambda: None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.pid = os.getpid()
+        self.mutex = threading.RLock()
+        self.owner: OwnerLease | None = None
+        self._tokens = itertools.count(1)
+        self._last_seq = 0
+        self._litter: set[str] = set()
+        self.waker: Waker | None = None
+        self.pending = Pending(self.layout, self.tree, durable=self.durable,
+                               poll_interval=self.settings.poll_interval, clock=self.clock, wall=self.wall)
+
+    def after_fork(self) -> None:
+        """A forked child must not reuse the parent's owner lock, wake-up descriptors or index."""
+        if self.owner is not None:
+            self.owner.abandon_after_fork()
+        if self.waker is not None:
+            self.waker.abandon_after_fork()
+        self._reset()
+
+    def forked(self) -> bool:
+        return os.getpid() != self.pid
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise StoreClosed(f"the JobStore at {self.settings.path} is closed")
+
+    # -- identity ------------------------------------------------------------------------------
+    def ensure_owner(self) -> OwnerLease:
+        with self.mutex:
+            if self.owner is None:
+                self.owner = OwnerLease(self.layout, self.settings.lease_duration)
+            return self.owner
+
+    def owner_id(self) -> str:
+        return self.ensure_owner().owner
+
+    def new_token(self) -> str:
+        return f"{self.owner_id()}-{next(self._tokens):x}"
+
+    def next_seq(self) -> str:
+        with self.mutex:
+            # Strictly increasing within a process, so FIFO holds even when the clock repeats.
+            self._last_seq = max(time.time_ns(), self._last_seq + 1)
+            return seq_field(self._last_seq)
+
+    # -- superseded copies -----------------------------------------------------------------------
+    def drop(self, path: str) -> bool:
+        """Remove a superseded copy of a job; True once it is gone. If that fails the copy stays
+        until the next recovery pass of this store retries it (see FORMAT.md, "Faults")."""
+        if fs.unlink_quietly(path) or not sc.lexists(path):
+            return True
+        with self.mutex:
+            self._litter.add(path)
+        return False
+
+    def sweep_litter(self) -> int:
+        """Retry the copies :meth:`drop` could not remove; how many are gone now."""
+        with self.mutex:
+            litter, self._litter = self._litter, set()
+        return sum(self.drop(path) for path in litter)
+
+    # -- waiting ---------------------------------------------------------------------------------
+    def start_waker(self) -> None:
+        with self.mutex:
+            if self.waker is None and not self.closed:
+                waker = Waker(self.layout.jobs, self.pending.on_arrival, self.pending.invalidate)
+                waker.start()
+                self.waker = waker
+
+    def pull(self, attempt: Callable[[], T | None], timeout: float | None) -> T | None:
+        """Call ``attempt`` until it returns something or ``timeout`` runs out, sleeping between
+        tries until a wake-up, the next due job, or ``poll_interval``, whichever comes first."""
+        if timeout is not None and timeout < 0:
+            raise InvalidRequest(f"timeout must be >= 0 or None, got {timeout!r}")
+        self.start_background()
+        deadline = None if timeout is None else self.clock() + timeout
+        while True:
+            waker = self.waker
+            generation = waker.generation if waker else 0
+            got = attempt()
+            if got is not None or timeout == 0:
+                return got
+            remaining = float("inf") if deadline is None else deadline - self.clock()
+            if remaining <= 0:
+                return None
+            if waker is None and self.settings.watch:
+                # Started only when a pull has to wait: watching costs a busy process a thread
+                # hop per event it causes itself. Start, then look again before sleeping.
+                self.start_waker()
+                continue
+            pause = min(remaining, self.settings.poll_interval, max(0.001, self.pending.next_due - self.wall()))
+            if waker is not None and waker.watching:
+                waker.wait(generation, pause)
+            else:
+                time.sleep(pause)
+                self.pending.invalidate()
+            self.check_open()
+
+    def stop_waker(self) -> None:
+        if self.waker is not None:
+            self.waker.stop()
+

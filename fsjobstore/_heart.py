@@ -1,0 +1,84 @@
+"""The background thread of a store that pulls: heartbeats, lease checks, periodic recovery.
+
+One thread per open store, started by its first pull. Each beat rewrites the owner file (so
+observers see this process alive), then tells every held lease whose claim or lock is gone, or
+every held lease if this process could not beat in time (``stalled``). Every
+``max(heartbeat_interval, lease_duration / 2)`` it also runs a recovery pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from ._core import Core
+from ._errors import LeaseLost
+from ._notify import Notifier
+from ._recovery import recover
+from ._work import Work
+
+log = logging.getLogger("fsjobstore")
+
+
+class Heart:
+    def __init__(self, core: Core, work: Work, notifier: Notifier) -> None:
+        self._core = core
+        self._work = work
+        self._notifier = notifier
+        self._reset()
+
+    def _reset(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.stop_event = threading.Event()
+        self._last_beat = self._core.clock()
+
+    def after_fork(self) -> None:
+        self._reset()
+
+    def start(self) -> None:
+        core = self._core
+        with core.mutex:
+            if self.thread is not None or core.closed:
+                return
+            core.ensure_owner()
+            self._last_beat = core.clock()
+            self.thread = threading.Thread(target=self._run, name=f"fsjobstore-heartbeat-{core.pid}", daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        core, settings = self._core, self._core.settings
+        next_recovery = core.clock()
+        while not self.stop_event.is_set():
+            if core.clock() >= next_recovery:
+                try:
+                    recover(core, self._notifier)
+                except Exception:
+                    log.exception("background recovery failed; will try again")
+                next_recovery = core.clock() + max(settings.heartbeat_interval, settings.lease_duration / 2)
+            if self.stop_event.wait(settings.heartbeat_interval):
+                return
+            self.beat_once()
+
+    def beat_once(self) -> None:
+        core = self._core
+        owner = core.owner
+        if owner is None:
+            return
+        now = core.clock()
+        gap, self._last_beat = now - self._last_beat, now
+        problem: LeaseLost | None = None
+        try:
+            owner.beat()
+        except OSError as exc:
+            problem = LeaseLost(f"heartbeat could not be written: {exc}", reason="heartbeat-failed")
+        lease = core.settings.lease_duration
+        if problem is None and gap > 0.75 * lease:
+            problem = LeaseLost(f"this process did not beat for {gap:.1f}s (lease {lease}s); "
+                                "its claims may have been taken over", reason="stalled")
+        self._work.check_held(problem)
+        self._notifier.check_held(problem)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout=5.0)

@@ -1,0 +1,350 @@
+"""Work leases on disk: claiming a pending job, and every way its holder commits it.
+
+A claim renames the job's file into ``jobs/active/`` under a name that contains the claimer's
+token. Every commit starts from exactly that name, so a holder whose claim was taken over
+(renamed away by recovery) commits nothing: that rename is the fence. FORMAT.md, "Transitions",
+lists the steps of each commit; this module is the only code that performs them for a live
+holder (``_recovery`` performs them for dead ones).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import threading
+from typing import Any
+
+from . import _fsops as fs
+from . import _syscalls as sc
+from ._core import Core
+from ._errors import CorruptJob, InvalidState, JobStoreError, LeaseLost, StorageError, ValueTooLarge
+from ._handles import OnCompromised, WorkLease
+from ._layout import PENDING_RE, SCHEDULED_RE, token_owner
+from ._notify import Notifier
+from ._records import JobState, Record
+from ._recovery import new_counts, take_over
+from ._tree import Location
+from ._values import as_bytes, error_text, retry_delay
+
+log = logging.getLogger("fsjobstore")
+
+
+class Work:
+    """Claims and commits of one store; keeps the leases this process holds. Thread-safe."""
+
+    def __init__(self, core: Core, notifier: Notifier) -> None:
+        self._core = core
+        self._notifier = notifier
+        self._mutex = threading.Lock()
+        self._held: dict[str, WorkLease] = {}
+
+    def after_fork(self) -> None:
+        self._mutex = threading.Lock()
+        self._held = {}
+
+    def held(self) -> list[WorkLease]:
+        with self._mutex:
+            return list(self._held.values())
+
+    # == claiming ==================================================================================
+    def claim(self, queues: list[str] | None, on_compromised: OnCompromised | None) -> WorkLease | None:
+        core = self._core
+        core.pending.promote_due()
+        for _ in range(10_000):  # bounded: every turn consumes one name
+            index = core.pending.pick(queues)
+            if index is None:
+                return None
+            name = index.pop()
+            if name is None:
+                continue
+            m = PENDING_RE.match(name)
+            assert m is not None  # the index only holds valid names
+            token = core.new_token()
+            active = core.layout.active_path(m["id"], token)
+            try:
+                sc.rename(os.path.join(index.directory, name), active)
+            except FileNotFoundError:
+                continue  # another worker claimed it first
+            lease = self._lease_from_active(active, m["id"], os.path.basename(index.directory), token,
+                                            on_compromised, give_back=os.path.join(index.directory, name))
+            if lease is not None:
+                return lease
+        return None
+
+    def _lease_from_active(self, active: str, job_id: str, queue: str, token: str,
+                           on_compromised: OnCompromised | None, *, give_back: str) -> WorkLease | None:
+        tree = self._core.tree
+        try:
+            parsed = tree.read_parsed(active)
+        except FileNotFoundError:
+            return None
+        except StorageError:
+            # Reading failed, not the file: put the claim back where it was and report the fault.
+            # RACE: none for the rename back: the claim's token is ours and we are alive, so no
+            # recoverer moves it; a puller can see the job again only once it is back.
+            try:
+                sc.rename(active, give_back)
+            except OSError:
+                log.warning("could not return job %s after a read error; it returns to the queue when "
+                            "this process exits", job_id)
+            raise
+        except (fs.Unreadable, ValueError) as exc:
+            tree.quarantine(active, f"claimed job file {exc}")
+            return None
+        record = parsed.record
+        if record.id != job_id or record.queue != queue:
+            tree.quarantine(active, f"file content names job {record.id!r} in queue {record.queue!r}")
+            return None
+        if parsed.final is not None:
+            tree.quarantine(active, f"a queued job file already holds a {parsed.final} result")
+            return None
+        lease = WorkLease(self, record, token, on_compromised, size=parsed.complete, clean=not parsed.torn)
+        with self._mutex:
+            self._held[token] = lease
+        return lease
+
+    # == committing (called by WorkLease) ==========================================================
+    def _commit_work(self, lease: WorkLease, kind: str, payload: Any, retry: bool, delay: float | None) -> None:
+        core = self._core
+        if lease.finished:
+            raise InvalidState(f"the lease on job {lease.id} was already committed")
+        if core.forked():
+            raise LeaseLost("this lease belongs to the parent process", reason="closed")
+        record, token, lay = lease._record, lease.token, core.layout
+        active = lay.active_path(record.id, token)
+        if kind == "release":
+            self._release(lease, active)
+            return
+        new, dest = self._next_record(record, token, kind, payload, retry, delay)
+        if dest in ("fulfilled", "failed"):
+            self._commit_final(lease, active, new, dest)
+            return
+        tmp = lay.commit_tmp_path(token, record.id, dest)
+        fs.unlink_quietly(tmp)  # a failed earlier attempt of this very commit may have left it
+        fs.write_new(tmp, new.to_bytes(), durable=core.durable)
+        lease._committing = True
+        committing = lay.active_path(record.id, token, "commit")
+        try:
+            sc.rename(active, committing)  # the fence: fails if our claim was taken over
+        except FileNotFoundError:
+            fs.unlink_quietly(tmp)
+            raise self._lost(lease) from None
+        except OSError:
+            fs.unlink_quietly(tmp)
+            lease._committing = False
+            raise
+        try:
+            core.tree.publish(tmp, new, dest)
+        except (FileExistsError, FileNotFoundError):
+            # RACE: we were judged hung after fencing, and a recoverer finished our commit from
+            # our own temp file. That is our result; anything else is someone else's.
+            fs.unlink_quietly(tmp)
+            if not self._published_by(token, new, dest):
+                raise self._lost(lease) from None
+        except StorageError as exc:
+            if not exc.applied:
+                self._unfence(lease, committing, active, tmp)
+                raise
+            self._committed(lease, committing, new, dest)
+            raise
+        self._committed(lease, committing, new, dest)
+
+    def _release(self, lease: WorkLease, active: str) -> None:
+        core, record = self._core, lease._record
+        dst = core.layout.pending_path(record.queue, record.priority, record.seq, record.id)
+        fs.ensure_dir(os.path.dirname(dst), durable=core.durable)
+        lease._committing = True
+        try:
+            fs.rename_into(active, dst, durable=core.durable)
+        except FileNotFoundError:
+            raise self._lost(lease) from None
+        except StorageError as exc:
+            if not exc.applied:
+                lease._committing = False  # nothing moved: the lease is still ours
+                raise
+            self._finish(lease)  # released; only the fsync failed
+            core.pending.note_published(record, "pending")
+            raise
+        self._finish(lease)
+        core.pending.note_published(record, "pending")
+
+    def _commit_final(self, lease: WorkLease, active: str, new: Record, dest: str) -> None:
+        """A result is final: append it to the claimed file as one line, then move that file
+        into ``fulfilled/`` or ``failed/`` with one rename that never replaces a result.
+
+        No temp file is created and nothing is unlinked (both cost far more than a rename on
+        most filesystems). The rename is the fence: once a recoverer has moved our claim, it
+        fails with ENOENT. Durable order: write, fsync the file, rename, fsync the directory.
+        """
+        core = self._core
+        lease._committing = True
+        try:
+            fs.write_at(active, lease._size, new.result_bytes(dest), durable=core.durable, clean=lease._clean)
+        except FileNotFoundError:
+            raise self._lost(lease) from None
+        except OSError:
+            lease._committing = False  # the line was cut back (if it could be): a retry truncates first
+            lease._clean = False
+            raise
+        try:
+            core.tree.publish_final(active, new.id, dest)
+        except FileNotFoundError:
+            # RACE: we were judged hung and a recoverer moved our claim. If it saw our whole
+            # result line it published that (our commit stands); otherwise it requeued the job
+            # from the record line and ours is void.
+            if not self._published_by(lease.token, new, dest):
+                raise self._lost(lease) from None
+        except FileExistsError:
+            # A result exists already, so this claim was a stray second copy of a final job
+            # (a restored backup, a hand-made copy): it goes, and nothing was committed.
+            core.drop(active)
+            raise self._lost(lease) from None
+        except StorageError as exc:
+            if not exc.applied:
+                # Nothing moved. Cut the line back so a release or a retry starts clean; if even
+                # that fails, a line that is not followed by the rename is what a crash leaves,
+                # and readers and recovery already handle it.
+                fs.cut_back(active, lease._size)
+                lease._committing = False
+                lease._clean = False
+                raise
+            self._committed_final(lease, new)
+            raise
+        self._committed_final(lease, new)
+
+    def _committed_final(self, lease: WorkLease, new: Record) -> None:
+        self._finish(lease)
+        try:
+            self._notifier.after_final(new.id)
+        except StorageError as exc:
+            # The result is committed and durable; only its notify index entry is missing,
+            # and every recovery pass restores those (_recovery._sweep_targets).
+            log.warning("job %s is committed but its notification was not indexed: %s", new.id, exc)
+
+    def _committed(self, lease: WorkLease, committing: str, new: Record, dest: str) -> None:
+        self._core.drop(committing)
+        self._finish(lease)
+        self._core.pending.note_published(new, dest)  # a retry: final results go by _commit_final
+
+    def _unfence(self, lease: WorkLease, committing: str, active: str, tmp: str) -> None:
+        """Undo a commit that failed before anything was published: the claim is ours again
+        and the caller may retry. If even the undo fails, the ``.commit`` entry stays until this
+        process exits; recovery then requeues it (its temp file is gone, so nothing is lost)."""
+        fs.unlink_quietly(tmp)
+        try:
+            sc.rename(committing, active)
+        except OSError:
+            log.warning("could not undo the fence of job %s; it returns to the queue when this process exits",
+                        lease.id)
+            return
+        lease._committing = False
+
+    def _next_record(self, record: Record, token: str, kind: str, payload: Any, retry: bool,
+                     delay: float | None) -> tuple[Record, str]:
+        settings = self._core.settings
+        now = self._core.wall()
+        if kind == "fulfill":
+            value = as_bytes(payload)
+            if len(value) > settings.max_value_bytes:
+                raise ValueTooLarge(f"value is {len(value)} bytes; max_value_bytes is {settings.max_value_bytes}")
+            return dataclasses.replace(record, value=value, attempts=record.attempts + 1, finished_at=now,
+                                       committed_by=token, not_before=None), "fulfilled"
+        error = error_text(payload)
+        attempts = record.attempts + 1
+        delay = retry_delay(delay)
+        if retry and attempts < record.max_attempts:
+            wait = settings.backoff(attempts) if delay is None else delay
+            due = now + wait if wait > 0 else None
+            return dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
+                                       not_before=due), ("scheduled" if due is not None else "pending")
+        return dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
+                                   finished_at=now, not_before=None), "failed"
+
+    def _published_by(self, token: str, record: Record, dest: str) -> bool:
+        tree = self._core.tree
+        try:
+            return tree.read_record(tree.dest_path(record, dest)).committed_by == token
+        except (FileNotFoundError, fs.Unreadable, ValueError):
+            return False
+
+    def _lost(self, lease: WorkLease) -> LeaseLost:
+        error = LeaseLost(f"the lease on job {lease.id} (token {lease.token}) was taken over; nothing was committed")
+        lease._compromise(error)
+        self._finish(lease)
+        return error
+
+    def _finish(self, lease: WorkLease) -> None:
+        lease._mark_finished()
+        with self._mutex:
+            self._held.pop(lease.token, None)
+
+    # == resolving by id ===========================================================================
+    def fulfill_by_id(self, job_id: str, value: bytes) -> None:
+        core = self._core
+        for _ in range(20):
+            loc = core.tree.require(job_id)
+            if loc.state.is_final:
+                raise InvalidState(f"job {job_id} is already {loc.state.value}")
+            if loc.state is JobState.ACTIVE:
+                assert loc.token is not None and loc.kind is not None
+                owner = token_owner(loc.token)
+                status = "alive" if owner == core.owner_id() else core.probe.status(owner)
+                if status == "alive":
+                    raise InvalidState(f"job {job_id} is leased by a live worker")
+                take_over(core, self._notifier, loc.path, job_id, loc.token, loc.kind, "fulfilled by id",
+                          new_counts())
+                continue
+            token = core.new_token()
+            active = core.layout.active_path(job_id, token)
+            try:
+                sc.rename(loc.path, active)
+            except FileNotFoundError:
+                continue
+            lease = self._lease_from_active(active, job_id, _queue_of(loc), token, None, give_back=loc.path)
+            if lease is None:
+                raise CorruptJob(f"job {job_id} could not be read and was quarantined")
+            try:
+                lease.fulfill(value)
+            except StorageError:
+                if not lease.finished:  # nobody else holds this lease: give the job back
+                    with contextlib.suppress(JobStoreError):
+                        lease.release()
+                raise
+            return
+        raise InvalidState(f"job {job_id} kept moving; try again")
+
+    # == the heartbeat's checks ====================================================================
+    def check_held(self, problem: LeaseLost | None) -> None:
+        """Tell every holder whose claim is gone (or, with ``problem``, every holder) so."""
+        layout = self._core.layout
+        for lease in self.held():
+            if problem is not None:
+                lease._compromise(problem)
+            elif not lease._committing and not sc.lexists(layout.active_path(lease.id, lease.token)):
+                lease._compromise(LeaseLost(f"job {lease.id} was taken over by another process"))
+
+    def release_all(self) -> None:
+        """Give back every held job (on close)."""
+        for lease in self.held():
+            try:
+                lease.release()
+            except Exception:  # already lost: nothing of ours to give back
+                log.debug("release on close failed for %s", lease.id, exc_info=True)
+
+
+def check_value(value: Any, cap: int) -> bytes:
+    data = as_bytes(value)
+    if len(data) > cap:
+        raise ValueTooLarge(f"value is {len(data)} bytes; max_value_bytes is {cap}")
+    return data
+
+
+def _queue_of(loc: Location) -> str:
+    name = os.path.basename(loc.path)
+    if loc.state is JobState.PENDING:
+        return os.path.basename(os.path.dirname(loc.path))
+    m = SCHEDULED_RE.match(name)
+    assert m is not None
+    return m["queue"]

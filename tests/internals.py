@@ -1,0 +1,55 @@
+"""The one place the tests reach into a store's private parts: to stop its threads, kill its
+owner identity as process death would, or make it rescan. Everything else goes through the API.
+"""
+
+from __future__ import annotations
+
+import os
+
+from fsjobstore import JobStore
+from fsjobstore._leases import OwnerLease
+
+
+def owner(store: JobStore) -> OwnerLease:
+    """The store's liveness file (made on first use)."""
+    return store._core.ensure_owner()
+
+
+def owner_or_none(store: JobStore) -> OwnerLease | None:
+    return store._core.owner
+
+
+def freeze(store: JobStore) -> None:
+    """Stop the store's threads (its background recovery among them), as a hung process would."""
+    store._heart.stop()
+    store._core.stop_waker()
+
+
+def die(store: JobStore) -> None:
+    """Stop every thread and release the owner's flock without cleaning up, as process death does."""
+    freeze(store)
+    lease = store._core.owner
+    assert lease is not None and lease._fd is not None
+    os.close(lease._fd)
+    lease._fd = None
+    store._core.closed = True
+
+
+def die_unlinked(store: JobStore) -> None:
+    """Like :func:`die`, but the owner file goes too (a dead owner that was cleaned up)."""
+    freeze(store)
+    lease = store._core.owner
+    assert lease is not None
+    lease.close()
+    store._core.closed = True
+
+
+def rescan(store: JobStore) -> None:
+    """Forget the pending index: what inotify or the next poll would make a worker do."""
+    store._core.pending.invalidate()
+
+
+def temp_path(store: JobStore, purpose: str, rest: str) -> str:
+    """A name in the store's tmp/ that belongs to this store's owner."""
+    core = store._core
+    return core.layout.tmp_path(core.new_token(), purpose, rest)
