@@ -16,9 +16,10 @@ from typing import Any
 from fsjobstore import JobStore
 
 
-def deliver(target: Any, job_id: str, state: str, value: bytes | None, error: str | None) -> None:
-    line = {"job": job_id, "state": state,
-            "value": None if value is None else value.decode("utf-8", "replace"), "error": error}
+def deliver(target: Any, job_id: str, state: str, value: Any, error: str | None) -> None:
+    if isinstance(value, bytes):  # results given as bytes stay bytes; JSON results are JSON
+        value = value.decode("utf-8", "replace")
+    line = {"job": job_id, "state": state, "value": value, "error": error}
     with open(target["file"], "a") as fh:
         fh.write(json.dumps(line) + "\n")
 

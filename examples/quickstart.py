@@ -1,6 +1,6 @@
 """A producer, two worker processes and a notifier sharing one directory.
 
-    python examples/quickstart.py [DIR]
+    python examples/quickstart.py [DIR]     (without DIR: in a temporary directory, removed after)
 
 Creates 20 "add" jobs, asks for each result to be delivered to a target, lets two worker
 processes fulfil them, then a notifier delivers the results. Prints what happened.
@@ -8,7 +8,6 @@ processes fulfil them, then a notifier delivers the results. Prints what happene
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import sys
@@ -25,11 +24,18 @@ def worker(root: str, name: str) -> None:
             with lease:  # an exception here would count as a failed attempt and be retried
                 a, b = lease.request["a"], lease.request["b"]
                 time.sleep(0.01)  # pretend to work
-                lease.fulfill(json.dumps({"sum": a + b, "worker": name}))
+                lease.fulfill({"sum": a + b, "worker": name})  # any JSON value (or bytes)
 
 
 def main() -> None:
-    root = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="fsjobstore-demo-", dir=".")
+    if len(sys.argv) > 1:
+        run(sys.argv[1])
+    else:  # a store in a temporary directory, removed afterwards
+        with tempfile.TemporaryDirectory(prefix="fsjobstore-demo-") as tmp:
+            run(os.path.join(tmp, "store"))
+
+
+def run(root: str) -> None:
     print(f"store: {os.path.abspath(root)}")
     with JobStore(root) as store:
         # 1. Producer: jobs, each with a target waiting for its result.
@@ -47,13 +53,13 @@ def main() -> None:
             p.start()
         for p in procs:
             p.join()
-        by_worker = Counter(json.loads(store.get(j).value or b"{}")["worker"] for j in ids)
+        by_worker = Counter(store.get(j).value["worker"] for j in ids)
         print("workers: " + ", ".join(f"{w} fulfilled {n}" for w, n in sorted(by_worker.items())))
 
         # 3. A notifier delivers every result to the target that asked for it.
         delivered = 0
         while (note := store.pull_notification()) is not None:
-            result = json.loads(note.value or b"{}")
+            result = note.value
             for target in note.waiting:
                 delivered += 1
                 if delivered <= 3:
@@ -66,7 +72,8 @@ def main() -> None:
               f"failed={stats.failed} notifications waiting={stats.notifications}")
         ok = stats.fulfilled == len(ids) and delivered == len(ids) and stats.notifications == 0
         print("OK" if ok else "SOMETHING WENT WRONG")
-        sys.exit(0 if ok else 1)
+    if not ok:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

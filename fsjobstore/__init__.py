@@ -19,6 +19,7 @@ from ._errors import (
     StorageFull,
     StoreClosed,
     StoreFormatError,
+    StoreNotFound,
     UntrustedStore,
     ValueTooLarge,
 )
@@ -28,8 +29,9 @@ from ._records import Job, JobState
 from ._recovery import RecoveryReport
 from ._store import JobStore, StoreStatistics
 from ._values import default_backoff
+from ._verify import VerifyCheck, VerifyReport, verify
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "FORMAT_VERSION",
@@ -52,10 +54,14 @@ __all__ = [
     "StorageFull",
     "StoreClosed",
     "StoreFormatError",
+    "StoreNotFound",
     "StoreStatistics",
     "UntrustedStore",
     "ValueTooLarge",
+    "VerifyCheck",
+    "VerifyReport",
     "WorkLease",
     "__version__",
     "default_backoff",
+    "verify",
 ]

@@ -60,6 +60,21 @@ def dumps(obj: Any, *, what: str = "value", sort_keys: bool = False) -> bytes:
         raise InvalidRequest(f"{what} is nested too deeply to serialise") from None
 
 
+def canonical(obj: Any, *, what: str) -> tuple[bytes, Any]:
+    """``obj`` as strict JSON bytes, and the value a reader of those bytes gets back.
+
+    Python's json writes what it cannot keep: tuples become lists, non-string keys become
+    strings (``{1: "a", "1": "b"}`` even becomes an object with a duplicate key, which strict
+    readers refuse). Returning what was stored, and refusing what cannot be read back, keeps
+    what a caller is told identical to what any later reader sees.
+    """
+    data = dumps(obj, what=what)
+    try:
+        return data, loads(data)
+    except ValueError as exc:
+        raise InvalidRequest(f"{what} cannot be stored as JSON and read back: {exc}") from None
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
 

@@ -92,7 +92,7 @@ class Core:
     def ensure_owner(self) -> OwnerLease:
         with self.mutex:
             if self.owner is None:
-                self.owner = OwnerLease(self.layout, self.settings.lease_duration)
+                self.owner = OwnerLease(self.layout, self.settings.lease_duration, self.tree.perms.file_mode)
             return self.owner
 
     def owner_id(self) -> str:

@@ -2,7 +2,9 @@
 
 A generated id needs no reservation (it is random); a chosen id is reserved by hard-linking the
 temp file to ``ids/<id>`` before the job is published, so a second create with that id fails
-with EEXIST (``JobExists``) in every process, forever. FORMAT.md, "Transitions", has the steps.
+with EEXIST (``JobExists``) in every process, forever. A chosen id in the shape of a generated
+one (32 lowercase hex digits) is also checked against the jobs that exist, so a generated id
+cannot be created twice either. FORMAT.md, "Transitions", has the steps.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from . import _fsops as fs
 from . import _syscalls as sc
 from ._core import Core
 from ._errors import JobExists, StorageError
+from ._layout import GENERATED_ID_RE
 from ._records import Record
 
 log = logging.getLogger("fsjobstore")
@@ -29,13 +32,13 @@ def publish_new(core: Core, record: Record, *, explicit: bool) -> str:
     dest = "scheduled" if record.not_before is not None and record.not_before > now else "pending"
     token = core.new_token()
     tmp = lay.tmp_path(token, "newid" if explicit else "new", f"{record.id}.json")
-    fs.write_new(tmp, record.to_bytes(), durable=core.durable)
+    core.tree.write_new(tmp, record.to_bytes())
     reserved = False
     marker = lay.id_marker(record.id)
     try:
         if explicit:
             try:
-                fs.link_into(tmp, marker, durable=core.durable)
+                core.tree.link_into(tmp, marker)
             except FileExistsError:
                 republish_orphan(core, record.id)
                 raise JobExists(f"a job with id {record.id!r} was already created in this store") from None
@@ -45,6 +48,11 @@ def publish_new(core: Core, record: Record, *, explicit: bool) -> str:
                     exc.applied = False
                 raise
             reserved = True
+            if GENERATED_ID_RE.match(record.id) and core.tree.exists(record.id):
+                # A generated id is not reserved under ids/ (that would cost every create a
+                # link and a directory fsync); one chosen by hand in the same shape may be a
+                # job's generated id. Give the reservation back and refuse.
+                raise JobExists(f"a job with id {record.id!r} already exists in this store")
         core.tree.publish(tmp, record, dest)
     except Exception as exc:
         if isinstance(exc, StorageError) and exc.applied:
@@ -83,9 +91,9 @@ def republish_orphan(core: Core, job_id: str) -> None:
             return
         due = record.not_before is not None and record.not_before > core.wall()
         dst = core.tree.dest_path(record, "scheduled" if due else "pending")
-        fs.ensure_dir(os.path.dirname(dst), durable=core.durable)
+        core.tree.ensure_dir(os.path.dirname(dst))
         with contextlib.suppress(FileExistsError):
-            fs.link_into(marker, dst, durable=core.durable)
+            core.tree.link_into(marker, dst)
             log.warning("job %s was reserved but never published; published it from ids/", job_id)
     finally:
         sc.close_read(fd)  # releases the flock

@@ -13,7 +13,8 @@ also means what a builtin means, it subclasses that builtin too, so ``except Key
     ├── InvalidState (RuntimeError)        the job is in a state that forbids the operation
     ├── LeaseLost                          this handle's lease was taken over or released
     ├── CorruptJob (ValueError)            a stored file could not be parsed (it is quarantined)
-    ├── UntrustedStore (PermissionError)   the store root is writable or owned by someone else
+    ├── UntrustedStore (PermissionError)   the store is writable by others, or not ours to use
+    ├── StoreNotFound (FileNotFoundError)  no store at that path, and none may be made there
     ├── StoreFormatError                   the store was written by an incompatible format version
     ├── StoreClosed (RuntimeError)         the JobStore was closed
     └── StorageError (OSError)             the filesystem failed a call: EIO, EROFS, EMFILE, ...
@@ -78,7 +79,16 @@ class CorruptJob(JobStoreError, ValueError):
 
 
 class UntrustedStore(JobStoreError, PermissionError):
-    """The store directory could be written by other users, or is owned by another user."""
+    """The store directory could be written by other users, or belongs to another user (or to a
+    group this process is not a member of)."""
+
+
+class StoreNotFound(JobStoreError, FileNotFoundError):
+    """There is no store at the path: it is missing (and ``create=False``), a file, or a
+    directory that holds other things and no ``fsjobstore.json``. Nothing was created."""
+
+    def __str__(self) -> str:  # FileNotFoundError formats its args as (errno, text); we want the sentence.
+        return str(self.args[0]) if self.args else "no store here"
 
 
 class StoreFormatError(JobStoreError):

@@ -15,6 +15,7 @@ import contextlib
 import errno
 import os
 import stat
+from dataclasses import dataclass
 
 from . import _syscalls as sc
 from ._errors import StorageError, UntrustedStore
@@ -24,6 +25,29 @@ O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 FILE_MODE = 0o600
 DIR_MODE = 0o700
+
+
+@dataclass(frozen=True, slots=True)
+class Perms:
+    """Who may use a store: its owner only (``gid`` None), or every member of group ``gid``.
+
+    A group store's directories are setgid (new entries inherit the group) and group-writable,
+    its files group-readable and -writable. The process umask would mask those bits, so they
+    are set explicitly (one fchmod per new file, only in group stores).
+    """
+
+    gid: int | None = None
+
+    @property
+    def file_mode(self) -> int:
+        return FILE_MODE if self.gid is None else 0o660
+
+    @property
+    def dir_mode(self) -> int:
+        return DIR_MODE if self.gid is None else 0o2770
+
+
+PRIVATE = Perms()
 
 
 class Unreadable(Exception):
@@ -49,10 +73,12 @@ def sync_applied(path: str, *, durable: bool) -> None:
         raise
 
 
-def write_new(path: str, data: bytes, *, durable: bool) -> None:
+def write_new(path: str, data: bytes, *, durable: bool, mode: int = FILE_MODE) -> None:
     """Create ``path`` exclusively and write ``data`` to it; remove it again on any error."""
-    fd = sc.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, FILE_MODE)
+    fd = sc.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
     try:
+        if mode != FILE_MODE:
+            sc.fchmod(fd, mode)  # the umask took the group bits off
         view = memoryview(data)
         while view:
             written = sc.write(fd, view)
@@ -194,12 +220,14 @@ def read_regular(path: str, cap: int) -> bytes:
         sc.close_read(fd)
 
 
-def ensure_dir(path: str, *, durable: bool) -> None:
+def ensure_dir(path: str, *, durable: bool, mode: int = DIR_MODE) -> None:
     """Create ``path`` (one level) if missing; fsync its parent when it was created."""
     try:
-        sc.mkdir(path, DIR_MODE)
+        sc.mkdir(path, mode)
     except FileExistsError:
         return
+    if mode != DIR_MODE:
+        sc.chmod(path, mode)  # the umask took the group bits off (and mkdir ignores setgid)
     if durable:  # an empty directory is no state: a failure here is a plain, unapplied error
         fsync_dir(os.path.dirname(path))
 
@@ -212,17 +240,31 @@ def scan_names(path: str) -> list[str]:
         return []
 
 
-def check_trusted(path: str) -> None:
-    """Refuse a store directory that others could write into or that is not ours."""
+def check_trusted(path: str, perms: Perms = PRIVATE) -> None:
+    """Refuse a store directory that others could write into or that is not ours.
+
+    A private store's directories must be ours. A group store's may also belong to another
+    member of the group, which shows as the store's group on a directory nobody else can write:
+    only members (or root) can give a directory a group.
+    """
     st = sc.lstat(path)
     if stat.S_ISLNK(st.st_mode):
         raise UntrustedStore(f"{path} is a symbolic link; store directories must be real directories")
     if not stat.S_ISDIR(st.st_mode):
         raise UntrustedStore(f"{path} is not a directory")
-    if st.st_uid != os.geteuid():
-        raise UntrustedStore(f"{path} is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
     if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
         raise UntrustedStore(f"{path} is world-writable without the sticky bit")
+    if st.st_uid == os.geteuid():
+        return
+    if perms.gid is None:
+        raise UntrustedStore(
+            f"{path} is owned by uid {st.st_uid}, not by us (uid {os.geteuid()}); a store shared by "
+            "several users must be created with JobStore(path, group=...)"
+        )
+    if st.st_gid != perms.gid or st.st_mode & stat.S_IWOTH:
+        raise UntrustedStore(
+            f"{path} is owned by uid {st.st_uid} and group {st.st_gid}, outside this store's group {perms.gid}"
+        )
 
 
 def is_real_dir(path: str) -> bool:
@@ -242,9 +284,10 @@ def is_regular(path: str) -> bool:
 
 
 def makedirs(path: str) -> None:
-    """Create ``path`` and missing parents (the store root, at open)."""
+    """Create the missing parents of a store root as ``mkdir -p`` would (the umask decides their
+    mode: they are outside the store, and other users may need to pass through them)."""
     parent = os.path.dirname(path)
     if parent != path and not sc.lexists(parent):
         makedirs(parent)
     with contextlib.suppress(FileExistsError):
-        sc.mkdir(path, DIR_MODE)
+        sc.mkdir(path, 0o777)

@@ -61,6 +61,7 @@ class _Lease:
 
     @property
     def finished(self) -> bool:
+        """True once this handle has committed, released, or lost its lease."""
         return self._finished
 
     def _compromise(self, error: LeaseLost) -> None:
@@ -107,22 +108,32 @@ class WorkLease(_Lease):
         self._size = size  # bytes of the claimed file: where a final commit appends its result
         self._clean = clean  # the file is known to end at _size (no torn tail, no failed attempt)
         self._committing = False  # set once the commit's first visible step is under way
-        self.token = token
+        self._token = token
+
+    @property
+    def token(self) -> str:
+        """This claim's fencing token: unique to this claim, part of the claimed file's name.
+        Use it as the idempotency key of side effects outside the store."""
+        return self._token
 
     @property
     def id(self) -> str:
+        """The job's id."""
         return self._record.id
 
     @property
     def request(self) -> Any:
+        """The job's request, as stored (JSON)."""
         return self._record.request
 
     @property
     def queue(self) -> str:
+        """The queue the job was claimed from."""
         return self._record.queue
 
     @property
     def priority(self) -> int:
+        """The job's priority (lower runs sooner)."""
         return self._record.priority
 
     @property
@@ -132,10 +143,13 @@ class WorkLease(_Lease):
 
     @property
     def max_attempts(self) -> int:
+        """Attempts the job gets before it fails for good."""
         return self._record.max_attempts
 
-    def fulfill(self, value: bytes | str) -> None:
-        """Make the job final with ``value``. Raises :class:`LeaseLost` if the claim is gone."""
+    def fulfill(self, value: Any) -> None:
+        """Make the job final with ``value``: bytes (kept as bytes) or any JSON value (str,
+        number, bool, None, list, dict), given back as stored JSON. Raises :class:`LeaseLost`
+        if the claim is gone, :class:`InvalidRequest` if the value is neither."""
         self._store._commit_work(self, "fulfill", value, False, None)
 
     def fail(self, error: BaseException | str, *, retry: bool = True, delay: float | None = None) -> None:
@@ -182,29 +196,52 @@ class NotificationLease(_Lease):
         self._record = record
         self._keys = keys  # the targets offered, to tell them from ones queued meanwhile
         self._lock = lock
-        self.state = state
-        self.waiting = waiting
-        self.attempts = attempts
+        self._state = state
+        self._waiting = waiting
+        self._attempts = attempts
 
     @property
     def id(self) -> str:
+        """The job's id."""
         return self._record.id
 
     @property
+    def state(self) -> JobState:
+        """The job's final state: fulfilled, failed or cancelled."""
+        return self._state
+
+    @property
+    def waiting(self) -> tuple[Any, ...]:
+        """The targets to deliver to, oldest first (as they were when the lease was taken)."""
+        return self._waiting
+
+    @property
+    def attempts(self) -> int:
+        """Earlier delivery attempts of this notification that left targets undelivered."""
+        return self._attempts
+
+    @property
     def request(self) -> Any:
+        """The job's request, as stored (JSON)."""
         return self._record.request
 
     @property
-    def value(self) -> bytes | None:
+    def value(self) -> Any:
+        """The job's result (bytes, or a JSON value), or None if it did not succeed."""
         return self._record.value
 
     @property
     def error(self) -> str | None:
+        """The job's last error (a failed job), or its reason (a cancelled one)."""
         return self._record.error
 
     def done(self, delivered: Iterable[Any] = (), *, error: str | None = None) -> None:
         """Remove the ``delivered`` targets and release the lease. ``error`` describes why the
-        others were not delivered; it is kept with the notification for the next attempt."""
+        others were not delivered; it is kept with the notification for the next attempt.
+
+        Every delivered target must be one of :attr:`waiting`; anything else is a mistake in the
+        caller and raises :class:`InvalidRequest` before anything changes (the lease is still
+        held, so ``done`` can be called again)."""
         self._store._finish_notification(self, list(delivered), error)
 
     def release(self) -> None:

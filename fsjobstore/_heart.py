@@ -30,31 +30,48 @@ class Heart:
     def _reset(self) -> None:
         self.thread: threading.Thread | None = None
         self.stop_event = threading.Event()
+        self._first_pass = threading.Event()
         self._last_beat = self._core.clock()
 
     def after_fork(self) -> None:
         self._reset()
 
     def start(self) -> None:
+        """Start the thread, after one recovery pass in the calling thread: a process's first
+        pull must already see the jobs of workers that died before it started (a cron worker
+        pulls once, and a background pass would come too late for it)."""
         core = self._core
         with core.mutex:
-            if self.thread is not None or core.closed:
-                return
-            core.ensure_owner()
-            self._last_beat = core.clock()
-            self.thread = threading.Thread(target=self._run, name=f"fsjobstore-heartbeat-{core.pid}", daemon=True)
-            self.thread.start()
+            first = self.thread is None and not core.closed
+            if first:
+                core.ensure_owner()
+                self.thread = threading.Thread(target=self._run, name=f"fsjobstore-heartbeat-{core.pid}",
+                                               daemon=True)
+        if not first:
+            self._first_pass.wait(60)  # another thread of ours is making the first pass
+            return
+        try:
+            self._recover(deep=True)
+        finally:
+            self._first_pass.set()
+        self._last_beat = core.clock()
+        assert self.thread is not None
+        self.thread.start()
+
+    def _recover(self, *, deep: bool) -> None:
+        try:
+            recover(self._core, self._notifier, deep=deep)
+        except Exception:
+            log.exception("recovery failed; will try again")
 
     def _run(self) -> None:
         core, settings = self._core, self._core.settings
-        next_recovery = core.clock()
+        interval = max(settings.heartbeat_interval, settings.lease_duration / 2)
+        next_recovery = core.clock() + interval
         while not self.stop_event.is_set():
             if core.clock() >= next_recovery:
-                try:
-                    recover(core, self._notifier)
-                except Exception:
-                    log.exception("background recovery failed; will try again")
-                next_recovery = core.clock() + max(settings.heartbeat_interval, settings.lease_duration / 2)
+                self._recover(deep=False)
+                next_recovery = core.clock() + interval
             if self.stop_event.wait(settings.heartbeat_interval):
                 return
             self.beat_once()

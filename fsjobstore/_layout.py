@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MARKER = "fsjobstore.json"
 
 # Priority: lower runs sooner (beanstalkd/kqueue convention). Stored offset so that the
@@ -30,6 +30,7 @@ SCHEDULED_RE = re.compile(
 )
 ACTIVE_RE = re.compile(rf"(?P<id>{_ID})\.(?P<token>{_TOKEN})\.(?P<kind>json|commit|recover)\Z")
 FINAL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
+GENERATED_ID_RE = re.compile(r"[0-9a-f]{32}\Z")  # uuid4().hex: what create() makes up
 TARGET_RE = re.compile(r"(?P<key>[0-9a-f]{32})\.json\Z")
 OWNER_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.owner\Z")
 NOTIFY_LOCK_RE = re.compile(rf"(?P<id>{_ID})\.notify\Z")
@@ -48,8 +49,15 @@ class Layout:
     active: str = field(init=False)
     fulfilled: str = field(init=False)
     failed: str = field(init=False)
+    cancelled: str = field(init=False)
     notify: str = field(init=False)
     targets: str = field(init=False)
+    control: str = field(init=False)  # what operators and workers ask of each other
+    paused: str = field(init=False)
+    cancels: str = field(init=False)
+    deadlines: str = field(init=False)
+    runs: str = field(init=False)  # progress and logs of each claim
+    workers: str = field(init=False)
     leases: str = field(init=False)
     ids: str = field(init=False)
     tmp: str = field(init=False)
@@ -61,16 +69,25 @@ class Layout:
 
         put("marker", os.path.join(self.root, MARKER))
         put("jobs", os.path.join(self.root, "jobs"))
-        for sub in ("pending", "scheduled", "active", "fulfilled", "failed", "notify"):
+        for sub in ("pending", "scheduled", "active", "fulfilled", "failed", "cancelled", "notify"):
             put(sub, os.path.join(self.jobs, sub))
-        for sub in ("targets", "leases", "ids", "tmp", "quarantine"):
+        for sub in ("targets", "control", "runs", "workers", "leases", "ids", "tmp", "quarantine"):
             put(sub, os.path.join(self.root, sub))
+        for sub in ("paused", "deadlines"):
+            put(sub, os.path.join(self.control, sub))
+        put("cancels", os.path.join(self.control, "cancel"))
 
     def all_dirs(self) -> tuple[str, ...]:
+        """Every directory of the skeleton, parents first."""
         return (
             self.jobs, self.pending, self.scheduled, self.active, self.fulfilled, self.failed,
-            self.notify, self.targets, self.leases, self.ids, self.tmp, self.quarantine,
+            self.cancelled, self.notify, self.targets, self.control, self.paused, self.cancels,
+            self.deadlines, self.runs, self.workers, self.leases, self.ids, self.tmp, self.quarantine,
         )
+
+    def final_dirs(self) -> tuple[tuple[str, str], ...]:
+        """(state, directory) of each final state."""
+        return (("fulfilled", self.fulfilled), ("failed", self.failed), ("cancelled", self.cancelled))
 
     # -- names -------------------------------------------------------------------------------
     def pending_dir(self, queue: str) -> str:
@@ -87,7 +104,8 @@ class Layout:
         return f"{self.active}/{job_id}.{token}.{kind}"
 
     def final_path(self, state: str, job_id: str) -> str:
-        return f"{self.fulfilled if state == 'fulfilled' else self.failed}/{job_id}.json"
+        directory = {"fulfilled": self.fulfilled, "failed": self.failed, "cancelled": self.cancelled}[state]
+        return f"{directory}/{job_id}.json"
 
     def notify_path(self, job_id: str) -> str:
         return os.path.join(self.notify, f"{job_id}.json")

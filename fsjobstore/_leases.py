@@ -43,7 +43,7 @@ Status = Literal["alive", "dead", "expired"]
 class OwnerLease:
     """This store instance's liveness file, locked for its lifetime and beaten by its thread."""
 
-    def __init__(self, layout: Layout, lease_duration: float) -> None:
+    def __init__(self, layout: Layout, lease_duration: float, mode: int = FILE_MODE) -> None:
         self.owner = secrets.token_hex(8)
         self.path = layout.owner_path(self.owner)
         self._lease_duration = lease_duration
@@ -53,8 +53,10 @@ class OwnerLease:
         # us dead in the instant between create and flock. So: create and lock it under a hidden
         # name that no sweep looks at, then rename it into place already locked.
         hidden = os.path.join(os.path.dirname(self.path), f".{self.owner}.init")
-        fd = sc.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, FILE_MODE)
+        fd = sc.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
         try:
+            if mode != FILE_MODE:
+                sc.fchmod(fd, mode)  # group stores: other members must be able to probe it
             if not sc.try_lock(fd):  # a fresh random name: nobody else has it
                 raise OSError(errno.EAGAIN, "could not lock a fresh owner file", hidden)
             self._fd: int | None = fd
@@ -175,10 +177,10 @@ class NotifyLock:
         self._ino = ino
 
     @classmethod
-    def try_acquire(cls, path: str, owner: str) -> NotifyLock | None:
+    def try_acquire(cls, path: str, owner: str, mode: int = FILE_MODE) -> NotifyLock | None:
         for _ in range(3):
             try:
-                fd = sc.open(path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC, FILE_MODE)
+                fd = sc.open(path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC, mode)
             except StorageError:
                 raise
             except OSError:  # a planted symlink or directory: recovery quarantines it
@@ -194,6 +196,8 @@ class NotifyLock:
                     continue
                 if (st.st_dev, st.st_ino) != (cur.st_dev, cur.st_ino):
                     continue
+                if mode != FILE_MODE and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != mode:
+                    sc.fchmod(fd, mode)  # we made it; the umask took the group bits off
                 sc.ftruncate(fd, 0)
                 sc.pwrite(fd, owner.encode() + b"\n", 0)
                 keep = True

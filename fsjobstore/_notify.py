@@ -15,9 +15,9 @@ from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._codec import dumps, target_key
+from ._codec import canonical, dumps, target_key
 from ._core import Core
-from ._errors import InvalidState, LeaseLost, ValueTooLarge
+from ._errors import InvalidRequest, InvalidState, LeaseLost, ValueTooLarge
 from ._handles import NotificationLease, OnCompromised
 from ._layout import FINAL_RE
 from ._leases import NotifyLock, break_if_expired
@@ -43,6 +43,7 @@ class Notifier:
 
     # -- targets -------------------------------------------------------------------------------
     def queue(self, job_id: str, target: Any) -> None:
+        _, target = canonical(target, what="target")  # refuse what could not be read back
         key = target_key(target)
         doc = dumps({"target": target, "queued_at": self._core.wall()}, what="target")
         if len(doc) > self._tree.target_cap:
@@ -50,12 +51,12 @@ class Notifier:
         self._tree.require(job_id)
         tdir = self._layout.target_dir(job_id)
         tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{job_id}.{key}.json")
-        fs.write_new(tmp, doc, durable=self._durable)
+        self._tree.write_new(tmp, doc)
         try:
             for _ in range(100):
-                fs.ensure_dir(tdir, durable=self._durable)
+                self._tree.ensure_dir(tdir)
                 try:
-                    fs.link_into(tmp, os.path.join(tdir, f"{key}.json"), durable=self._durable)
+                    self._tree.link_into(tmp, os.path.join(tdir, f"{key}.json"))
                 except FileExistsError:
                     pass  # already queued: keep its original place in line
                 except FileNotFoundError:
@@ -134,7 +135,7 @@ class Notifier:
         me = self._core.owner_id()
         for _, job_id in due:
             lock_path = lay.notify_lock_path(job_id)
-            lock = NotifyLock.try_acquire(lock_path, me)
+            lock = NotifyLock.try_acquire(lock_path, me, self._tree.perms.file_mode)
             if lock is None:
                 break_if_expired(lock_path, me, self._core.probe)
                 continue
@@ -156,7 +157,7 @@ class Notifier:
                 self._tree.quarantine(self._layout.notify_path(job_id), "notify entry for no final job")
                 return None
             try:
-                record = self._tree.read_record(loc.path)
+                record = self._tree.read_job(loc)
             except (fs.Unreadable, ValueError) as exc:
                 self._tree.quarantine(loc.path, f"job file {exc}")
                 self._tree.quarantine(self._layout.notify_path(job_id), "notify entry for an unreadable job")
@@ -179,6 +180,13 @@ class Notifier:
         if lease.finished:
             raise InvalidState(f"the notification lease on job {lease.id} was already done")
         keys = {target_key(t) for t in delivered}
+        strangers = [t for t in delivered if target_key(t) not in lease._keys]
+        if strangers:
+            raise InvalidRequest(
+                f"done() was given {len(strangers)} target(s) this lease did not offer, e.g. "
+                f"{strangers[0]!r}; deliver only targets from lease.waiting (nothing was removed)"
+            )
+        text = None if error is None else error_text(error)
         try:
             if not lease._lock.still_ours() or lease.compromised is not None:
                 err = LeaseLost(f"the notification lease on job {lease.id} was lost; nothing was removed")
@@ -193,7 +201,6 @@ class Notifier:
                 fresh = any(k not in lease._keys for k, _, _ in remaining)
                 not_before = self._core.wall() if fresh else self._core.wall() + self._core.settings.backoff(attempts)
                 tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{lease.id}.notify")
-                text = None if error is None else error_text(error)
                 self._tree.write_notify_entry(lease.id, tmp, not_before, attempts, text)
                 self._core.pending.note_due(not_before)
             else:

@@ -225,7 +225,7 @@ class Pending:
                     next_due = due
                     break
                 dst = self._layout.pending_path(m["queue"], prio_value(m["prio"]), m["seq"], m["id"])
-                fs.ensure_dir(os.path.dirname(dst), durable=self._durable)
+                self._tree.ensure_dir(os.path.dirname(dst))
                 try:
                     sc.rename(src, dst)
                 except FileNotFoundError:

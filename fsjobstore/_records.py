@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ._codec import check_job_id, check_queue, dumps, loads
@@ -20,15 +20,36 @@ class JobState(enum.StrEnum):
     ACTIVE = "active"  # leased by a worker
     FULFILLED = "fulfilled"  # final, with a value
     FAILED = "failed"  # final, attempts exhausted or failed without retry
+    CANCELLED = "cancelled"  # final, cancelled before it could finish
 
     @property
     def is_final(self) -> bool:
-        return self in (JobState.FULFILLED, JobState.FAILED)
+        return self in _FINAL
+
+
+_FINAL = frozenset({JobState.FULFILLED, JobState.FAILED, JobState.CANCELLED})
+FINAL_STATES = ("fulfilled", "failed", "cancelled")
+
+
+LOST_DATA = ("its data never reached the disk, as after a power cut in a store opened with durable=False "
+             "(the job is lost)")
+
+
+class LostJobData(ValueError):
+    """A job file whose name reached the disk and whose data did not (all of it, or its end)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A snapshot of one job, as :meth:`JobStore.get` and :meth:`JobStore.create` return it."""
+    """A snapshot of one job, as :meth:`JobStore.get` and :meth:`JobStore.create` return it.
+
+    ``request`` is the request as stored (JSON: tuples come back as lists, keys as strings).
+    ``value`` is the result of a fulfilled job: ``bytes`` if it was given as bytes, otherwise
+    the JSON value it was given as. ``error`` is the last failure's text (for a cancelled job,
+    the reason). ``history`` lists the earlier lives of a job that was retried after it failed
+    or was cancelled (oldest first), each a dict with ``state``, ``attempts``, ``error`` and
+    ``finished_at``.
+    """
 
     id: str
     state: JobState
@@ -39,16 +60,31 @@ class Job:
     max_attempts: int
     created_at: float
     run_at: float | None = None
-    value: bytes | None = None
+    value: Any = None
     error: str | None = None
     finished_at: float | None = None
     waiting: tuple[Any, ...] = field(default=())
+    timeout: float | None = None
+    history: tuple[dict[str, Any], ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        """This snapshot as plain JSON types (what ``fsjobstore get --json`` prints): ``state``
+        as its string, ``waiting`` and ``history`` as lists, and ``value`` in the form job files
+        store it, so bytes and JSON results print alike: null unless the job is fulfilled, then
+        ``{"encoding": "json", "data": ...}``, or ``{"encoding": "utf-8" | "base64", "data":
+        "..."}`` for bytes."""
+        doc = {f.name: getattr(self, f.name) for f in fields(self)}
+        doc["state"] = self.state.value
+        doc["value"] = encode_value(self.value) if self.state is JobState.FULFILLED else None
+        doc["waiting"] = list(self.waiting)
+        doc["history"] = list(self.history)
+        return doc
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """The content of a job file (format version 1). Immutable: a transition writes a new file,
-    or, for a final commit, appends one result line to the claimed one."""
+    """The content of a job file (format 2, which also reads format 1). Immutable: a transition
+    writes a new file, or, for a final commit, appends one result line to the claimed one."""
 
     id: str
     queue: str
@@ -60,9 +96,11 @@ class Record:
     attempts: int = 0
     not_before: float | None = None
     error: str | None = None
-    value: bytes | None = None
+    value: Any = None  # bytes, or a JSON value (see encode_value)
     finished_at: float | None = None
     committed_by: str | None = None
+    timeout: float | None = None  # seconds one attempt may run
+    history: tuple[dict[str, Any], ...] = ()  # earlier lives (see Job)
 
     def to_bytes(self) -> bytes:
         doc: dict[str, Any] = {
@@ -79,6 +117,8 @@ class Record:
             "finished_at": self.finished_at,
             "committed_by": self.committed_by,
             "value": None if self.value is None else encode_value(self.value),
+            "timeout": self.timeout,
+            "history": list(self.history),
             "request": self.request,
         }
         return dumps(doc, what="job record") + b"\n"
@@ -94,7 +134,8 @@ class Record:
             "finished_at": self.finished_at,
             "committed_by": self.committed_by,
             "not_before": self.not_before,
-            "value": None if self.value is None else encode_value(self.value),
+            # A fulfilled job always says what its value is, even JSON null.
+            "value": encode_value(self.value) if state == "fulfilled" else None,
         }
         return dumps(doc, what="job result") + b"\n"
 
@@ -111,14 +152,21 @@ class Record:
         (``Parsed.complete`` says how many bytes are whole). Anything else wrong raises
         ``ValueError`` naming the first problem.
         """
+        if not data.strip(b"\0 \t\r\n"):
+            raise LostJobData(f"is empty: {LOST_DATA}")
         end = data.find(b"\n")
         if end < 0:
             end = len(data) - 1  # one record with no newline (written by hand, say)
-        doc = loads(data[: end + 1])
+        try:
+            doc = loads(data[: end + 1])
+        except ValueError:
+            if data.endswith(b"\n"):
+                raise
+            raise LostJobData(f"stops inside its first line: {LOST_DATA}") from None
         if not isinstance(doc, dict):
             raise ValueError("top level is not an object")
         version = doc.get("format")
-        if version != FORMAT_VERSION:
+        if version not in _READABLE:
             raise ValueError(f"unknown format version {version!r}")
         complete = end + 1
         state = None
@@ -127,7 +175,7 @@ class Record:
             if data.find(b"\n", end + 1) != last:
                 raise ValueError("more than one result line")
             result = loads(data[end + 1 : last + 1])
-            if not isinstance(result, dict) or result.get("result") not in ("fulfilled", "failed"):
+            if not isinstance(result, dict) or result.get("result") not in FINAL_STATES:
                 raise ValueError("the result line does not name a final state")
             state = result.pop("result")
             if set(result) != _RESULT_FIELDS:
@@ -149,6 +197,8 @@ class Record:
                 value=_opt_value(doc.get("value")),
                 finished_at=_opt_num(doc.get("finished_at"), "finished_at"),
                 committed_by=_opt_str(doc.get("committed_by"), "committed_by"),
+                timeout=_opt_seconds(doc.get("timeout"), "timeout"),
+                history=_history(doc.get("history")),
             )
         except KeyError as exc:
             raise ValueError(f"missing field {exc.args[0]!r}") from None
@@ -164,6 +214,7 @@ class Record:
             request=self.request, attempts=self.attempts, max_attempts=self.max_attempts,
             created_at=self.created_at, run_at=self.not_before, value=self.value,
             error=self.error, finished_at=self.finished_at, waiting=waiting,
+            timeout=self.timeout, history=self.history,
         )
 
 
@@ -178,6 +229,7 @@ class Parsed:
     torn: bool  # bytes follow the whole lines (an append cut short)
 
 
+_READABLE = frozenset({1, FORMAT_VERSION})
 _RESULT_FIELDS = frozenset({"attempts", "error", "finished_at", "committed_by", "not_before", "value"})
 
 
@@ -186,8 +238,11 @@ _RESULT_FIELDS = frozenset({"attempts", "error", "finished_at", "committed_by", 
 _ESCAPES_BADLY = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
-def encode_value(value: bytes) -> dict[str, str]:
-    """Readable with ``cat`` when the value is plain UTF-8 text; base64 otherwise."""
+def encode_value(value: Any) -> dict[str, Any]:
+    """A JSON value is stored as itself; bytes are readable with ``cat`` when they are plain
+    UTF-8 text, and base64 otherwise. (Callers check JSON values with ``_codec.canonical``.)"""
+    if not isinstance(value, bytes):
+        return {"encoding": "json", "data": value}
     try:
         text = value.decode("utf-8")
     except UnicodeDecodeError:
@@ -197,11 +252,15 @@ def encode_value(value: bytes) -> dict[str, str]:
     return {"encoding": "base64", "data": base64.b64encode(value).decode("ascii")}
 
 
-def _opt_value(doc: Any) -> bytes | None:
+def _opt_value(doc: Any) -> Any:
     if doc is None:
         return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("data"), str):
+    if not isinstance(doc, dict) or "data" not in doc:
         raise ValueError("value is not an {encoding, data} object")
+    if doc.get("encoding") == "json":
+        return doc["data"]
+    if not isinstance(doc["data"], str):
+        raise ValueError("the data of a utf-8 or base64 value is not a string")
     if doc.get("encoding") == "utf-8":
         return str(doc["data"]).encode("utf-8")
     if doc.get("encoding") == "base64":
@@ -229,6 +288,22 @@ def _opt_str(v: Any, name: str) -> str | None:
     if v is not None and not isinstance(v, str):
         raise ValueError(f"{name} must be a string or null")
     return v
+
+
+def _opt_seconds(v: Any, name: str) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < 1e9:
+        raise ValueError(f"{name} must be a positive number of seconds or null, got {v!r}")
+    return float(v)
+
+
+def _history(v: Any) -> tuple[dict[str, Any], ...]:
+    if v is None:
+        return ()
+    if not isinstance(v, list) or not all(isinstance(e, dict) for e in v):
+        raise ValueError("history must be a list of objects")
+    return tuple(v)
 
 
 def _seq(v: Any) -> str:

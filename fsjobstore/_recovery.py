@@ -21,7 +21,8 @@ from ._errors import StorageError
 from ._layout import ACTIVE_RE, FINAL_RE, NOTIFY_LOCK_RE, OWNER_RE, TARGET_RE, TMP_RE, token_owner
 from ._leases import NotifyLock, break_if_expired
 from ._notify import Notifier
-from ._tree import DESTS
+from ._records import FINAL_STATES, LOST_DATA, LostJobData
+from ._tree import DESTS, Tree
 
 log = logging.getLogger("fsjobstore")
 
@@ -39,6 +40,7 @@ class RecoveryReport:
     locks_removed: int = 0
     notifications_restored: int = 0
     quarantined: int = 0
+    lost_to_power_loss: int = 0  # empty job files (quarantined): their data never reached the disk
 
 
 def new_counts() -> dict[str, int]:
@@ -46,10 +48,15 @@ def new_counts() -> dict[str, int]:
     return {f.name: 0 for f in dataclasses.fields(RecoveryReport)}
 
 
-def recover(core: Core, notifier: Notifier) -> RecoveryReport:
+def recover(core: Core, notifier: Notifier, *, deep: bool = False) -> RecoveryReport:
+    """One pass of every repair. ``deep`` also looks for jobs a power cut emptied, in stores
+    that do not fsync (it reads the size of every queued job: done once per process, and by
+    every explicit ``recover()``)."""
     counts = new_counts()
     me = core.owner_id()
     counts["duplicates_dropped"] += core.sweep_litter()
+    if deep and not core.durable:
+        _sweep_emptied(core, counts)
     _sweep_active(core, notifier, me, counts)
     _sweep_tmp(core, me, counts)
     _sweep_leases(core, me, counts)
@@ -120,7 +127,7 @@ def _taken_over(core: Core, notifier: Notifier, mine: str, job_id: str, old_toke
     except FileNotFoundError:
         return
     except (fs.Unreadable, ValueError) as exc:
-        counts["quarantined"] += tree.quarantine(mine, f"active job file {exc}")
+        _quarantine_job(tree, mine, f"active job file {exc}", exc, counts)
         return
     if parsed.final is not None:
         _finish_final(core, notifier, mine, job_id, parsed.final, counts)
@@ -140,7 +147,7 @@ def _taken_over(core: Core, notifier: Notifier, mine: str, job_id: str, old_toke
         dest = "pending"
     tmp = lay.commit_tmp_path(token, job_id, dest)
     try:
-        fs.write_new(tmp, new.to_bytes(), durable=tree.durable)
+        tree.write_new(tmp, new.to_bytes())
         tree.publish(tmp, new, dest)
     except FileExistsError:  # a result appeared meanwhile: keep it, drop our copy
         fs.unlink_quietly(tmp)
@@ -200,10 +207,31 @@ def _finish_commit(core: Core, notifier: Notifier, job_id: str, old_token: str, 
             fs.unlink_quietly(tmp)  # the holder finished it itself while we looked
         core.drop(mine)
         counts["commits_finished"] += 1
-        if dest in ("fulfilled", "failed"):
+        if dest in FINAL_STATES:
             notifier.after_final(job_id)
         return True
     return False
+
+
+def _quarantine_job(tree: Tree, path: str, reason: str, exc: Exception, counts: dict[str, int]) -> None:
+    if tree.quarantine(path, reason):
+        counts["quarantined"] += 1
+        if isinstance(exc, LostJobData):
+            counts["lost_to_power_loss"] += 1
+
+
+def _sweep_emptied(core: Core, counts: dict[str, int]) -> None:
+    """Queued jobs whose files a power cut left empty (the rename reached the disk, the data
+    did not): quarantine them now with the reason, rather than let a worker trip on each."""
+    lay = core.layout
+    dirs = [lay.pending_dir(q) for q in fs.scan_names(lay.pending)] + [lay.scheduled]
+    for directory in dirs:
+        for name in fs.scan_names(directory):
+            path = os.path.join(directory, name)
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                if sc.lstat(path).st_size == 0 and core.tree.quarantine(path, f"job file is empty: {LOST_DATA}"):
+                    counts["quarantined"] += 1
+                    counts["lost_to_power_loss"] += 1
 
 
 def _sweep_tmp(core: Core, me: str, counts: dict[str, int]) -> None:
@@ -239,9 +267,12 @@ def _finish_create(core: Core, path: str, counts: dict[str, int]) -> None:
     except FileNotFoundError:
         return
     except (fs.Unreadable, ValueError) as exc:
-        counts["quarantined"] += tree.quarantine(path, f"temp job file {exc}")
+        _quarantine_job(tree, path, f"temp job file {exc}", exc, counts)
         return
     if tree.exists_elsewhere(record.id, path):
+        # A create that found its (generated-looking) id taken, and died before it gave the
+        # reservation back: give it back now, so the id never names this refused job.
+        _unlink_if_same_file(tree.layout.id_marker(record.id), st)
         if fs.unlink(path):
             counts["temp_files_removed"] += 1
         return
@@ -249,6 +280,13 @@ def _finish_create(core: Core, path: str, counts: dict[str, int]) -> None:
     with contextlib.suppress(FileNotFoundError):
         tree.publish(path, record, "scheduled" if due else "pending")
         counts["creates_finished"] += 1
+
+
+def _unlink_if_same_file(path: str, st: os.stat_result) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        cur = sc.lstat(path)
+        if (cur.st_dev, cur.st_ino) == (st.st_dev, st.st_ino):
+            fs.unlink(path)
 
 
 def _sweep_leases(core: Core, me: str, counts: dict[str, int]) -> None:
@@ -269,7 +307,7 @@ def _sweep_leases(core: Core, me: str, counts: dict[str, int]) -> None:
         if NOTIFY_LOCK_RE.match(name):
             # A free lock proves its holder died only where locks are trusted; heartbeat-only
             # stores wait for the holder's heartbeat to stop instead.
-            lock = NotifyLock.try_acquire(path, me) if core.probe.trust_locks else None
+            lock = NotifyLock.try_acquire(path, me, tree.perms.file_mode) if core.probe.trust_locks else None
             if lock is not None:
                 lock.release()
                 counts["locks_removed"] += 1

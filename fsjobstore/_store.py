@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from . import _fsops as fs
-from ._codec import check_job_id, check_queue, dumps
+from ._codec import canonical, check_job_id, check_queue
 from ._core import Core, Settings
 from ._create import publish_new
 from ._errors import CorruptJob, InvalidRequest, JobNotFound, ValueTooLarge
@@ -28,11 +28,11 @@ from ._layout import MAX_PRIORITY, MIN_PRIORITY, PENDING_RE, Layout
 from ._notify import Notifier
 from ._records import Job, JobState, Record
 from ._recovery import RecoveryReport, recover
-from ._skeleton import open_tree
+from ._skeleton import open_skeleton
 from ._tree import Tree
-from ._values import MAX_ERROR_CHARS, default_backoff, due_time
+from ._values import MAX_ERROR_CHARS, default_backoff, due_time, result_value
 from ._verify import locks_prove_death
-from ._work import Work, check_value
+from ._work import Work
 
 log = logging.getLogger("fsjobstore")
 
@@ -52,16 +52,26 @@ class StoreStatistics:
     quarantined: int
     pending_by_queue: Mapping[str, int]
     oldest_pending_age: float | None  # seconds since the oldest pending job was created
-    watching: bool  # whether this process gets inotify wake-ups
+    watching: bool  # whether *this process* gets inotify wake-ups (it has waited in a pull)
 
 
 class JobStore:
     """A job store in one directory, shared by any number of threads and processes.
 
-    :param path: the store's directory; created if missing. Relative paths are resolved once.
-    :param durable: fsync files and directories before acknowledging (see FORMAT.md). With
-        False, every operation is still atomic under process crashes, but a power loss may undo
-        recent acknowledged operations.
+    :param path: the store's directory. A store is made there if the directory is missing or
+        empty (and ``create`` is true); a directory holding anything else and no store is
+        refused (:class:`StoreNotFound`). Relative paths are resolved once.
+    :param create: False to open only an existing store (what read-only tools should do).
+    :param durable: fsync files and directories before acknowledging (see FORMAT.md). It is
+        recorded when the store is made (default True) and belongs to the store: None (the
+        default) follows the store, True is always allowed, and False is refused on a durable
+        store, so one process cannot weaken what the others promise. With False, every
+        operation is still atomic under process crashes, but a power loss may undo recent
+        acknowledged operations.
+    :param group: share the store with the members of this Unix group (a name or a gid): its
+        directories are made setgid and group-writable, its files group-readable and -writable,
+        and directories made by other members are trusted. Only when the store is made; later
+        opens may repeat it or leave it out. Without it a store belongs to the user who made it.
     :param lease_duration: seconds without a heartbeat after which another process may take a
         hung holder's job. A dead holder's jobs are taken at once, whatever this says.
     :param heartbeat_interval: seconds between heartbeats (default ``lease_duration / 4``).
@@ -81,7 +91,9 @@ class JobStore:
         self,
         path: str | os.PathLike[str],
         *,
-        durable: bool = True,
+        create: bool = True,
+        durable: bool | None = None,
+        group: str | int | None = None,
         lease_duration: float = 30.0,
         heartbeat_interval: float | None = None,
         max_attempts: int = 3,
@@ -106,14 +118,22 @@ class JobStore:
             )
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidRequest(f"max_attempts must be a positive integer, got {max_attempts!r}")
+        if durable is not None and not isinstance(durable, bool):
+            raise InvalidRequest(f"durable must be True, False or None, got {durable!r}")
+        raw = os.fspath(path)
+        if not isinstance(raw, str) or not raw.strip():
+            raise InvalidRequest(f"the store path must be a non-empty string, got {raw!r}")
         # The caller chose this path, so a symlink to the store is resolved once; inside the
         # store, symlinked directories are refused (see _fsops.check_trusted).
-        self.path = os.path.realpath(os.path.abspath(os.fspath(path)))
+        self.path = os.path.realpath(os.path.abspath(raw))
         layout = Layout(self.path)
+        config = open_skeleton(layout, durable=durable, group=group, create=create)
+        durable = config.durable if durable is None else durable
         # Worst cases once serialised: a text value doubles ('"' escapes), an error's
         # characters can take 6 bytes each (\uXXXX); the request was measured serialised.
         record_cap = 2 * max_value_bytes + max_request_bytes + MAX_ERROR_CHARS * 6 + 65536
-        tree = Tree(layout, durable=durable, record_cap=record_cap, target_cap=max_request_bytes + 4096)
+        tree = Tree(layout, durable=durable, record_cap=record_cap, target_cap=max_request_bytes + 4096,
+                    perms=config.perms)
         settings = Settings(
             path=self.path, durable=durable, lease_duration=float(lease_duration),
             heartbeat_interval=float(heartbeat), max_attempts=max_attempts, backoff=backoff,
@@ -127,12 +147,8 @@ class JobStore:
         self._work = Work(core, self._notifier)
         self._heart = Heart(core, self._work, self._notifier)
         core.start_background = self._heart.start
-        try:
-            open_tree(layout, durable=durable, new_token=core.new_token)
-        except BaseException:
-            if core.owner is not None:  # writing the marker made us an owner
-                core.owner.close()
-            raise
+        self.group: int | None = config.perms.gid
+        """The gid of the group that shares this store, or None for a private store."""
         _LIVE_STORES.add(self)
 
     # == settings, read-only ========================================================================
@@ -213,7 +229,8 @@ class JobStore:
             raise InvalidRequest(f"max_attempts must be an integer in [1, 1000000], got {max_attempts!r}")
         explicit = job_id is not None
         job_id = check_job_id(job_id) if explicit else uuid.uuid4().hex
-        request_bytes = dumps(request, what="request")
+        # What is returned is what was stored: a reader of the file gets exactly this request.
+        request_bytes, request = canonical(request, what="request")
         if len(request_bytes) > self.max_request_bytes:
             raise ValueTooLarge(f"request is {len(request_bytes)} bytes; max_request_bytes is {self.max_request_bytes}")
         now = core.wall()
@@ -242,7 +259,7 @@ class JobStore:
         return self._core.pull(lambda: self._work.claim(names, on_compromised), timeout)
 
     # == resolving by id ===========================================================================
-    def fulfill(self, job_id: str, value: bytes | str) -> None:
+    def fulfill(self, job_id: str, value: Any) -> None:
         """Fulfil a job without holding its lease (for jobs resolved elsewhere).
 
         Raises :class:`InvalidState` if a live worker holds it or it is already final, and
@@ -251,7 +268,7 @@ class JobStore:
         """
         self._check_open()
         check_job_id(job_id)
-        self._work.fulfill_by_id(job_id, check_value(value, self.max_value_bytes))
+        self._work.fulfill_by_id(job_id, result_value(value, self.max_value_bytes))
 
     def get(self, job_id: str) -> Job:
         """A snapshot of the job (state, request, value or error, attempts, waiting targets)."""
@@ -261,7 +278,7 @@ class JobStore:
         for _ in range(5):
             loc = tree.require(job_id)
             try:
-                record = tree.read_record(loc.path)
+                record = tree.read_job(loc)
             except FileNotFoundError:
                 continue  # it moved while we read it
             except (fs.Unreadable, ValueError) as exc:
@@ -300,11 +317,17 @@ class JobStore:
 
     # == maintenance ===============================================================================
     def recover(self) -> RecoveryReport:
-        """Repair what crashed or hung processes left behind; safe to run anywhere, any time."""
+        """Repair what crashed or hung processes left behind; safe to run anywhere, any time.
+
+        Every store that pulls also runs it: once before its first pull, then every
+        ``lease_duration / 2`` in the background. See FORMAT.md, "Recovery", for each step."""
         self._check_open()
-        return recover(self._core, self._notifier)
+        return recover(self._core, self._notifier, deep=True)
 
     def statistics(self) -> StoreStatistics:
+        """A snapshot of the store's counts: jobs in each state, pending jobs per queue, final
+        jobs with notifications waiting, quarantined files, and the age of the oldest pending
+        job. One listing of each directory; cheap enough to call often."""
         self._check_open()
         lay = self._core.layout
         by_queue: dict[str, int] = {}

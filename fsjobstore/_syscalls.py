@@ -116,6 +116,10 @@ def fstat(fd: int) -> os.stat_result:
     return _call("stat", os.fstat, fd)
 
 
+def fchmod(fd: int, mode: int) -> None:
+    _call("chmod", os.fchmod, fd, mode)
+
+
 def close(fd: int) -> None:
     """Close ``fd``; it is released even when this raises (Linux semantics), so never retry."""
     failure: OSError | None = None
@@ -239,6 +243,14 @@ def mkdir(path: str, mode: int) -> None:
 
 def rmdir(path: str) -> None:
     _call("rmdir", os.rmdir, path)
+
+
+def chmod(path: str, mode: int) -> None:
+    _call("chmod", os.chmod, path, mode)
+
+
+def chown(path: str, uid: int, gid: int) -> None:
+    _call("chown", os.chown, path, uid, gid)
 
 
 def lstat(path: str) -> os.stat_result:

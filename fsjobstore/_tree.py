@@ -22,11 +22,11 @@ from . import _syscalls as sc
 from ._codec import dumps, loads
 from ._errors import JobNotFound
 from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, TARGET_RE, Layout
-from ._records import JobState, Parsed, Record
+from ._records import FINAL_STATES, LOST_DATA, JobState, LostJobData, Parsed, Record
 
 log = logging.getLogger("fsjobstore")
 
-DESTS = ("pending", "scheduled", "fulfilled", "failed")
+DESTS = ("pending", "scheduled", *FINAL_STATES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,16 +38,39 @@ class Location:
 
 
 class Tree:
-    def __init__(self, layout: Layout, *, durable: bool, record_cap: int, target_cap: int) -> None:
+    def __init__(self, layout: Layout, *, durable: bool, record_cap: int, target_cap: int,
+                 perms: fs.Perms = fs.PRIVATE) -> None:
         self.layout = layout
         self.durable = durable
         self.record_cap = record_cap
         self.target_cap = target_cap
+        self.perms = perms
+
+    # -- writing, with this store's durability and permissions --------------------------------
+    def write_new(self, path: str, data: bytes) -> None:
+        fs.write_new(path, data, durable=self.durable, mode=self.perms.file_mode)
+
+    def ensure_dir(self, path: str) -> None:
+        fs.ensure_dir(path, durable=self.durable, mode=self.perms.dir_mode)
+
+    def link_into(self, src: str, dst: str) -> None:
+        fs.link_into(src, dst, durable=self.durable)
+
+    def rename_into(self, src: str, dst: str) -> None:
+        fs.rename_into(src, dst, durable=self.durable)
 
     # -- reading -------------------------------------------------------------------------------
     def read_record(self, path: str) -> Record:
         """Raises FileNotFoundError, or fs.Unreadable / ValueError naming what is wrong."""
         return self.read_parsed(path).record
+
+    def read_job(self, loc: Location) -> Record:
+        """The record of the job at ``loc``. A file in a final state that holds no result (no
+        result line, nobody's commit) lost that line to a power cut: it raises LostJobData."""
+        parsed = self.read_parsed(loc.path)
+        if loc.state.is_final and parsed.final is None and parsed.record.committed_by is None:
+            raise LostJobData(f"is in {loc.state.value}/ but holds no result: {LOST_DATA}")
+        return parsed.record
 
     def read_parsed(self, path: str) -> Parsed:
         """Like :meth:`read_record`, with the result line's final state and the whole length."""
@@ -77,19 +100,19 @@ class Tree:
         Final states go by :meth:`publish_final`: if a result already exists we raise
         FileExistsError instead of replacing it, so at most one result per job can ever exist.
         """
-        if dest in ("fulfilled", "failed"):
+        if dest in FINAL_STATES:
             return self.publish_final(tmp_path, record.id, dest)
         dst = self.dest_path(record, dest)
         try:
-            fs.rename_into(tmp_path, dst, durable=self.durable)
+            self.rename_into(tmp_path, dst)
         except FileNotFoundError:
             # A queue's first job: its directory is made on demand (one mkdir per queue, not
             # one failed mkdir per job). Any other ENOENT (our temp file went) is the caller's.
             parent = os.path.dirname(dst)
             if dest != "pending" or fs.is_real_dir(parent):
                 raise
-            fs.ensure_dir(parent, durable=self.durable)
-            fs.rename_into(tmp_path, dst, durable=self.durable)
+            self.ensure_dir(parent)
+            self.rename_into(tmp_path, dst)
         return dst
 
     # -- finding a job by id -------------------------------------------------------------------
@@ -104,29 +127,55 @@ class Tree:
     def _locate_once(self, job_id: str) -> Location | None:
         return next(self._locations(job_id), None)
 
-    def _locations(self, job_id: str) -> Iterator[Location]:
-        """Every file that is this job under the grammar, later states first: a job moves
-        forward, so it cannot slip past us backwards except on retry/release, which the
-        callers' repeats cover. Names that merely end like the job's are not it."""
-        lay = self.layout
-        for state, directory in ((JobState.FULFILLED, lay.fulfilled), (JobState.FAILED, lay.failed)):
+    def _locations(self, job_id: str, *, forward: bool = False) -> Iterator[Location]:
+        """Every file that is this job under the grammar. Names that merely end like the job's
+        are not it. By default later states come first, so that a job left in two places by a
+        crash is reported in the later one; ``forward`` looks in the order a job moves."""
+        places = (self._in_final, self._in_active, self._in_pending, self._in_scheduled)
+        for look in reversed(places) if forward else places:
+            yield from look(job_id)
+
+    def _in_final(self, job_id: str) -> Iterator[Location]:
+        for state, directory in self.layout.final_dirs():
             path = os.path.join(directory, f"{job_id}.json")
             if sc.lexists(path):
-                yield Location(state, path)
-        for name in fs.scan_names(lay.active):
+                yield Location(JobState(state), path)
+
+    def _in_active(self, job_id: str) -> Iterator[Location]:
+        active = self.layout.active
+        for name in fs.scan_names(active):
             if name.startswith(f"{job_id}."):
                 m = ACTIVE_RE.match(name)
                 if m and m["id"] == job_id:
-                    yield Location(JobState.ACTIVE, os.path.join(lay.active, name), m["token"], m["kind"])
+                    yield Location(JobState.ACTIVE, os.path.join(active, name), m["token"], m["kind"])
+
+    def _in_pending(self, job_id: str) -> Iterator[Location]:
         tail = f".{job_id}.json"
-        for queue in fs.scan_names(lay.pending):
-            qdir = lay.pending_dir(queue)
+        for queue in fs.scan_names(self.layout.pending):
+            qdir = self.layout.pending_dir(queue)
             for name in fs.scan_names(qdir):
                 if name.endswith(tail) and PENDING_RE.match(name):
                     yield Location(JobState.PENDING, os.path.join(qdir, name))
-        for name in fs.scan_names(lay.scheduled):
+
+    def _in_scheduled(self, job_id: str) -> Iterator[Location]:
+        tail = f".{job_id}.json"
+        for name in fs.scan_names(self.layout.scheduled):
             if name.endswith(tail) and SCHEDULED_RE.match(name):
-                yield Location(JobState.SCHEDULED, os.path.join(lay.scheduled, name))
+                yield Location(JobState.SCHEDULED, os.path.join(self.layout.scheduled, name))
+
+    def exists(self, job_id: str) -> bool:
+        """Whether a job with this id exists, even while it moves.
+
+        One pass in the order a job moves (scheduled, pending, active, final) sees it however far
+        forward it moves meanwhile; only a move back (a release, a retry) during the pass can hide
+        it, and a pass in the opposite order sees those. Twice each, so a miss would take four
+        moves in opposite directions, each timed into one pass.
+        """
+        for _ in range(2):
+            for forward in (True, False):
+                if next(self._locations(job_id, forward=forward), None) is not None:
+                    return True
+        return False
 
     def require(self, job_id: str) -> Location:
         """Like :meth:`locate`, but an unknown id raises :class:`JobNotFound`."""
@@ -175,8 +224,8 @@ class Tree:
                            error: str | None) -> None:
         """Create or replace ``jobs/notify/<id>.json`` atomically."""
         doc = {"id": job_id, "not_before": not_before, "attempts": attempts, "error": error}
-        fs.write_new(tmp_path, dumps(doc) + b"\n", durable=self.durable)
-        fs.rename_into(tmp_path, self.layout.notify_path(job_id), durable=self.durable)
+        self.write_new(tmp_path, dumps(doc) + b"\n")
+        self.rename_into(tmp_path, self.layout.notify_path(job_id))
 
     def read_notify_entry(self, job_id: str) -> tuple[float, int] | None:
         """(not_before, attempts), or None if there is no usable entry. An unusable one (not a
@@ -197,7 +246,7 @@ class Tree:
             return None
 
     def is_final(self, job_id: str) -> bool:
-        return any(sc.lexists(self.layout.final_path(s, job_id)) for s in ("fulfilled", "failed"))
+        return any(sc.lexists(self.layout.final_path(s, job_id)) for s in FINAL_STATES)
 
     # -- quarantine ----------------------------------------------------------------------------
     def quarantine(self, path: str, reason: str) -> bool:
@@ -215,6 +264,6 @@ class Tree:
             return False
         with contextlib.suppress(OSError):
             doc = {"from": os.path.relpath(path, lay.root), "reason": reason, "at": time.time()}
-            fs.write_new(dest + ".reason", dumps(doc) + b"\n", durable=False)
+            fs.write_new(dest + ".reason", dumps(doc) + b"\n", durable=False, mode=self.perms.file_mode)
         log.warning("quarantined %s: %s", path, reason)
         return True

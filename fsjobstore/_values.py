@@ -7,7 +7,8 @@ import traceback
 from datetime import datetime, timedelta
 from typing import Any
 
-from ._errors import InvalidRequest
+from ._codec import canonical
+from ._errors import InvalidRequest, ValueTooLarge
 
 MAX_ERROR_CHARS = 64 * 1024
 
@@ -44,15 +45,20 @@ def retry_delay(delay: Any) -> float | None:
     return None if delay is None else float(delay)
 
 
-def as_bytes(value: Any) -> bytes:
-    if isinstance(value, str):
-        try:
-            return value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidRequest(f"value is not encodable as UTF-8: {exc}") from None
+def result_value(value: Any, cap: int) -> Any:
+    """A job's result as it will be stored: bytes stay bytes; anything else must be strict JSON,
+    and comes back as a reader of the stored JSON will see it. Raises ValueTooLarge over ``cap``
+    bytes (the bytes, or the serialised JSON)."""
     if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise InvalidRequest(f"value must be bytes or str, not {type(value).__name__}")
+        data = bytes(value)
+        size = len(data)
+        stored: Any = data
+    else:
+        encoded, stored = canonical(value, what="value")
+        size = len(encoded)
+    if size > cap:
+        raise ValueTooLarge(f"value is {size} bytes; max_value_bytes is {cap}")
+    return stored
 
 
 def error_text(error: Any) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from . import _syscalls as sc
+from ._errors import InvalidRequest
 from ._fsops import DIR_MODE, FILE_MODE, O_CLOEXEC, fsync_dir
 from ._wakeup import Waker
 
@@ -60,11 +61,42 @@ def locks_prove_death(path: str) -> bool:
 
 # == the self-test =================================================================================
 @dataclass(frozen=True, slots=True)
-class Check:
+class VerifyCheck:
+    """One finding of :func:`verify`."""
+
     name: str
     passed: bool
     detail: str
     required: bool  # the store cannot work safely without it
+    mechanism: str = ""  # the wake-up check: what delivered the event ("inotify" or "watchdog")
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """What :func:`verify` found, and what a store in that directory will do there."""
+
+    directory: str
+    filesystem: str  # from /proc/self/mountinfo
+    checks: tuple[VerifyCheck, ...]
+    lock_takeover: bool  # the take-over mode a store opened there will choose
+    wakeups: str  # "inotify", "watchdog" or "polling"
+    warnings: tuple[str, ...]  # things that do not fail the check but a user must know
+    safe: bool  # every required check passed, and locks work wherever the store trusts them
+
+    def lines(self) -> list[str]:
+        """The report as ``fsjobstore verify`` prints it."""
+        out = [f"{'PASS' if c.passed else 'FAIL'}  {c.name}: {c.detail}" for c in self.checks]
+        out.append(f"filesystem: {self.filesystem}")
+        out.append("take-over: " + (
+            "lock-based (a dead holder's jobs are taken at once; a hung one's after lease_duration)"
+            if self.lock_takeover else
+            "heartbeat-only (a holder is replaced after lease_duration without heartbeats)"))
+        out.append("wake-ups: " + ("polling every poll_interval (inotify events did not arrive)"
+                                   if self.wakeups == "polling" else
+                                   f"{self.wakeups}, with a rescan every poll_interval"))
+        out.extend(f"warning: {w}" for w in self.warnings)
+        out.append("result: " + ("PASS" if self.safe else "FAIL"))
+        return out
 
 
 def _lock_holder(path: str, ready: multiprocessing.synchronize.Event, done: multiprocessing.synchronize.Event) -> None:
@@ -81,34 +113,37 @@ def _lock_tester(path: str, result: Connection) -> None:
     os._exit(0)
 
 
-def check_locks(scratch: str) -> Check:
+def check_locks(scratch: str) -> VerifyCheck:
     ctx = multiprocessing.get_context("fork")
     path = os.path.join(scratch, "lock")
     sc.close(sc.open(path, os.O_RDWR | os.O_CREAT | O_CLOEXEC, FILE_MODE))
     ready, done = ctx.Event(), ctx.Event()
     holder = ctx.Process(target=_lock_holder, args=(path, ready, done))
     holder.start()
-    if not ready.wait(10):
-        holder.kill()
-        return Check("lock exclusion", False, "a process could not take a lock at all", False)
-    receive, send = ctx.Pipe(duplex=False)
+    try:
+        if not ready.wait(10):
+            return VerifyCheck("lock exclusion", False, "a process could not take a lock at all", False)
+        receive, send = ctx.Pipe(duplex=False)
 
-    def probe() -> bool:
-        tester = ctx.Process(target=_lock_tester, args=(path, send))
-        tester.start()
-        got = bool(receive.recv()) if receive.poll(10) else False
-        tester.join()
-        return got
+        def probe() -> bool:
+            tester = ctx.Process(target=_lock_tester, args=(path, send))
+            tester.start()
+            try:
+                return bool(receive.recv()) if receive.poll(10) else False
+            finally:
+                _reap(tester)
 
-    got_while_held = probe()
-    done.set()
-    holder.join()
-    got_after_death = probe()
+        got_while_held = probe()
+        done.set()
+        holder.join(10)
+        got_after_death = probe()
+    finally:
+        _reap(holder)
     if got_while_held:
-        return Check("lock exclusion", False, "a second process took a lock another process held", False)
+        return VerifyCheck("lock exclusion", False, "a second process took a lock another process held", False)
     if not got_after_death:
-        return Check("lock exclusion", False, "a lock was not released when its holder died", False)
-    return Check("lock exclusion", True, "held locks exclude other processes and die with their holder", False)
+        return VerifyCheck("lock exclusion", False, "a lock was not released when its holder died", False)
+    return VerifyCheck("lock exclusion", True, "held locks exclude other processes and die with their holder", False)
 
 
 def _renamer(scratch: str, rounds: int) -> None:
@@ -122,7 +157,7 @@ def _renamer(scratch: str, rounds: int) -> None:
     os._exit(0)
 
 
-def check_rename(scratch: str, rounds: int = 2000) -> Check:
+def check_rename(scratch: str, rounds: int = 2000) -> VerifyCheck:
     """A reader never sees the replaced name missing or half of one version and half of another."""
     target = os.path.join(scratch, "target")
     with open(target, "wb") as fh:
@@ -131,22 +166,24 @@ def check_rename(scratch: str, rounds: int = 2000) -> Check:
     writer = ctx.Process(target=_renamer, args=(scratch, rounds))
     writer.start()
     reads = 0
-    while writer.is_alive() or reads == 0:
-        try:
-            with open(target, "rb") as fh:
-                data = fh.read()
-        except FileNotFoundError:
-            writer.kill()
-            return Check("atomic rename", False, "a name being replaced by rename was missing for a moment", True)
-        reads += 1
-        if len(data) != 512 or data != data[:8] * 64:
-            writer.kill()
-            return Check("atomic rename", False, f"a reader saw a mixed or partial file ({len(data)} bytes)", True)
-    writer.join()
-    return Check("atomic rename", True, f"{rounds} replacing renames, {reads} concurrent reads, all whole", True)
+    try:
+        while writer.is_alive() or reads == 0:
+            try:
+                with open(target, "rb") as fh:
+                    data = fh.read()
+            except FileNotFoundError:
+                return VerifyCheck("atomic rename", False, "a name being replaced by rename was missing for a moment",
+                                   True)
+            reads += 1
+            if len(data) != 512 or data != data[:8] * 64:
+                return VerifyCheck("atomic rename", False,
+                                   f"a reader saw a mixed or partial file ({len(data)} bytes)", True)
+    finally:
+        _reap(writer)
+    return VerifyCheck("atomic rename", True, f"{rounds} replacing renames, {reads} concurrent reads, all whole", True)
 
 
-def check_links(scratch: str) -> Check:
+def check_links(scratch: str) -> VerifyCheck:
     src, dst = os.path.join(scratch, "linksrc"), os.path.join(scratch, "linkdst")
     with open(src, "wb") as fh:
         fh.write(b"x")
@@ -154,13 +191,13 @@ def check_links(scratch: str) -> Check:
         sc.link(src, dst)
         sc.link(src, dst)
     except FileExistsError:
-        return Check("hard links", True, "link() works and refuses an existing name", True)
+        return VerifyCheck("hard links", True, "link() works and refuses an existing name", True)
     except OSError as exc:
-        return Check("hard links", False, f"link() failed: {exc}", True)
-    return Check("hard links", False, "link() replaced an existing name", True)
+        return VerifyCheck("hard links", False, f"link() failed: {exc}", True)
+    return VerifyCheck("hard links", False, "link() replaced an existing name", True)
 
 
-def check_fsync(scratch: str, rounds: int = 20) -> Check:
+def check_fsync(scratch: str, rounds: int = 20) -> VerifyCheck:
     try:
         started = time.perf_counter()
         for i in range(rounds):
@@ -172,8 +209,9 @@ def check_fsync(scratch: str, rounds: int = 20) -> Check:
             fsync_dir(scratch)
         each = (time.perf_counter() - started) / rounds
     except OSError as exc:
-        return Check("fsync", False, f"fsync failed: {exc}", True)
-    return Check("fsync", True, f"file and directory fsync work ({each * 1000:.2f} ms per write+fsync+dir fsync)", True)
+        return VerifyCheck("fsync", False, f"fsync failed: {exc}", True)
+    return VerifyCheck("fsync", True,
+                       f"file and directory fsync work ({each * 1000:.2f} ms per write+fsync+dir fsync)", True)
 
 
 def _touch_later(path: str) -> None:
@@ -183,7 +221,7 @@ def _touch_later(path: str) -> None:
     os._exit(0)
 
 
-def check_inotify(scratch: str, wait: float = 3.0) -> Check:
+def check_inotify(scratch: str, wait: float = 3.0) -> VerifyCheck:
     """Watch a directory with the store's own :class:`Waker` (inotify, or watchdog where inotify
     cannot be used) and let another process create a file in it: the waiting thread must wake."""
     seen: list[float] = []
@@ -193,32 +231,44 @@ def check_inotify(scratch: str, wait: float = 3.0) -> Check:
     waker.start()
     try:
         if not waker.watching:
-            return Check("inotify wake-ups", False, "cannot watch the directory (see the log)", False)
+            return VerifyCheck("inotify wake-ups", False, "cannot watch the directory (see the log)", False)
         proc = multiprocessing.get_context("fork").Process(target=_touch_later,
                                                            args=(os.path.join(watched, "f"),))
         started = time.perf_counter()
         deadline = started + 0.2 + wait
         proc.start()
-        while time.perf_counter() < deadline:
-            # The generation is read before looking: an arrival in between (watchdog's thread)
-            # then ends the wait at once instead of at the deadline.
-            generation = waker.generation
-            if seen:
-                break
-            waker.wait(generation, deadline - time.perf_counter())
-        proc.join()
+        try:
+            while time.perf_counter() < deadline:
+                # The generation is read before looking: an arrival in between (watchdog's
+                # thread) then ends the wait at once instead of at the deadline.
+                generation = waker.generation
+                if seen:
+                    break
+                waker.wait(generation, deadline - time.perf_counter())
+        finally:
+            _reap(proc)
         how = waker.mechanism
     finally:
         waker.stop()
     if not seen:
-        return Check("inotify wake-ups", False, f"no event within {wait} s of another process creating a file", False)
+        return VerifyCheck("inotify wake-ups", False,
+                           f"no event within {wait} s of another process creating a file", False)
     latency = (seen[0] - started - 0.2) * 1000
-    return Check("inotify wake-ups", True,
+    return VerifyCheck("inotify wake-ups", True,
                  f"another process's create woke a waiting thread after about {max(latency, 0.0):.1f} ms ({how})",
-                 False)
+                 False, how)
 
 
-CHECKS: tuple[tuple[str, Callable[[str], Check], bool], ...] = (
+def _reap(proc: multiprocessing.process.BaseProcess) -> None:
+    """End a check's child and wait for it: a child still holding files open in the scratch
+    directory would keep it from being removed (NFS renames such files to .nfsXXXX)."""
+    proc.join(5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)
+
+
+CHECKS: tuple[tuple[str, Callable[[str], VerifyCheck], bool], ...] = (
     ("atomic rename", check_rename, True),
     ("hard links", check_links, True),
     ("fsync", check_fsync, True),
@@ -226,36 +276,65 @@ CHECKS: tuple[tuple[str, Callable[[str], Check], bool], ...] = (
     ("inotify wake-ups", check_inotify, False),
 )
 
+# Filesystems that keep everything in memory: a store there loses everything at a reboot.
+VOLATILE_FS = frozenset({"tmpfs", "ramfs"})
 
-def verify(directory: str, out: Callable[[str], None] = print) -> bool:
-    """Run every check in a scratch directory under ``directory``; True if the store is safe there."""
-    os.makedirs(directory, DIR_MODE, exist_ok=True)
-    scratch = os.path.join(directory, f".fsjobstore-verify-{os.getpid()}")
-    os.mkdir(scratch, DIR_MODE)
+
+def verify(directory: str) -> VerifyReport:
+    """VerifyCheck, with real processes, what the store relies on in ``directory`` (which must exist
+    and be writable), in a scratch directory that is removed afterwards, however the checks end.
+
+    Raises :class:`InvalidRequest` if ``directory`` is not a directory one can write in.
+    """
+    directory = os.path.abspath(directory)
+    if not os.path.isdir(directory):
+        what = "does not exist" if not os.path.lexists(directory) else "is not a directory"
+        raise InvalidRequest(f"{directory} {what}; verify checks the filesystem of an existing directory")
+    scratch = os.path.join(directory, f".fsjobstore-verify-{os.getpid()}-{time.monotonic_ns() % 10**9}")
     try:
-        checks = []
+        os.mkdir(scratch, DIR_MODE)
+    except OSError as exc:
+        raise InvalidRequest(f"cannot write in {directory} ({exc.strerror}); verify needs to make a "
+                             "scratch directory there") from None
+    warnings: list[str] = []
+    checks = []
+    try:
         for name, test, required in CHECKS:
             sub = os.path.join(scratch, test.__name__)
-            os.mkdir(sub, DIR_MODE)
             try:
+                os.mkdir(sub, DIR_MODE)
                 checks.append(test(sub))
             except Exception as exc:  # a check that cannot even run has failed
-                checks.append(Check(name, False, f"{type(exc).__name__}: {exc}", required))
+                checks.append(VerifyCheck(name, False, f"{type(exc).__name__}: {exc}", required))
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        problem = _remove_tree(scratch)
+        if problem:
+            warnings.append(f"could not remove the scratch directory {scratch}: {problem}")
     fstype = filesystem_type(directory)
+    if fstype in VOLATILE_FS:
+        warnings.append(f"{fstype} keeps everything in memory: a reboot or power cut loses the whole store, "
+                        "durable=True or not")
     trust = locks_prove_death(directory)
-    for check in checks:
-        out(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}")
-    locks_ok = next(c.passed for c in checks if c.name == "lock exclusion")
-    watch_ok = next(c.passed for c in checks if c.name == "inotify wake-ups")
-    out(f"filesystem: {fstype}")
-    out("take-over: " + ("lock-based (a dead holder's jobs are taken at once; a hung one's after lease_duration)"
-                         if trust else "heartbeat-only (a holder is replaced after lease_duration without heartbeats)"))
-    out("wake-ups: " + ("inotify, with a rescan every poll_interval" if watch_ok
-                        else "polling every poll_interval (inotify events did not arrive)"))
-    safe = all(c.passed for c in checks if c.required) and (locks_ok or not trust)
+    locks_ok = all(c.passed for c in checks if c.name == "lock exclusion")
+    watch = next((c for c in checks if c.name == "inotify wake-ups"), None)
+    wakeups = watch.mechanism if watch is not None and watch.passed else "polling"
     if trust and not locks_ok:
-        out("the store would trust locks here, but they do not work: open it with lock_takeover=False")
-    out("result: " + ("PASS" if safe else "FAIL"))
-    return safe
+        warnings.append("the store would trust locks here, but they do not work: open it with lock_takeover=False")
+    safe = all(c.passed for c in checks if c.required) and (locks_ok or not trust)
+    return VerifyReport(directory, fstype, tuple(checks), trust, wakeups, tuple(warnings), safe)
+
+
+def _remove_tree(path: str) -> str | None:
+    """Remove ``path`` and everything in it; on a network filesystem a just-closed file can be
+    busy for a moment, so try a few times. Returns what went wrong, or None."""
+    last: OSError | None = None
+    for delay in (0.0, 0.1, 0.5, 1.0):
+        time.sleep(delay)
+        try:
+            shutil.rmtree(path)
+            return None
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            last = exc
+    return f"{last.strerror or last}" if last is not None else None

@@ -38,6 +38,9 @@ _IN_ONLYDIR = 0x01000000
 _IN_ISDIR = 0x40000000
 _MASK = _IN_CREATE | _IN_MOVED_TO | _IN_ONLYDIR
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
+# Pullers wait on pending, scheduled and notify; nobody waits for a claim, and waiting for
+# results (JobStore.wait) uses a Waker of its own on the final directories.
+_UNWATCHED = frozenset({"active", "fulfilled", "failed", "cancelled"})
 
 
 _INIT = libc_function("inotify_init1", [ctypes.c_int])
@@ -107,7 +110,7 @@ class Waker:
         with contextlib.suppress(OSError), os.scandir(directory) as it:
             subdirs = [e.path for e in it if e.is_dir(follow_symlinks=False)]
         for sub in subdirs:
-            if os.path.basename(sub) not in ("active", "fulfilled", "failed"):  # nobody waits on these
+            if os.path.basename(sub) not in _UNWATCHED:
                 self._watch_tree(sub)
 
     def _start_watchdog(self) -> None:

@@ -19,14 +19,14 @@ from typing import Any
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._core import Core
-from ._errors import CorruptJob, InvalidState, JobStoreError, LeaseLost, StorageError, ValueTooLarge
+from ._errors import CorruptJob, InvalidState, JobStoreError, LeaseLost, StorageError
 from ._handles import OnCompromised, WorkLease
 from ._layout import PENDING_RE, SCHEDULED_RE, token_owner
 from ._notify import Notifier
-from ._records import JobState, Record
+from ._records import FINAL_STATES, JobState, Record
 from ._recovery import new_counts, take_over
 from ._tree import Location
-from ._values import as_bytes, error_text, retry_delay
+from ._values import error_text, result_value, retry_delay
 
 log = logging.getLogger("fsjobstore")
 
@@ -118,12 +118,12 @@ class Work:
             self._release(lease, active)
             return
         new, dest = self._next_record(record, token, kind, payload, retry, delay)
-        if dest in ("fulfilled", "failed"):
+        if dest in FINAL_STATES:
             self._commit_final(lease, active, new, dest)
             return
         tmp = lay.commit_tmp_path(token, record.id, dest)
         fs.unlink_quietly(tmp)  # a failed earlier attempt of this very commit may have left it
-        fs.write_new(tmp, new.to_bytes(), durable=core.durable)
+        core.tree.write_new(tmp, new.to_bytes())
         lease._committing = True
         committing = lay.active_path(record.id, token, "commit")
         try:
@@ -154,10 +154,10 @@ class Work:
     def _release(self, lease: WorkLease, active: str) -> None:
         core, record = self._core, lease._record
         dst = core.layout.pending_path(record.queue, record.priority, record.seq, record.id)
-        fs.ensure_dir(os.path.dirname(dst), durable=core.durable)
+        core.tree.ensure_dir(os.path.dirname(dst))
         lease._committing = True
         try:
-            fs.rename_into(active, dst, durable=core.durable)
+            core.tree.rename_into(active, dst)
         except FileNotFoundError:
             raise self._lost(lease) from None
         except StorageError as exc:
@@ -246,9 +246,7 @@ class Work:
         settings = self._core.settings
         now = self._core.wall()
         if kind == "fulfill":
-            value = as_bytes(payload)
-            if len(value) > settings.max_value_bytes:
-                raise ValueTooLarge(f"value is {len(value)} bytes; max_value_bytes is {settings.max_value_bytes}")
+            value = result_value(payload, settings.max_value_bytes)
             return dataclasses.replace(record, value=value, attempts=record.attempts + 1, finished_at=now,
                                        committed_by=token, not_before=None), "fulfilled"
         error = error_text(payload)
@@ -281,7 +279,7 @@ class Work:
             self._held.pop(lease.token, None)
 
     # == resolving by id ===========================================================================
-    def fulfill_by_id(self, job_id: str, value: bytes) -> None:
+    def fulfill_by_id(self, job_id: str, value: Any) -> None:
         core = self._core
         for _ in range(20):
             loc = core.tree.require(job_id)
@@ -332,13 +330,6 @@ class Work:
                 lease.release()
             except Exception:  # already lost: nothing of ours to give back
                 log.debug("release on close failed for %s", lease.id, exc_info=True)
-
-
-def check_value(value: Any, cap: int) -> bytes:
-    data = as_bytes(value)
-    if len(data) > cap:
-        raise ValueTooLarge(f"value is {len(data)} bytes; max_value_bytes is {cap}")
-    return data
 
 
 def _queue_of(loc: Location) -> str:

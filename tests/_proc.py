@@ -71,6 +71,15 @@ def claim_and_die(root: str, logpath: str) -> None:
     os._exit(9)
 
 
+def pull_once(root: str, logpath: str) -> None:
+    """A cron-style worker: open, pull once without waiting, say what it got, exit."""
+    with JobStore(root) as store:
+        lease = store.pull_work(timeout=0)
+        log(logpath, "none" if lease is None else f"got {lease.id} attempt {lease.attempt}")
+        if lease is not None:
+            lease.fulfill("by the one-shot worker")
+
+
 if __name__ == "__main__":
     role, root, logpath, *rest = sys.argv[1:]
     if role == "drain":
@@ -81,5 +90,7 @@ if __name__ == "__main__":
         notify_hold(root, logpath)
     elif role == "claim_and_die":
         claim_and_die(root, logpath)
+    elif role == "pull_once":
+        pull_once(root, logpath)
     else:
         raise SystemExit(f"unknown role {role}")

@@ -269,7 +269,7 @@ def job_files(root: str) -> dict[str, list[tuple[str, str]]]:
         m = ACTIVE_RE.match(name)
         if m:
             add(m["id"], f"active.{m['kind']}", os.path.join(jobs, "active", name))
-    for state in ("fulfilled", "failed"):
+    for state in ("fulfilled", "failed", "cancelled"):
         for name in _ls(os.path.join(jobs, state)):
             m = FINAL_RE.match(name)
             if m:
@@ -284,13 +284,16 @@ def _ls(path: str) -> list[str]:
         return []
 
 
-def check_store(root: str, ctx: Ctx, *, settled: bool, litter_ok: bool = False) -> list[str]:
+def check_store(root: str, ctx: Ctx, *, settled: bool, litter_ok: bool = False,
+                power_loss_ok: bool = False) -> list[str]:
     """Problems found in the directory (empty list: all invariants hold).
 
     ``settled``: no live process is mid-operation and recovery has run, so there must be no
     claim of a dead owner, no half-done commit and no temp file left. ``litter_ok``: a live
     store just absorbed a fault, so a fenced copy it could not unlink may sit beside the job's
-    published copy until its next recovery pass (FORMAT.md, "Faults").
+    published copy until its next recovery pass (FORMAT.md, "Faults"). ``power_loss_ok``: a
+    store with durable=False after a power cut, where quarantined files (with the power-loss
+    reason, checked by the caller) and final files without their result are expected.
     """
     problems: list[str] = []
     files = job_files(root)
@@ -307,7 +310,7 @@ def check_store(root: str, ctx: Ctx, *, settled: bool, litter_ok: bool = False) 
                 continue
             if record.id != job_id:
                 problems.append(f"{os.path.relpath(path, root)} holds job {record.id}")
-            if state == "fulfilled" and record.value is None:
+            if state == "fulfilled" and record.value is None and not power_loss_ok:
                 problems.append(f"fulfilled job {job_id} has no value")
             if settled and state.startswith("active.") and state != "active.json":
                 problems.append(f"job {job_id} left in {state} after recovery")
@@ -319,7 +322,7 @@ def check_store(root: str, ctx: Ctx, *, settled: bool, litter_ok: bool = False) 
         if state not in states:
             problems.append(f"acknowledged result of {job_id} ({state}) is lost; it is {states}")
     quarantine = _ls(os.path.join(root, "quarantine"))
-    if quarantine:
+    if quarantine and not power_loss_ok:
         problems.append(f"good files were quarantined: {quarantine}")
     if settled:
         leftovers = [n for n in _ls(os.path.join(root, "tmp")) if TMP_RE.match(n)]

@@ -44,6 +44,12 @@ def die_unlinked(store: JobStore) -> None:
     store._core.closed = True
 
 
+def no_background(store: JobStore) -> None:
+    """Never start the background thread (nor its first recovery pass): recovery then runs
+    only when the test calls it."""
+    store._core.start_background = lambda: None
+
+
 def rescan(store: JobStore) -> None:
     """Forget the pending index: what inotify or the next poll would make a worker do."""
     store._core.pending.invalidate()

@@ -11,7 +11,9 @@ promise; FORMAT.md, "Durability", states it as our assumption):
 * **Data.** Bytes written since a file's last fsync may all be lost, be torn (half of them
   survive), or all survive; each state is checked with each of the three.
 
-Usage: ``python tests/powerloss.py`` runs the workload and checks every state (JSON report).
+Usage: ``python tests/powerloss.py`` runs the workload and checks every state (JSON report);
+``python tests/powerloss.py --not-durable`` does the same for a store made with durable=False,
+where recent work may be lost but the store must always open and say what it lost.
 """
 
 from __future__ import annotations
@@ -323,9 +325,122 @@ def run(*, limit: int | None = None) -> dict[str, Any]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+# == durable=False: recent work may be lost, the store may not ====================================
+def workload_not_durable(base: str) -> tuple[Snapshot, Recorder]:
+    """From an empty directory: make a store with durable=False, then create, claim, fulfil,
+    fail and release jobs. The recording starts before the store exists, so the cuts include
+    every moment of its creation."""
+    root = os.path.join(base, "store")
+    snap = snapshot(base)
+    rec = Recorder(base)
+    with hooked(rec):
+        store = JobStore(root, durable=False, lease_duration=3600, backoff=lambda attempt: 0.0)
+        rec.ack("store", root)
+        ids = [store.create({"job": n}, queue="w").id for n in range(3)]
+        store.create({"job": "chosen"}, queue="w", job_id="chosen")
+        store.queue(ids[0], "target")
+        lease = store.pull_work(queues="w")
+        assert lease is not None
+        lease.fulfill({"done": lease.id})
+        lease = store.pull_work(queues="w")
+        assert lease is not None
+        lease.fail("boom")
+        lease = store.pull_work(queues="w")
+        assert lease is not None
+        lease.release()
+    freeze(store)
+    return snap, rec
+
+
+def check_not_durable(log: list[tuple[Any, ...]], snap: Snapshot, base: str) -> dict[str, Any]:
+    """Every state of a durable=False run: once the store was acknowledged, it opens, recovers
+    and works; whatever was lost is quarantined with the power-loss reason, nothing else is,
+    and no job is left in two places. Data modes "lost" (LazyFS drops every unsynced write)
+    and "full"; a small file is written back a page at a time, so it is not torn mid-page."""
+    problems: list[str] = []
+    states = lost = 0
+    work = tempfile.mkdtemp(prefix="fsjs-power-fast-")
+    try:
+        for k, prefix, mode in crash_states(snap, log):
+            if mode == "torn":
+                continue
+            states += 1
+            made = any(entry[0] == "ack" for entry in log[:k])
+            dest = os.path.join(work, f"s{states}")
+            materialize(snap, log, k, prefix, mode, dest, base)
+            where = f"cut after call {k} ({log[k - 1][0] if k else 'start'}), names prefix {prefix}, data {mode}"
+            try:
+                with JobStore(os.path.join(dest, "store"), create=False, lease_duration=3600,
+                              backoff=lambda attempt: 0.0) as store:
+                    report = store.recover()
+                    lost += report.lost_to_power_loss
+                    drained = _drain(store)
+                    problems += [f"{where}: {p}" for p in _quarantine_reasons(dest) + drained]
+                    problems += [f"{where}: {p}" for p in check_store(os.path.join(dest, "store"), Ctx(), settled=True,
+                                                                     power_loss_ok=True)]
+                    problems += [f"{where}: {p}" for p in full_cycle(store)]
+            except Exception as exc:
+                if made or type(exc).__name__ != "StoreNotFound":
+                    problems.append(f"{where}: {type(exc).__name__}: {exc}")
+            shutil.rmtree(dest, ignore_errors=True)
+            if len(problems) > 50:
+                break
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"calls_recorded": len(log), "states_checked": states, "lost_reported": lost, "problems": problems}
+
+
+def _drain(store: JobStore) -> list[str]:
+    """Claim (and fulfil) every job, and read every final one: a lost one must be reported as
+    corrupt with the power-loss reason (and quarantined), nothing else may go wrong."""
+    from fsjobstore import CorruptJob
+
+    problems = []
+    while (lease := store.pull_work()) is not None:
+        lease.fulfill(b"drained")
+    for state in ("fulfilled", "failed"):
+        for name in _ls_names(os.path.join(store.path, "jobs", state)):
+            try:
+                store.get(name[: -len(".json")])
+            except CorruptJob as exc:
+                if "never reached the disk" not in str(exc):
+                    problems.append(f"get() of {state}/{name}: {exc}")
+            except Exception as exc:
+                problems.append(f"get() of {state}/{name} raised {type(exc).__name__}: {exc}")
+    return problems
+
+
+def _ls_names(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except FileNotFoundError:
+        return []
+
+
+def _quarantine_reasons(dest: str) -> list[str]:
+    qdir = os.path.join(dest, "store", "quarantine")
+    out = []
+    for name in _ls_names(qdir):
+        if name.endswith(".reason"):
+            with open(os.path.join(qdir, name)) as fh:
+                reason = json.load(fh)["reason"]
+            if "never reached the disk" not in reason:
+                out.append(f"quarantined for another reason than a power cut: {reason}")
+    return out
+
+
+def run_not_durable() -> dict[str, Any]:
+    base = tempfile.mkdtemp(prefix="fsjs-power-run-")
+    try:
+        snap, rec = workload_not_durable(base)
+        return check_not_durable(rec.log, snap, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 if __name__ == "__main__":
     logging.disable(logging.CRITICAL)
-    report = run()
+    report = run_not_durable() if "--not-durable" in sys.argv[1:] else run()
     print(json.dumps({k: v for k, v in report.items() if k != "problems"} | {
         "problem_count": len(report["problems"]), "first_problems": report["problems"][:10]}))
     sys.exit(1 if report["problems"] else 0)

@@ -51,7 +51,7 @@ def test_a_relative_path_is_resolved_once(tmp_path: Path, monkeypatch: pytest.Mo
     assert os.path.isfile(tmp_path / "rel" / "jobs" / "fulfilled" / f"{job.id}.json")
 
 
-def test_create_pull_fulfill_round_trip_returns_bytes(store: JobStore) -> None:
+def test_create_pull_fulfill_round_trip_returns_the_json_value(store: JobStore) -> None:
     job = store.create({"calculate": "3+3"})
     assert job.state is JobState.PENDING and job.attempts == 0
     lease = store.pull_work()
@@ -59,7 +59,7 @@ def test_create_pull_fulfill_round_trip_returns_bytes(store: JobStore) -> None:
     assert (lease.id, lease.request, lease.queue, lease.attempt) == (job.id, {"calculate": "3+3"}, "default", 1)
     lease.fulfill("6")
     got = store.get(job.id)
-    assert got.state is JobState.FULFILLED and got.value == b"6" and got.attempts == 1
+    assert got.state is JobState.FULFILLED and got.value == "6" and got.attempts == 1
     assert got.finished_at is not None
 
 
@@ -199,7 +199,7 @@ def test_leaving_the_with_block_without_fulfilling_releases(store: JobStore) -> 
 def test_fulfill_by_id_resolves_a_pending_job(store: JobStore) -> None:
     job = store.create("x")
     store.fulfill(job.id, "done elsewhere")
-    assert store.get(job.id).value == b"done elsewhere"
+    assert store.get(job.id).value == "done elsewhere"
     assert store.pull_work() is None
 
 
@@ -287,8 +287,8 @@ def test_bad_arguments_name_the_problem(store: JobStore) -> None:
     job = store.create(1)
     lease = store.pull_work()
     assert lease is not None
-    with pytest.raises(InvalidRequest, match="bytes or str"):
-        lease.fulfill(123)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match="value is not strict JSON"):
+        lease.fulfill({1, 2})
     lease.release()
     assert store.get(job.id).state is JobState.PENDING
 
@@ -486,8 +486,124 @@ def test_a_store_of_another_format_is_refused_and_left_alone(tmp_path: Path) -> 
     from fsjobstore import StoreFormatError
     root = tmp_path / "s"
     JobStore(root).close()
-    (root / "fsjobstore.json").write_text('{"format": 2}')
+    (root / "fsjobstore.json").write_text('{"format": 3, "durable": true}')
     before = files_under(str(root))
-    with pytest.raises(StoreFormatError, match="format 2"):
+    with pytest.raises(StoreFormatError, match="format 3 store, made by a newer fsjobstore"):
         JobStore(root)
     assert files_under(str(root)) == before
+
+
+# == issue 12: what a new user tripped on =========================================================
+def test_a_generated_id_cannot_be_created_again_by_choosing_it(open_store: Callable[..., JobStore]) -> None:
+    store, other = open_store(), open_store()  # the second stands for another process
+    first = store.create({"n": 1})
+    for who in (store, other):
+        with pytest.raises(JobExists, match="already exists"):
+            who.create({"n": 2}, job_id=first.id)
+    failed = store.create({"n": 3}, max_attempts=1, queue="other")
+    lease = store.pull_work(queues="other")
+    assert lease is not None and lease.id == failed.id
+    lease.fail("boom")
+    with pytest.raises(JobExists):
+        other.create({"n": 4}, job_id=failed.id)  # a failed job's id is spent too
+    assert store.get(first.id).request == {"n": 1} and store.get(failed.id).state is JobState.FAILED
+    assert os.listdir(os.path.join(store.path, "ids")) == []  # every refused reservation was given back
+    fresh = "0123456789abcdef0123456789abcdef"  # the shape of a generated id, and unused: fine
+    assert store.create(1, job_id=fresh).id == fresh
+    with pytest.raises(JobExists):
+        store.create(1, job_id=fresh)
+
+
+def test_a_crashed_create_of_a_taken_generated_id_gives_its_reservation_back(
+    open_store: Callable[..., JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from internals import die
+
+    from fsjobstore import _tree
+
+    producer, rescuer = open_store(), open_store()
+    taken = rescuer.create({"n": 1}).id
+
+    def crash(*args: object) -> bool:
+        raise SystemExit("the process dies between reserving the id and checking it")
+
+    monkeypatch.setattr(_tree.Tree, "exists", crash)
+    with pytest.raises(SystemExit):
+        producer.create({"n": 2}, job_id=taken)
+    monkeypatch.undo()
+    die(producer)
+    assert os.listdir(os.path.join(rescuer.path, "ids")) == [taken]
+    rescuer.recover()
+    assert os.listdir(os.path.join(rescuer.path, "ids")) == []
+    assert rescuer.get(taken).request == {"n": 1}
+    with pytest.raises(JobExists):
+        rescuer.create({"n": 3}, job_id=taken)
+
+
+def test_create_returns_the_request_as_it_was_stored(store: JobStore) -> None:
+    job = store.create({1: "a", "t": (1, 2), "nested": [{2: (3,)}]})  # type: ignore[dict-item]
+    assert job.request == {"1": "a", "t": [1, 2], "nested": [{"2": [3]}]}
+    assert store.get(job.id).request == job.request
+    lease = store.pull_work()
+    assert lease is not None and lease.request == job.request
+    lease.release()
+
+
+def test_a_request_that_could_not_be_read_back_is_refused(store: JobStore) -> None:
+    with pytest.raises(InvalidRequest, match="duplicate key"):
+        store.create({1: "int key", "1": "str key"})  # type: ignore[dict-item]
+    with pytest.raises(InvalidRequest):
+        store.queue(store.create(1).id, {2: "x", "2": "y"})  # type: ignore[dict-item]
+    assert store.statistics().pending == 1 and store.statistics().quarantined == 0
+
+
+@pytest.mark.parametrize("value", [{"width": 640, "tags": ["a", "b"]}, [1, 2.5, None], 42, 3.5, True, None,
+                                   "text", "", "line\nbreak \u2603"])
+def test_any_json_value_is_a_result_and_comes_back_as_json(store: JobStore, value: object) -> None:
+    job = store.create("x")
+    lease = store.pull_work()
+    assert lease is not None
+    lease.fulfill(value)
+    got = store.get(job.id)
+    assert got.state is JobState.FULFILLED and got.value == value and type(got.value) is type(value)
+    assert got.to_dict()["value"] == {"encoding": "json", "data": value}
+
+
+def test_bytes_results_stay_bytes(store: JobStore) -> None:
+    for raw in (b"plain text", b"\xff\x00\x01 not text", bytearray(b"mutable"), memoryview(b"view")):
+        job = store.create("x")
+        lease = store.pull_work()
+        assert lease is not None
+        lease.fulfill(raw)
+        assert store.get(job.id).value == bytes(raw) and isinstance(store.get(job.id).value, bytes)
+    assert store.get(job.id).to_dict()["value"] == {"encoding": "utf-8", "data": "view"}
+
+
+def test_results_that_are_not_json_or_too_large_are_refused_and_the_lease_kept(
+    open_store: Callable[..., JobStore],
+) -> None:
+    store = open_store(max_value_bytes=100)
+    job = store.create("x")
+    lease = store.pull_work()
+    assert lease is not None
+    with pytest.raises(InvalidRequest, match="value is not strict JSON"):
+        lease.fulfill(float("nan"))
+    with pytest.raises(InvalidRequest, match="value cannot be stored as JSON and read back"):
+        lease.fulfill({1: "a", "1": "b"})
+    with pytest.raises(ValueTooLarge, match="value is 101 bytes; max_value_bytes is 100"):
+        lease.fulfill(["x" * 97])
+    lease.fulfill(["x" * 10])
+    assert store.get(job.id).value == ["x" * 10]
+
+
+def test_lease_and_snapshot_attributes_are_documented() -> None:
+    import pydoc
+
+    from fsjobstore import Job, NotificationLease, WorkLease
+
+    work = pydoc.render_doc(WorkLease, renderer=pydoc.plaintext)
+    assert "token" in work and "idempotency key" in work
+    note = pydoc.render_doc(NotificationLease, renderer=pydoc.plaintext)
+    for name in ("state", "waiting", "attempts", "value"):
+        assert f"{name}\n" in note, name
+    assert JobStore.statistics.__doc__ and Job.to_dict.__doc__

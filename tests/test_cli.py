@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+from fsjobstore import JobStore
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "fsjobstore", *args], capture_output=True, text=True, timeout=60)
+
+def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fsjobstore", *args], capture_output=True, text=True, timeout=60,
+                          env=env, input=stdin)
 
 
 def test_create_get_fulfill_and_stats_from_the_shell(tmp_path: Path) -> None:
@@ -19,16 +24,75 @@ def test_create_get_fulfill_and_stats_from_the_shell(tmp_path: Path) -> None:
     job_id = made.stdout.strip()
     assert cli("queue", root, job_id, '"http://x"').returncode == 0
     assert cli("fulfill", root, job_id, "done").returncode == 0
-    got = json.loads(cli("get", root, job_id).stdout)
-    assert (got["state"], got["value"], got["priority"], got["waiting"]) == ("fulfilled", "done", -2, ["http://x"])
-    stats = json.loads(cli("stats", root).stdout)
+    got = json.loads(cli("get", root, job_id, "--json").stdout)
+    assert (got["state"], got["value"], got["priority"], got["waiting"]) == (
+        "fulfilled", {"encoding": "json", "data": "done"}, -2, ["http://x"])
+    stats = json.loads(cli("stats", root, "--json").stdout)
     assert stats["fulfilled"] == 1 and stats["notifications"] == 1
-    assert json.loads(cli("recover", root).stdout)["requeued"] == 0
+    assert "watching" not in stats  # it described the command's own process, which never waits
+    assert json.loads(cli("recover", root, "--json").stdout)["requeued"] == 0
 
 
-def test_errors_are_one_line_and_exit_nonzero(tmp_path: Path) -> None:
+def test_errors_are_one_line_and_exit_with_their_documented_code(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
+    assert cli("init", root).returncode == 0
     missing = cli("get", root, "nope")
-    assert missing.returncode == 1 and "JobNotFound" in missing.stderr
+    assert missing.returncode == 3 and missing.stderr.startswith("fsjobstore: JobNotFound: ")
     bad = cli("create", root, "{not json")
-    assert bad.returncode != 0 and "not JSON" in bad.stderr
+    assert bad.returncode == 2 and "the request is not JSON" in bad.stderr
+    job_id = cli("create", root, "1", "--id", "inv-1").stdout.strip()
+    taken = cli("create", root, "1", "--id", "inv-1")
+    assert job_id == "inv-1" and taken.returncode == 4 and "JobExists" in taken.stderr
+    assert cli("fulfill", root, "inv-1", "x").returncode == 0
+    again = cli("fulfill", root, "inv-1", "y")
+    assert again.returncode == 4 and "already fulfilled" in again.stderr
+    usage = cli("get", root)
+    assert usage.returncode == 2 and "expected DIR ID" in usage.stderr
+    for done in (missing, bad, taken, again, usage):
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 2, done.stderr
+    assert "exit codes:" in cli("--help").stdout
+    assert "example:" in cli("create", "--help").stdout
+
+
+def test_read_commands_never_make_a_store(tmp_path: Path) -> None:
+    typo = str(tmp_path / "typo" / "path")
+    for args in (("stats", typo), ("get", typo, "x"), ("recover", typo), ("queue", typo, "x", "1")):
+        done = cli(*args)
+        assert done.returncode == 3 and "StoreNotFound: there is no store at" in done.stderr, (args, done.stderr)
+    assert not (tmp_path / "typo").exists()
+    busy = tmp_path / "project"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    refused = cli("create", str(busy), "1")
+    assert refused.returncode == 3 and "is not empty and holds no fsjobstore.json" in refused.stderr
+    assert sorted(os.listdir(busy)) == ["notes.txt"]
+
+
+def test_version_options_after_the_command_stdin_values_and_the_env_dir(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    version = cli("--version")
+    assert version.returncode == 0 and version.stdout.startswith("fsjobstore 0.")
+    assert cli("init", root, "--no-fsync").returncode == 0
+    made = cli("create", root, '{"n": 1}', "--no-fsync", "--queue", "q")  # options after the command
+    assert made.returncode == 0, made.stderr
+    job_id = made.stdout.strip()
+    env = {**os.environ, "FSJOBSTORE_DIR": root}
+    piped = cli("fulfill", job_id, "-", "--json-value", env=env, stdin='{"rows": [1, 2]}\n')
+    assert piped.returncode == 0, piped.stderr
+    with JobStore(root) as store:
+        assert store.get(job_id).value == {"rows": [1, 2]}
+        other = store.create(2).id
+    raw = subprocess.run([sys.executable, "-m", "fsjobstore", "fulfill", root, other, "-", "--bytes"],
+                         input=b"\xff\x00binary", capture_output=True, timeout=60)
+    assert raw.returncode == 0, raw.stderr
+    got = json.loads(cli("get", root, other, "--json").stdout)
+    assert got["value"] == {"encoding": "base64", "data": base64.b64encode(b"\xff\x00binary").decode()}
+    text = cli("get", root, other)
+    assert text.returncode == 0 and "state     fulfilled" in text.stdout
+
+
+def test_a_durable_store_refuses_a_command_that_asks_for_less(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    assert cli("init", root).returncode == 0
+    done = cli("create", root, "1", "--no-fsync")
+    assert done.returncode == 2 and "durable=False asks for less" in done.stderr

@@ -16,7 +16,7 @@ from conftest import FakeWall, die
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from internals import owner, owner_or_none, rescan
+from internals import no_background, owner, owner_or_none, rescan
 
 from fsjobstore import JobState, JobStore, LeaseLost, StoreClosed, WorkLease
 
@@ -33,7 +33,7 @@ class Model:
     max_attempts: int
     due: float = 0.0
     attempts: int = 0
-    value: bytes | None = None
+    value: str | bytes | None = None
     targets: list[Any] = field(default_factory=list)
     notify_due: float = 0.0
 
@@ -61,7 +61,7 @@ class StoreMachine(RuleBasedStateMachine):
                          watch=False, poll_interval=3600.0, lease_duration=LEASE)
         # No heartbeat thread: its background recovery would take a crashed worker's jobs at a
         # moment of the thread's choosing; here recovery runs when the machine says so.
-        store._start_background = lambda: None  # type: ignore[method-assign]
+        no_background(store)
         return store
 
     def teardown(self) -> None:
@@ -119,7 +119,7 @@ class StoreMachine(RuleBasedStateMachine):
         if outcome == "fulfill":
             lease.fulfill(f"v{m.order}")
             m.attempts += 1
-            m.value = f"v{m.order}".encode()
+            m.value = f"v{m.order}"
             self._final(job_id, "fulfilled")
         elif outcome == "release":
             lease.release()

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from conftest import FakeWall, in_background
 
-from fsjobstore import InvalidState, JobState, JobStore, LeaseLost, NotificationLease
+from fsjobstore import InvalidRequest, InvalidState, JobState, JobStore, LeaseLost, NotificationLease
 
 
 def _finish(store: JobStore, value: bytes = b"v") -> None:
@@ -192,3 +192,17 @@ def test_a_waiting_notifier_is_woken_when_a_job_becomes_final(open_store: Callab
     _finish(worker)
     note = pulled()
     assert note is not None and note.id == job.id
+
+
+def test_done_with_a_target_that_was_not_offered_is_refused_and_changes_nothing(store: JobStore) -> None:
+    job = store.create("x")
+    store.queue(job.id, "a")
+    store.queue(job.id, "b")
+    store.fulfill(job.id, "v")
+    note = store.pull_notification()
+    assert note is not None and set(note.waiting) == {"a", "b"}
+    with pytest.raises(InvalidRequest, match=r"did not offer.*'not-waiting'"):
+        note.done(["a", "not-waiting"])
+    assert not note.finished and set(store.get(job.id).waiting) == {"a", "b"}
+    note.done(["a"])  # the lease is still held: a corrected call works
+    assert store.get(job.id).waiting == ("b",)

@@ -52,7 +52,7 @@ def assert_each_job_fulfilled_exactly_once(root: str, ids: set[str], logs: list[
         assert not [j for j, n in counts.items() if n > 1], "a job was committed twice"
         for _, job_id, token in oks:
             got = store.get(job_id)
-            assert got.state is JobState.FULFILLED and got.value == token.encode()
+            assert got.state is JobState.FULFILLED and got.value == token
         for job_id in ids:
             assert store.get(job_id).state is JobState.FULFILLED
 
@@ -153,3 +153,15 @@ def test_a_notifier_killed_mid_delivery_frees_the_notification_at_once(tmp_path:
         assert note is not None and note.waiting == ("target",) and note.value == b"v"
         note.done(["target"])
         assert store.pull_notification() is None
+
+
+def test_a_fresh_process_gets_a_dead_workers_job_on_its_first_pull(tmp_path: Path) -> None:
+    root, log = str(tmp_path / "s"), str(tmp_path / "log")
+    for round_ in range(5):  # it was 5 out of 5 misses before the fix
+        with JobStore(root) as store:
+            job = store.create({"round": round_})
+        assert spawn("claim_and_die", root, log).wait(30) == 9  # SIGKILL-like: os._exit holding the lease
+        assert spawn("pull_once", root, log).wait(30) == 0
+        assert read_log(log)[-1] == f"got {job.id} attempt 2"
+        with JobStore(root) as store:
+            assert store.get(job.id).value == "by the one-shot worker"

@@ -14,7 +14,7 @@ import pytest
 from conftest import FakeWall, die
 from faultkit import CountingHook, hooked
 
-from fsjobstore import JobState, JobStore, _syscalls, _verify
+from fsjobstore import InvalidRequest, JobState, JobStore, _syscalls, _verify, verify
 
 
 def test_verify_passes_on_this_machine_and_names_the_modes(tmp_path: Path) -> None:
@@ -33,8 +33,9 @@ def test_verify_passes_on_this_machine_and_names_the_modes(tmp_path: Path) -> No
 
 def test_verify_fails_where_locks_do_not_exclude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_syscalls, "try_lock", lambda fd: True)  # every lock "succeeds": no exclusion
-    out: list[str] = []
-    assert _verify.verify(str(tmp_path), out.append) is False
+    report = verify(str(tmp_path))
+    out = report.lines()
+    assert report.safe is False
     assert any(line.startswith("FAIL  lock exclusion") for line in out)
     assert out[-1] == "result: FAIL"
 
@@ -45,10 +46,10 @@ def test_verify_fails_where_hard_links_are_refused(tmp_path: Path) -> None:
             if op == "link":
                 raise OSError(errno.EPERM, "links not supported")
 
-    out: list[str] = []
     with hooked(NoLinks()):
-        assert _verify.verify(str(tmp_path), out.append) is False
-    assert any(line.startswith("FAIL  hard links") for line in out)
+        report = verify(str(tmp_path))
+    assert report.safe is False
+    assert any(line.startswith("FAIL  hard links") for line in report.lines())
 
 
 def test_local_filesystems_trust_locks_and_network_ones_do_not(tmp_path: Path,
@@ -86,3 +87,53 @@ def test_the_wakeup_check_fails_when_no_event_arrives(tmp_path: Path, monkeypatc
     monkeypatch.setattr(_verify, "_touch_later", _exit_without_creating)  # the child creates nothing
     check = _verify.check_inotify(str(tmp_path), wait=0.3)
     assert not check.passed and "no event within 0.3 s" in check.detail
+
+
+def test_verify_of_something_that_is_not_a_writable_directory_is_a_clear_error(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(InvalidRequest, match="is not a directory"):
+        verify(str(afile))
+    with pytest.raises(InvalidRequest, match="does not exist"):
+        verify(str(tmp_path / "missing"))
+    assert not (tmp_path / "missing").exists()  # verify makes nothing
+    with pytest.raises(InvalidRequest, match="cannot write in /proc"):
+        verify("/proc")
+    for target in ("/proc", str(afile)):  # and from the shell: one line, no traceback
+        done = subprocess.run([sys.executable, "-m", "fsjobstore", "verify", target], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.startswith("fsjobstore: InvalidRequest: "), done.stderr
+
+
+def test_verify_warns_that_tmpfs_loses_everything_at_a_reboot(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_verify, "filesystem_type", lambda path: "tmpfs")
+    report = verify(str(tmp_path))
+    assert report.safe  # a store works there; it just does not outlive a reboot
+    assert any("tmpfs keeps everything in memory" in w for w in report.warnings)
+    assert any(line.startswith("warning: tmpfs") for line in report.lines())
+
+
+def test_verify_removes_its_scratch_directory_even_when_a_check_fails(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(scratch: str) -> _verify.VerifyCheck:
+        with open(os.path.join(scratch, "left-open"), "w"):  # a file, and an exception mid-check
+            raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(_verify, "CHECKS", (("atomic rename", broken, True), *_verify.CHECKS[1:]))
+    report = verify(str(tmp_path))
+    assert not report.safe and report.checks[0].detail.startswith("OSError")
+    assert os.listdir(tmp_path) == []
+
+
+def test_verify_says_when_it_could_not_remove_its_scratch_directory(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    def busy(path: str) -> None:
+        raise OSError(errno.EBUSY, "Device or resource busy")
+
+    monkeypatch.setattr(_verify, "CHECKS", _verify.CHECKS[1:2])  # hard links only: quick
+    monkeypatch.setattr(_verify.shutil, "rmtree", busy)
+    monkeypatch.setattr(_verify.time, "sleep", lambda s: None)
+    report = verify(str(tmp_path))
+    assert any(w.startswith("could not remove the scratch directory") and "busy" in w for w in report.warnings)

@@ -114,7 +114,7 @@ def check(root: str, history: list[list[str]]) -> dict[str, Any]:
             oks = fulfil_ok.get(job_id, [])
             if len(oks) > 1:
                 duplicates.append(job_id)
-            if oks and job.value != oks[0].encode():
+            if oks and job.value != oks[0]:
                 wrong_value.append(job_id)
         stats = store.statistics()
     return {

@@ -1,0 +1,156 @@
+"""Commands that read or change jobs and stores: init, create, get, fulfill, queue, stats,
+recover, verify."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any
+
+from .. import JobStore, verify
+from . import _render as render
+from ._args import FAILED, OK, UsageError, subcommand
+
+
+def add(subparsers: Any) -> None:
+    p = subcommand(subparsers, "init", init, help="make a new, empty store in DIR (missing or empty)",
+                   example="fsjobstore init /var/lib/myapp/jobs --group myapp", store_options=False)
+    p.add_argument("--no-fsync", action="store_true", default=argparse.SUPPRESS,
+                   help="make a store that does not fsync (fast; a power cut may lose recent work)")
+    p.add_argument("--group", help="share the store with this Unix group (name or gid)")
+
+    p = subcommand(subparsers, "create", create, positionals=("REQUEST",), reads=True,
+                   help="create a job from a JSON request and print its id (makes the store if DIR is new)",
+                   example="""fsjobstore create ./jobs '{"resize": "cat.png"}' --queue images --priority -1""")
+    p.add_argument("--queue", default="default", help="the job's queue (default: default)")
+    p.add_argument("--priority", type=int, default=0, help="lower runs sooner (default 0)")
+    p.add_argument("--delay", type=float, default=None, help="seconds before it may run")
+    p.add_argument("--max-attempts", type=int, default=None, help="attempts before it fails for good")
+    p.add_argument("--id", dest="job_id", default=None, help="choose the job id (an unused one)")
+
+    subcommand(subparsers, "get", get, positionals=("ID",), reads=True,
+               help="show one job", example="fsjobstore get ./jobs 3f2a9c0e5b1d4f6a8c7e9d0b1a2c3e4f --json")
+
+    p = subcommand(subparsers, "fulfill", fulfill, positionals=("ID", "VALUE"),
+                   help="fulfil a job by id with a value (- reads it from stdin)",
+                   example="echo '{\"width\": 640}' | fsjobstore fulfill ./jobs invoice-7 - --json-value")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--json-value", action="store_true", help="VALUE is JSON (default: it is text)")
+    how.add_argument("--bytes", action="store_true", help="store VALUE as raw bytes (for binary stdin)")
+
+    subcommand(subparsers, "queue", queue, positionals=("ID", "TARGET"),
+               help="ask for a job's result to be delivered to a JSON target",
+               example="""fsjobstore queue ./jobs invoice-7 '{"webhook": "https://example.com/done"}'""")
+
+    subcommand(subparsers, "stats", stats, reads=True, help="count jobs per state and queue",
+               example="fsjobstore stats ./jobs --json")
+
+    subcommand(subparsers, "recover", recover, reads=True,
+               help="repair what dead or hung processes left behind, and say what was done",
+               example="fsjobstore recover ./jobs")
+
+    subcommand(subparsers, "verify", verify_command, reads=True, store_options=False,
+               help="self-test the filesystem under DIR (an existing directory); exit 0 if a store is safe there",
+               example="fsjobstore verify /mnt/shared/jobs")
+
+
+def open_store(args: argparse.Namespace, *, create: bool = False) -> JobStore:
+    return JobStore(args.dir, create=create, durable=False if getattr(args, "no_fsync", False) else None)
+
+
+def json_arg(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"the {what} is not JSON: {exc}") from None
+
+
+def init(args: argparse.Namespace) -> int:
+    group: str | int | None = args.group
+    if isinstance(group, str) and group.isdigit():
+        group = int(group)
+    durable = not getattr(args, "no_fsync", False)
+    with JobStore(args.dir, create=True, durable=durable, group=group) as store:
+        print(f"a store is ready at {store.path} (durable={store.durable}"
+              + (f", shared with gid {store.group})" if store.group is not None else ")"))
+    return OK
+
+
+def create(args: argparse.Namespace) -> int:
+    request = json_arg(args.request, "request")
+    with open_store(args, create=True) as store:
+        job = store.create(request, queue=args.queue, priority=args.priority, delay=args.delay,
+                           max_attempts=args.max_attempts, job_id=args.job_id)
+    if args.json:
+        render.print_json(job.to_dict())
+    else:
+        print(job.id)
+    return OK
+
+
+def get(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        job = store.get(args.id)
+    if args.json:
+        render.print_json(job.to_dict())
+    else:
+        render.print_job(job)
+    return OK
+
+
+def fulfill(args: argparse.Namespace) -> int:
+    raw: bytes = sys.stdin.buffer.read() if args.value == "-" else args.value.encode("utf-8", "surrogateescape")
+    value: Any
+    if args.bytes:
+        value = raw
+    else:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UsageError("the value is not UTF-8 text; give --bytes to store it as bytes") from None
+        value = json_arg(text, "value") if args.json_value else text
+    with open_store(args) as store:
+        store.fulfill(args.id, value)
+    return OK
+
+
+def queue(args: argparse.Namespace) -> int:
+    target = json_arg(args.target, "target")
+    with open_store(args) as store:
+        store.queue(args.id, target)
+    return OK
+
+
+def stats(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        snapshot = store.statistics()
+    if args.json:
+        render.print_json(render.stats_doc(snapshot))
+    else:
+        render.print_stats(snapshot)
+    return OK
+
+
+def recover(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        report = store.recover()
+    counts = dataclasses.asdict(report)
+    if args.json:
+        render.print_json(counts)
+    else:
+        render.print_counts(counts)
+    return OK
+
+
+def verify_command(args: argparse.Namespace) -> int:
+    report = verify(args.dir)
+    if args.json:
+        doc = dataclasses.asdict(report)
+        doc["checks"] = [dataclasses.asdict(c) for c in report.checks]
+        render.print_json(doc)
+    else:
+        for line in report.lines():
+            print(line)
+    return OK if report.safe else FAILED

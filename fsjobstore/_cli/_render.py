@@ -1,0 +1,89 @@
+"""Printing: JSON for ``--json`` (and scripts), short aligned text for people."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .. import Job, StoreStatistics
+
+
+def print_json(doc: Any) -> None:
+    print(json.dumps(doc, indent=2, ensure_ascii=False, sort_keys=False))
+
+
+def when(epoch: float | None) -> str:
+    if epoch is None:
+        return "-"
+    return dt.datetime.fromtimestamp(epoch).astimezone().isoformat(sep=" ", timespec="seconds")
+
+
+def print_pairs(pairs: Iterable[tuple[str, Any]]) -> None:
+    rows = [(k, v) for k, v in pairs if v is not None and v != ""]
+    width = max((len(k) for k, _ in rows), default=0)
+    for key, value in rows:
+        text = str(value)
+        if "\n" in text:  # a traceback: indent its lines under the key
+            text = text.replace("\n", "\n" + " " * (width + 2))
+        print(f"{key:<{width}}  {text}")
+
+
+def value_text(job: Job) -> str | None:
+    if job.value is None:
+        return None
+    if isinstance(job.value, bytes):
+        try:
+            return f"{job.value.decode('utf-8')!r} (bytes)"
+        except UnicodeDecodeError:
+            return f"{len(job.value)} bytes, not text (use --json: base64)"
+    return json.dumps(job.value, ensure_ascii=False)
+
+
+def print_job(job: Job) -> None:
+    print_pairs([
+        ("id", job.id),
+        ("state", job.state.value),
+        ("queue", job.queue),
+        ("priority", job.priority),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("timeout", None if job.timeout is None else f"{job.timeout:g} s per attempt"),
+        ("created", when(job.created_at)),
+        ("run at", None if job.run_at is None else when(job.run_at)),
+        ("finished", None if job.finished_at is None else when(job.finished_at)),
+        ("request", json.dumps(job.request, ensure_ascii=False)),
+        ("value", value_text(job)),
+        ("error", job.error),
+        ("waiting", ", ".join(json.dumps(t, ensure_ascii=False) for t in job.waiting) or None),
+        ("history", f"{len(job.history)} earlier life(s): see --json" if job.history else None),
+    ])
+
+
+def stats_doc(stats: StoreStatistics) -> dict[str, Any]:
+    doc = {name: getattr(stats, name) for name in stats.__dataclass_fields__}
+    doc["pending_by_queue"] = dict(stats.pending_by_queue)
+    doc.pop("watching", None)  # about the process asking, which for a command is never waiting
+    return doc
+
+
+def print_stats(stats: StoreStatistics) -> None:
+    by_queue = ", ".join(f"{q} {n}" for q, n in sorted(stats.pending_by_queue.items()))
+    age = stats.oldest_pending_age
+    print_pairs([
+        ("pending", f"{stats.pending}" + (f"  ({by_queue})" if by_queue else "")),
+        ("scheduled", stats.scheduled),
+        ("active", stats.active),
+        ("fulfilled", stats.fulfilled),
+        ("failed", stats.failed),
+        ("notifications", f"{stats.notifications} final job(s) with targets waiting"),
+        ("quarantined", stats.quarantined),
+        ("oldest pending", None if age is None else f"{age:.1f} s"),
+    ])
+
+
+def print_counts(counts: Mapping[str, int]) -> None:
+    done = [(k.replace("_", " "), v) for k, v in counts.items() if v]
+    if not done:
+        print("nothing to repair")
+    print_pairs(done)
