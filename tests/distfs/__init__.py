@@ -1,0 +1,1 @@
+"""The loopback GlusterFS test bed: see README.md."""

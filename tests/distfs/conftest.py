@@ -1,0 +1,43 @@
+"""Fixtures for tests that need two "hosts" sharing one directory: the loopback GlusterFS bed (gluster.py).
+
+tests/distfs is a package (distfs) so that this conftest does not shadow tests/conftest.py, which the
+project's tests import as `conftest`. Elsewhere: `sys.path.insert(0, "tests")`, then `from distfs import gluster`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from distfs import gluster
+from distfs.gluster import SharedDir
+
+_serial = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def gluster_bed() -> Iterator[gluster.GlusterBed]:
+    """glusterd and the volume, started once per session, with two DEFAULT mounts named "a" and "b"."""
+    reason = gluster.available()
+    if reason is not None:
+        pytest.skip(f"GlusterFS bed unavailable: {reason}")
+    with gluster.GlusterBed() as bed:
+        bed.mount("a")
+        bed.mount("b")
+        yield bed
+
+
+@pytest.fixture
+def shared_dir(gluster_bed: gluster.GlusterBed, request: pytest.FixtureRequest) -> Iterator[SharedDir]:
+    """A fresh empty directory of the volume for this test, seen through mount A and through mount B."""
+    gluster_bed.heal()  # an earlier test may have left a client stopped or killed
+    a, b = gluster_bed.mounts["a"], gluster_bed.mounts["b"]
+    name = f"t{next(_serial):03d}-" + re.sub(r"[^\w.-]", "_", request.node.name)[:60]
+    (a.path / name).mkdir()
+    yield SharedDir(a.path / name, b.path / name, a, b)
+    gluster_bed.heal()
+    shutil.rmtree(a.path / name)  # through mount A, so the next test starts from an empty volume again
