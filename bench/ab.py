@@ -2,6 +2,12 @@
 
     python bench/ab.py 461059a HEAD            # before/after of an optimisation
     python bench/ab.py --rounds 5 REV1 REV2 REV3
+    python bench/ab.py --instructions b3b3556 HEAD   # CPU instructions per operation (callgrind)
+
+``--instructions`` counts the instructions one create, and one claim+fulfil, execute in user
+space (valgrind's callgrind, on tmpfs, durable=False), by running 0 and 1,000 operations and
+dividing the difference: the same count on every run, whatever else the machine is doing, so
+small changes show where wall-clock rates on a busy disk are too noisy to.
 
 Each revision is checked out into a temporary git worktree. For every round, each revision
 runs in a fresh process, in turn, so slow and fast moments of the disk fall on all of them
@@ -54,7 +60,7 @@ for durable, n in ((False, 2000), (True, 400)):
 ctx = mp.get_context("fork")
 q = ctx.Queue()
 root = os.path.join(base, "w")
-JobStore(root).close()
+JobStore(root, durable=False).close()  # format 2 records durability in the store
 p = ctx.Process(target=waiter, args=(root, 100, q))
 p.start()
 q.get(timeout=30)
@@ -71,10 +77,41 @@ print(json.dumps(out))
 """
 
 
+_COUNT = r"""
+import os, sys, tempfile, shutil
+from fsjobstore import JobStore
+phase, n = sys.argv[1], int(sys.argv[2])
+base = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+s = JobStore(os.path.join(base, "s"), durable=False)
+for i in range(n):
+    s.create({"i": i, "payload": "x" * 50})
+if phase == "claim":
+    for i in range(n):
+        s.pull_work().fulfill(b"")
+s.close()
+shutil.rmtree(base)
+"""
+
+
+def instructions(tree: str, phase: str, n: int) -> int:
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                           "-c", _COUNT, phase, str(n)], env=dict(os.environ, PYTHONPATH=tree),
+                          capture_output=True, text=True, check=True)
+    line = next(x for x in done.stderr.splitlines() if "Collected :" in x)
+    return int(line.split()[-1])
+
+
+def per_op(tree: str) -> dict[str, float]:
+    n = 1000
+    base, created, claimed = (instructions(tree, p, k) for p, k in (("create", 0), ("create", n), ("claim", n)))
+    return {"create, instructions": (created - base) / n, "claim+fulfil, instructions": (claimed - created) / n}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("revs", nargs="+")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--instructions", action="store_true", help="count instructions per operation instead")
     args = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     repo = subprocess.run(["git", "-C", here, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
@@ -87,8 +124,11 @@ def main() -> None:
             subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", "-q", tree, rev], check=True)
             trees[rev] = tree
         results: dict[str, list[dict[str, float]]] = {rev: [] for rev in args.revs}
-        for _ in range(args.rounds):
+        for _ in range(1 if args.instructions else args.rounds):
             for rev, tree in trees.items():
+                if args.instructions:
+                    results[rev].append(per_op(tree))
+                    continue
                 env = dict(os.environ, PYTHONPATH=tree)
                 done = subprocess.run([sys.executable, "-c", _PROBE, work], env=env, capture_output=True,
                                       text=True, check=True)

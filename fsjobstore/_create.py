@@ -28,13 +28,12 @@ def publish_new(core: Core, record: Record, *, explicit: bool) -> str:
     """Write ``record`` and publish it into pending or scheduled; returns that state's name.
     Returns only once the job is durable (in a durable store)."""
     lay = core.layout
-    now = core.wall()
-    dest = "scheduled" if record.not_before is not None and record.not_before > now else "pending"
+    dest = "scheduled" if record.not_before is not None and record.not_before > record.created_at else "pending"
     token = core.new_token()
     tmp = lay.tmp_path(token, "newid" if explicit else "new", f"{record.id}.json")
     core.tree.write_new(tmp, record.to_bytes())
     reserved = False
-    marker = lay.id_marker(record.id)
+    marker = lay.id_marker(record.id) if explicit else ""
     try:
         if explicit:
             try:

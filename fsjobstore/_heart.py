@@ -40,6 +40,8 @@ class Heart:
         """Start the thread, after one recovery pass in the calling thread: a process's first
         pull must already see the jobs of workers that died before it started (a cron worker
         pulls once, and a background pass would come too late for it)."""
+        if self._first_pass.is_set():
+            return  # the common case, every pull after the first: no lock taken
         core = self._core
         with core.mutex:
             first = self.thread is None and not core.closed

@@ -101,6 +101,8 @@ class Record:
     committed_by: str | None = None
     timeout: float | None = None  # seconds one attempt may run
     history: tuple[dict[str, Any], ...] = ()  # earlier lives (see Job)
+    # The request already serialised (create has it): spares serialising it a second time.
+    request_json: bytes | None = field(default=None, compare=False, repr=False)
 
     def to_bytes(self) -> bytes:
         doc: dict[str, Any] = {
@@ -119,8 +121,10 @@ class Record:
             "value": None if self.value is None else encode_value(self.value),
             "timeout": self.timeout,
             "history": list(self.history),
-            "request": self.request,
         }
+        if self.request_json is not None:  # "request" comes last either way
+            return dumps(doc, what="job record")[:-1] + b',"request":' + self.request_json + b"}\n"
+        doc["request"] = self.request
         return dumps(doc, what="job record") + b"\n"
 
     def result_bytes(self, state: str) -> bytes:
@@ -152,14 +156,15 @@ class Record:
         (``Parsed.complete`` says how many bytes are whole). Anything else wrong raises
         ``ValueError`` naming the first problem.
         """
-        if not data.strip(b"\0 \t\r\n"):
-            raise LostJobData(f"is empty: {LOST_DATA}")
         end = data.find(b"\n")
         if end < 0:
             end = len(data) - 1  # one record with no newline (written by hand, say)
         try:
             doc = loads(data[: end + 1])
         except ValueError:
+            # Told apart only once parsing failed, to keep the common path free of it.
+            if not data.strip(b"\0 \t\r\n"):
+                raise LostJobData(f"is empty: {LOST_DATA}") from None
             if data.endswith(b"\n"):
                 raise
             raise LostJobData(f"stops inside its first line: {LOST_DATA}") from None

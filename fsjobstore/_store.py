@@ -219,24 +219,27 @@ class JobStore:
         """
         self._check_open()
         core = self._core
+        settings = core.settings
         queue = check_queue(queue)
         if isinstance(priority, bool) or not isinstance(priority, int) or not (
             MIN_PRIORITY <= priority <= MAX_PRIORITY
         ):
             raise InvalidRequest(f"priority must be an integer in [{MIN_PRIORITY}, {MAX_PRIORITY}], got {priority!r}")
-        attempts_cap = self.max_attempts if max_attempts is None else max_attempts
+        attempts_cap = settings.max_attempts if max_attempts is None else max_attempts
         if isinstance(attempts_cap, bool) or not isinstance(attempts_cap, int) or not 1 <= attempts_cap <= 1_000_000:
             raise InvalidRequest(f"max_attempts must be an integer in [1, 1000000], got {max_attempts!r}")
         explicit = job_id is not None
         job_id = check_job_id(job_id) if explicit else uuid.uuid4().hex
         # What is returned is what was stored: a reader of the file gets exactly this request.
         request_bytes, request = canonical(request, what="request")
-        if len(request_bytes) > self.max_request_bytes:
-            raise ValueTooLarge(f"request is {len(request_bytes)} bytes; max_request_bytes is {self.max_request_bytes}")
+        if len(request_bytes) > settings.max_request_bytes:
+            raise ValueTooLarge(
+                f"request is {len(request_bytes)} bytes; max_request_bytes is {settings.max_request_bytes}")
         now = core.wall()
         not_before = due_time(now, delay, run_at)
         record = Record(id=job_id, queue=queue, priority=priority, request=request, created_at=now,
-                        seq=core.next_seq(), max_attempts=attempts_cap, not_before=not_before)
+                        seq=core.next_seq(), max_attempts=attempts_cap, not_before=not_before,
+                        request_json=request_bytes)
         dest = publish_new(core, record, explicit=explicit)
         return record.snapshot(JobState(dest))
 
