@@ -1,9 +1,9 @@
 """fsjobstore: a resilient job store that lives entirely in a directory.
 
 Producers :meth:`~JobStore.create` jobs, workers :meth:`~JobStore.pull_work` them and
-fulfil them through the returned :class:`WorkLease`, and notifiers
-:meth:`~JobStore.pull_notification` results for the targets that asked for them.
-The on-disk format is specified in FORMAT.md.
+fulfil them through the returned :class:`WorkLease` (or run a :class:`Worker`, which does it
+for them), and notifiers :meth:`~JobStore.pull_notification` results for the targets that asked
+for them. The on-disk format is specified in FORMAT.md.
 """
 
 from ._errors import (
@@ -11,7 +11,9 @@ from ._errors import (
     InvalidJobId,
     InvalidRequest,
     InvalidState,
+    JobCancelled,
     JobExists,
+    JobFailed,
     JobNotFound,
     JobStoreError,
     LeaseLost,
@@ -22,11 +24,13 @@ from ._errors import (
     StoreNotFound,
     UntrustedStore,
     ValueTooLarge,
+    WaitTimeout,
 )
 from ._handles import NotificationLease, WorkLease
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
-from ._records import Job, JobState
+from ._records import Job, JobState, LogLine, Progress
 from ._recovery import RecoveryReport
+from ._registry import WorkerInfo
 from ._store import JobStore, StoreStatistics
 from ._values import default_backoff
 from ._verify import VerifyCheck, VerifyReport, verify
@@ -42,13 +46,17 @@ __all__ = [
     "InvalidRequest",
     "InvalidState",
     "Job",
+    "JobCancelled",
     "JobExists",
+    "JobFailed",
     "JobNotFound",
     "JobState",
     "JobStore",
     "JobStoreError",
     "LeaseLost",
+    "LogLine",
     "NotificationLease",
+    "Progress",
     "RecoveryReport",
     "StorageError",
     "StorageFull",
@@ -60,7 +68,9 @@ __all__ = [
     "ValueTooLarge",
     "VerifyCheck",
     "VerifyReport",
+    "WaitTimeout",
     "WorkLease",
+    "WorkerInfo",
     "__version__",
     "default_backoff",
     "verify",

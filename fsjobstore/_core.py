@@ -70,6 +70,7 @@ class Core:
         self._last_seq = 0
         self._litter: set[str] = set()
         self.waker: Waker | None = None
+        self.final_waker: Waker | None = None  # for wait(): results arriving in the final directories
         self.pending = Pending(self.layout, self.tree, durable=self.durable,
                                poll_interval=self.settings.poll_interval, clock=self.clock, wall=self.wall)
 
@@ -77,8 +78,9 @@ class Core:
         """A forked child must not reuse the parent's owner lock, wake-up descriptors or index."""
         if self.owner is not None:
             self.owner.abandon_after_fork()
-        if self.waker is not None:
-            self.waker.abandon_after_fork()
+        for waker in (self.waker, self.final_waker):
+            if waker is not None:
+                waker.abandon_after_fork()
         self._reset()
 
     def forked(self) -> bool:
@@ -94,6 +96,13 @@ class Core:
             if self.owner is None:
                 self.owner = OwnerLease(self.layout, self.settings.lease_duration, self.tree.perms.file_mode)
             return self.owner
+
+    def replace_owner(self, old: OwnerLease) -> None:
+        """Drop an owner identity others judged gone; the next claim makes a new one."""
+        with self.mutex:
+            if self.owner is old:
+                old.close()
+                self.owner = None
 
     def owner_id(self) -> str:
         return self.ensure_owner().owner
@@ -160,7 +169,36 @@ class Core:
                 self.pending.invalidate()
             self.check_open()
 
+    def wait_final(self, job_id: str, timeout: float | None) -> bool:
+        """Wait until job ``job_id`` is in a final state; False if ``timeout`` ran out first.
+        Raises JobNotFound if there is no such job. Woken by inotify on the final directories
+        (a watcher of its own: pullers are not woken by every result), with a rescan every
+        ``poll_interval`` for what inotify cannot see."""
+        if timeout is not None and timeout < 0:
+            raise InvalidRequest(f"timeout must be >= 0 or None, got {timeout!r}")
+        deadline = None if timeout is None else self.clock() + timeout
+        with self.mutex:
+            if self.final_waker is None and self.settings.watch and not self.closed:
+                lay = self.layout
+                self.final_waker = Waker((lay.fulfilled, lay.failed, lay.cancelled), lambda path: None)
+                self.final_waker.start()
+            waker = self.final_waker
+        while True:
+            generation = waker.generation if waker else 0
+            if self.tree.require(job_id).state.is_final:
+                return True
+            remaining = float("inf") if deadline is None else deadline - self.clock()
+            if remaining <= 0:
+                return False
+            pause = min(remaining, self.settings.poll_interval)
+            if waker is not None and waker.watching:
+                waker.wait(generation, pause)
+            else:
+                time.sleep(pause)
+            self.check_open()
+
     def stop_waker(self) -> None:
-        if self.waker is not None:
-            self.waker.stop()
+        for waker in (self.waker, self.final_waker):
+            if waker is not None:
+                waker.stop()
 

@@ -11,7 +11,10 @@ also means what a builtin means, it subclasses that builtin too, so ``except Key
     ├── JobNotFound (KeyError)             no job with that id in this store
     ├── JobExists (ValueError)             create(job_id=...) with an id already used
     ├── InvalidState (RuntimeError)        the job is in a state that forbids the operation
-    ├── LeaseLost                          this handle's lease was taken over or released
+    ├── LeaseLost                          this handle's lease was taken over, timed out or released
+    │   └── JobCancelled                   the job was cancelled (a commit, or Job.result())
+    ├── JobFailed                          Job.result() of a job that failed
+    ├── WaitTimeout (TimeoutError)         wait() gave up before the job was final
     ├── CorruptJob (ValueError)            a stored file could not be parsed (it is quarantined)
     ├── UntrustedStore (PermissionError)   the store is writable by others, or not ours to use
     ├── StoreNotFound (FileNotFoundError)  no store at that path, and none may be made there
@@ -65,13 +68,36 @@ class LeaseLost(JobStoreError):
     """The lease behind a handle is no longer ours; the operation committed nothing.
 
     Also the value passed to ``on_compromised`` callbacks. :attr:`reason` is a short machine
-    readable word (``"taken-over"``, ``"stalled"``, ``"heartbeat-failed"``, ``"released"``,
-    ``"closed"``), the message says the rest.
+    readable word (``"taken-over"``, ``"stalled"``, ``"heartbeat-failed"``, ``"timeout"``,
+    ``"cancelled"``, ``"closed"``), the message says the rest.
     """
 
     def __init__(self, message: str, *, reason: str = "taken-over") -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class JobCancelled(LeaseLost):
+    """The job was cancelled (``JobStore.cancel``).
+
+    Raised by a holder's ``fulfill`` or ``fail`` once a cancel was requested (the job was
+    committed as cancelled instead), and by :meth:`Job.result` of a cancelled job.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="cancelled")
+
+
+class JobFailed(JobStoreError):
+    """:meth:`Job.result` of a job that failed; ``error`` is its last error text."""
+
+    def __init__(self, message: str, error: str | None = None) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+class WaitTimeout(JobStoreError, TimeoutError):
+    """:meth:`JobStore.wait` reached its timeout before the job was final."""
 
 
 class CorruptJob(JobStoreError, ValueError):

@@ -26,6 +26,15 @@ OnCompromised = Callable[[LeaseLost], object]
 class _WorkCommitter(Protocol):
     def _commit_work(self, lease: WorkLease, kind: str, payload: Any, retry: bool,
                      delay: float | None) -> None: ...
+    def _touch(self, lease: WorkLease, extend: float | None) -> None: ...
+    def _run_log(self, lease: WorkLease) -> _RunLog: ...
+    def _cancel_requested(self, lease: WorkLease) -> bool: ...
+    def _time_out(self, lease: WorkLease) -> bool: ...
+
+
+class _RunLog(Protocol):
+    def progress(self, done: Any, total: Any, message: Any) -> None: ...
+    def log(self, line: Any) -> None: ...
 
 
 class _NotificationCommitter(Protocol):
@@ -97,7 +106,10 @@ class WorkLease(_Lease):
     once, commit is exactly once.
 
     As a context manager: an exception in the body counts as a failed attempt (retried per the
-    job's ``max_attempts``) and is re-raised; leaving the body without committing releases.
+    job's ``max_attempts``) and is re-raised; leaving the body without committing releases, and
+    so does a ``KeyboardInterrupt`` or ``SystemExit`` (the process is stopping: not the job's
+    fault, and no attempt is counted). Time limits are not delivered as exceptions: the worker
+    runtime ends a timed-out attempt itself, as a failed attempt (see :meth:`touch`).
     """
 
     def __init__(self, store: _WorkCommitter, record: Record, token: str,
@@ -109,6 +121,12 @@ class WorkLease(_Lease):
         self._clean = clean  # the file is known to end at _size (no torn tail, no failed attempt)
         self._committing = False  # set once the commit's first visible step is under way
         self._token = token
+        self._commit_lock = threading.RLock()  # one commit at a time (a handler, a time limit)
+        self._deadline: float | None = None  # monotonic; None: no time limit
+        self._deadline_path: str | None = None
+        self._run: _RunLog | None = None
+        self._on_cancel: Callable[[WorkLease], object] | None = None
+        self._cancel_seen = False
 
     @property
     def token(self) -> str:
@@ -145,6 +163,72 @@ class WorkLease(_Lease):
     def max_attempts(self) -> int:
         """Attempts the job gets before it fails for good."""
         return self._record.max_attempts
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds one attempt of this job may run (``create(timeout=...)``), or None."""
+        return self._record.timeout
+
+    @property
+    def deadline(self) -> float | None:
+        """When this attempt's time runs out, on the store's monotonic clock (None: no limit).
+        :meth:`touch` moves it. The worker runtime enforces it; other processes take the job
+        over once it has passed by a ``lease_duration``."""
+        return self._deadline
+
+    def touch(self, extend: float | None = None) -> None:
+        """Renew this attempt's time limit: ``extend`` seconds from now (default: the job's
+        ``timeout`` again). Seen by every process. Raises :class:`LeaseLost` if the claim is
+        gone, :class:`InvalidRequest` if the job has no timeout and ``extend`` is not given."""
+        self._store._touch(self, extend)
+
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report how far this attempt got; ``JobStore.get(id).progress`` shows the latest.
+        Raises :class:`LeaseLost` once the claim is no longer ours (never mixed into another
+        attempt's). Cheap: one small append, not fsynced."""
+        self._store._run_log(self).progress(done, total, message)
+
+    def log(self, line: str) -> None:
+        """Add a line to this attempt's log (``JobStore.get(id).logs``). The oldest lines are
+        dropped, and counted, past 256 KiB per attempt. Raises :class:`LeaseLost` like
+        :meth:`progress`."""
+        self._store._run_log(self).log(line)
+
+    def time_out(self) -> bool:
+        """End this attempt as timed out: a failed attempt (retried, or failed for good, as
+        usual), ``on_compromised`` fires with reason ``"timeout"``, and any later commit of this
+        lease raises :class:`LeaseLost`. What the worker runtime does when an attempt runs past
+        :attr:`deadline` in a thread it cannot stop. False if the lease had already ended."""
+        return self._store._time_out(self)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once ``JobStore.cancel`` was asked for this job. A handler that sees it should
+        stop; whatever it commits then, the job ends ``cancelled``. Reading it checks the store
+        (one stat) and fires :attr:`on_cancel` the first time it is true."""
+        if self._cancel_seen:
+            return True
+        if self._finished or not self._store._cancel_requested(self):
+            return False
+        with self._mutex:
+            first, self._cancel_seen = not self._cancel_seen, True
+            callback = self._on_cancel
+        if first and callback is not None:
+            try:
+                callback(self)
+            except Exception:
+                log.exception("on_cancel callback raised")
+        return True
+
+    @property
+    def on_cancel(self) -> Callable[[WorkLease], object] | None:
+        """Called once, with this lease, when a cancel request is first noticed (by the store's
+        heartbeat, or by reading :attr:`cancel_requested`)."""
+        return self._on_cancel
+
+    @on_cancel.setter
+    def on_cancel(self, callback: Callable[[WorkLease], object] | None) -> None:
+        self._on_cancel = callback
 
     def fulfill(self, value: Any) -> None:
         """Make the job final with ``value``: bytes (kept as bytes) or any JSON value (str,

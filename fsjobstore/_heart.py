@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 import threading
 
+from ._control import Control
 from ._core import Core
 from ._errors import LeaseLost
+from ._leases import OwnerGone
 from ._notify import Notifier
 from ._recovery import recover
 from ._work import Work
@@ -21,10 +23,11 @@ log = logging.getLogger("fsjobstore")
 
 
 class Heart:
-    def __init__(self, core: Core, work: Work, notifier: Notifier) -> None:
+    def __init__(self, core: Core, work: Work, notifier: Notifier, control: Control) -> None:
         self._core = core
         self._work = work
         self._notifier = notifier
+        self._control = control
         self._reset()
 
     def _reset(self) -> None:
@@ -62,7 +65,7 @@ class Heart:
 
     def _recover(self, *, deep: bool) -> None:
         try:
-            recover(self._core, self._notifier, deep=deep)
+            recover(self._core, self._notifier, self._control, deep=deep)
         except Exception:
             log.exception("recovery failed; will try again")
 
@@ -88,6 +91,12 @@ class Heart:
         problem: LeaseLost | None = None
         try:
             owner.beat()
+        except OwnerGone as exc:
+            # Another process judged us gone (our heartbeat stopped for a lease: a hung disk,
+            # a stopped process) and cleaned up after us. Our claims are its now; new ones are
+            # made under a new identity.
+            problem = LeaseLost(str(exc), reason="taken-over")
+            core.replace_owner(owner)
         except OSError as exc:
             problem = LeaseLost(f"heartbeat could not be written: {exc}", reason="heartbeat-failed")
         lease = core.settings.lease_duration

@@ -30,6 +30,11 @@ SCHEDULED_RE = re.compile(
 )
 ACTIVE_RE = re.compile(rf"(?P<id>{_ID})\.(?P<token>{_TOKEN})\.(?P<kind>json|commit|recover)\Z")
 FINAL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
+DEADLINE_RE = re.compile(rf"(?P<due>\d{{17}})\.(?P<id>{_ID})\.(?P<token>{_TOKEN})\Z")
+CANCEL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
+QUEUE_RE = re.compile(rf"{_Q}\Z")
+RUN_RE = re.compile(rf"(?P<token>{_TOKEN})\.jsonl\Z")
+WORKER_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.json\Z")
 GENERATED_ID_RE = re.compile(r"[0-9a-f]{32}\Z")  # uuid4().hex: what create() makes up
 TARGET_RE = re.compile(r"(?P<key>[0-9a-f]{32})\.json\Z")
 OWNER_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.owner\Z")
@@ -121,6 +126,24 @@ class Layout:
 
     def id_marker(self, job_id: str) -> str:
         return os.path.join(self.ids, job_id)
+
+    def paused_path(self, queue: str) -> str:
+        return os.path.join(self.paused, queue)
+
+    def cancel_path(self, job_id: str) -> str:
+        return os.path.join(self.cancels, f"{job_id}.json")
+
+    def deadline_path(self, due: float, job_id: str, token: str) -> str:
+        return os.path.join(self.deadlines, f"{due_field(due)}.{job_id}.{token}")
+
+    def run_dir(self, job_id: str) -> str:
+        return os.path.join(self.runs, job_id)
+
+    def run_path(self, job_id: str, token: str) -> str:
+        return os.path.join(self.runs, job_id, f"{token}.jsonl")
+
+    def worker_path(self, owner: str) -> str:
+        return os.path.join(self.workers, f"{owner}.json")
 
     def tmp_path(self, token: str, purpose: str, rest: str) -> str:
         return os.path.join(self.tmp, f"{token}.{purpose}.{rest}")

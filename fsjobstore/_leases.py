@@ -40,6 +40,10 @@ _BEAT_WIDTH = 255  # fixed width so a heartbeat is one pwrite, never a truncate 
 Status = Literal["alive", "dead", "expired"]
 
 
+class OwnerGone(OSError):
+    """Our owner file is gone: another process judged us dead or expired and cleaned up."""
+
+
 class OwnerLease:
     """This store instance's liveness file, locked for its lifetime and beaten by its thread."""
 
@@ -60,7 +64,7 @@ class OwnerLease:
             if not sc.try_lock(fd):  # a fresh random name: nobody else has it
                 raise OSError(errno.EAGAIN, "could not lock a fresh owner file", hidden)
             self._fd: int | None = fd
-            self.beat()
+            self._write_beat(fd)  # under its hidden name still: beat() would find it "gone"
             sc.rename(hidden, self.path)
         except BaseException:
             with contextlib.suppress(OSError):  # must not hide the error that brought us here
@@ -70,17 +74,30 @@ class OwnerLease:
             raise
 
     def beat(self) -> None:
-        """Publish a new heartbeat value; raises OSError if it cannot be written."""
+        """Publish a new heartbeat value; raises OSError if it cannot be written, and
+        :class:`OwnerGone` if our file is no longer there (another process removed it)."""
         with self._lock:
             if self._fd is None:
                 return
-            self._beats += 1
-            doc = {
-                "owner": self.owner, "pid": os.getpid(), "host": socket.gethostname(),
-                "lease_duration": self._lease_duration, "beat": self._beats,
-            }
-            line = json.dumps(doc, separators=(",", ":")).encode()[:_BEAT_WIDTH]
-            sc.pwrite(self._fd, line.ljust(_BEAT_WIDTH) + b"\n", 0)
+            self._write_beat(self._fd)
+            # A write to an unlinked file succeeds: check that the name is still ours.
+            mine = sc.fstat(self._fd)
+            try:
+                named = sc.lstat(self.path)
+            except FileNotFoundError:
+                named = None
+            if named is None or (named.st_dev, named.st_ino) != (mine.st_dev, mine.st_ino):
+                raise OwnerGone(f"owner {self.owner}'s file was removed: another process judged it gone "
+                                "and took over its claims")
+
+    def _write_beat(self, fd: int) -> None:
+        self._beats += 1
+        doc = {
+            "owner": self.owner, "pid": os.getpid(), "host": socket.gethostname(),
+            "lease_duration": self._lease_duration, "beat": self._beats,
+        }
+        line = json.dumps(doc, separators=(",", ":")).encode()[:_BEAT_WIDTH]
+        sc.pwrite(fd, line.ljust(_BEAT_WIDTH) + b"\n", 0)
 
     def close(self) -> None:
         """Unlink first, then unlock: an observer never sees our file unlocked while it exists."""

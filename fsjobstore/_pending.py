@@ -111,17 +111,22 @@ class Pending:
         self._sched_listed_at = float("-inf")
         self.next_due = 0.0  # earliest known due time of a scheduled job or notification
 
-    def pick(self, queues: list[str] | None) -> QueueIndex | None:
+    def pick(self, queues: list[str] | None, skip: frozenset[str] = frozenset()) -> QueueIndex | None:
         """The index to claim from next: the first non-empty of ``queues`` in order, or across
-        all queues the one whose head sorts first (lowest priority number, then oldest)."""
+        all queues the one whose head sorts first (lowest priority number, then oldest).
+        Queues in ``skip`` (the paused ones) are passed over."""
         if queues is not None:
             for q in queues:
+                if q in skip:
+                    continue
                 index = self._index(q)
                 if index.peek() is not None:
                     return index
             return None
         best: tuple[str, QueueIndex] | None = None
         for q in self._all_queues():
+            if q in skip:
+                continue
             index = self._index(q)
             head = index.peek()
             if head is not None and (best is None or head < best[0]):

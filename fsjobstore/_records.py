@@ -5,10 +5,11 @@ from __future__ import annotations
 import base64
 import enum
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ._codec import check_job_id, check_queue, dumps, loads
+from ._errors import InvalidState, JobCancelled, JobFailed
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
 
 
@@ -40,6 +41,26 @@ class LostJobData(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Progress:
+    """How far an attempt got, as its handler last said (``lease.progress``)."""
+
+    done: float
+    total: float | None
+    message: str | None
+    at: float  # epoch seconds
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One ``lease.log`` line, with the attempt that wrote it."""
+
+    at: float  # epoch seconds
+    attempt: int
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A snapshot of one job, as :meth:`JobStore.get` and :meth:`JobStore.create` return it.
 
@@ -66,6 +87,23 @@ class Job:
     waiting: tuple[Any, ...] = field(default=())
     timeout: float | None = None
     history: tuple[dict[str, Any], ...] = field(default=())
+    progress: Progress | None = None  # the latest an attempt reported
+    logs: tuple[LogLine, ...] = field(default=())  # every attempt's log lines, oldest first
+    logs_dropped: int = 0  # the oldest lines, removed to keep each attempt's log small
+    cancel_requested: bool = False  # a running job that was asked to stop
+
+    def result(self) -> Any:
+        """The value of a fulfilled job; raises :class:`JobFailed` (with the error) for a failed
+        one, :class:`JobCancelled` for a cancelled one, and :class:`InvalidState` for a job that
+        has not ended (``store.wait(job_id).result()`` waits first)."""
+        if self.state is JobState.FULFILLED:
+            return self.value
+        if self.state is JobState.FAILED:
+            raise JobFailed(f"job {self.id} failed after {self.attempts} attempt(s): {_first_line(self.error)}",
+                            self.error)
+        if self.state is JobState.CANCELLED:
+            raise JobCancelled(f"job {self.id} was {self.error or 'cancelled'}")
+        raise InvalidState(f"job {self.id} has no result yet: it is {self.state.value}")
 
     def to_dict(self) -> dict[str, Any]:
         """This snapshot as plain JSON types (what ``fsjobstore get --json`` prints): ``state``
@@ -78,6 +116,8 @@ class Job:
         doc["value"] = encode_value(self.value) if self.state is JobState.FULFILLED else None
         doc["waiting"] = list(self.waiting)
         doc["history"] = list(self.history)
+        doc["progress"] = None if self.progress is None else asdict(self.progress)
+        doc["logs"] = [asdict(line) for line in self.logs]
         return doc
 
 
@@ -213,13 +253,13 @@ class Record:
             raise ValueError("the result line lacks finished_at or committed_by")
         return Parsed(rec, state, complete, complete < len(data))
 
-    def snapshot(self, state: JobState, waiting: tuple[Any, ...] = ()) -> Job:
+    def snapshot(self, state: JobState, waiting: tuple[Any, ...] = (), **extra: Any) -> Job:
         return Job(
             id=self.id, state=state, queue=self.queue, priority=self.priority,
             request=self.request, attempts=self.attempts, max_attempts=self.max_attempts,
             created_at=self.created_at, run_at=self.not_before, value=self.value,
             error=self.error, finished_at=self.finished_at, waiting=waiting,
-            timeout=self.timeout, history=self.history,
+            timeout=self.timeout, history=self.history, **extra,
         )
 
 
@@ -241,6 +281,11 @@ _RESULT_FIELDS = frozenset({"attempts", "error", "finished_at", "committed_by", 
 # Control characters other than tab/newline/CR become 6-byte \uXXXX escapes in JSON; without
 # them, escaping at most doubles the text ('"' and '\\'), so records stay under the read cap.
 _ESCAPES_BADLY = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "no error recorded").strip().splitlines()
+    return lines[-1] if lines else "no error recorded"  # a traceback's last line says what happened
 
 
 def encode_value(value: Any) -> dict[str, Any]:

@@ -1,9 +1,14 @@
-"""Recovery: return the jobs of dead or expired holders, finish or undo half-done commits,
-remove the temp files of dead processes, break stale locks, and quarantine what cannot be read.
+"""Recovery: return the jobs of dead, expired or overdue holders, finish or undo half-done
+commits, remove what dead processes left, break stale locks, and quarantine what cannot be read.
 
 Every step claims what it repairs with a rename first (the same fencing as a worker's commit),
 so several processes may recover the same store at once: for each item exactly one wins the
 rename and the others see ENOENT and move on. Running it twice changes nothing the second time.
+
+An owner is *gone* when it is dead (its lock is free, where locks are trusted; or its file is
+gone) or, in a heartbeat-only store, expired (its heartbeat stopped for a lease): everything it
+left is cleaned up. Where locks are trusted, an expired owner's claims are taken (they may be
+stuck) but nothing else of it is touched, since it is alive and may resume mid-create.
 """
 
 from __future__ import annotations
@@ -15,14 +20,16 @@ import os
 from dataclasses import dataclass
 
 from . import _fsops as fs
+from . import _registry as registry
 from . import _syscalls as sc
+from ._control import Control
 from ._core import Core
 from ._errors import StorageError
 from ._layout import ACTIVE_RE, FINAL_RE, NOTIFY_LOCK_RE, OWNER_RE, TARGET_RE, TMP_RE, token_owner
 from ._leases import NotifyLock, break_if_expired
 from ._notify import Notifier
 from ._records import FINAL_STATES, LOST_DATA, LostJobData
-from ._tree import DESTS, Tree
+from ._tree import DESTS
 
 log = logging.getLogger("fsjobstore")
 
@@ -31,13 +38,16 @@ log = logging.getLogger("fsjobstore")
 class RecoveryReport:
     """What one :meth:`JobStore.recover` pass did."""
 
-    requeued: int = 0  # claims of dead/expired holders returned to pending
+    requeued: int = 0  # claims of dead, expired or overdue holders returned to pending
     failed: int = 0  # ... of which had no attempts left and became final "failed"
+    timed_out: int = 0  # claims taken because their attempt ran past its time limit (counted above too)
+    cancelled: int = 0  # claims of gone holders whose job was to be cancelled: now cancelled
     commits_finished: int = 0  # half-done commits completed from their durable temp file
     duplicates_dropped: int = 0  # leftover copies of a job that exists elsewhere
     temp_files_removed: int = 0
     creates_finished: int = 0  # create(job_id=...) interrupted after reserving the id
-    locks_removed: int = 0
+    locks_removed: int = 0  # owner files of gone owners, and notification locks nobody holds
+    workers_removed: int = 0  # worker entries of gone workers
     notifications_restored: int = 0
     quarantined: int = 0
     lost_to_power_loss: int = 0  # empty job files (quarantined): their data never reached the disk
@@ -48,7 +58,7 @@ def new_counts() -> dict[str, int]:
     return {f.name: 0 for f in dataclasses.fields(RecoveryReport)}
 
 
-def recover(core: Core, notifier: Notifier, *, deep: bool = False) -> RecoveryReport:
+def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool = False) -> RecoveryReport:
     """One pass of every repair. ``deep`` also looks for jobs a power cut emptied, in stores
     that do not fsync (it reads the size of every queued job: done once per process, and by
     every explicit ``recover()``)."""
@@ -57,14 +67,50 @@ def recover(core: Core, notifier: Notifier, *, deep: bool = False) -> RecoveryRe
     counts["duplicates_dropped"] += core.sweep_litter()
     if deep and not core.durable:
         _sweep_emptied(core, counts)
-    _sweep_active(core, notifier, me, counts)
+    overdue = _sweep_deadlines(core, notifier, control, me, counts)
+    _sweep_active(core, notifier, control, me, overdue, counts)
     _sweep_tmp(core, me, counts)
     _sweep_leases(core, me, counts)
+    counts["workers_removed"] += registry.sweep(core, me)
     _sweep_targets(core, notifier, counts)
+    _sweep_cancels(core, control)
     return RecoveryReport(**counts)
 
 
-def _sweep_active(core: Core, notifier: Notifier, me: str, counts: dict[str, int]) -> None:
+def _gone(core: Core, owner: str) -> bool:
+    """Everything the owner left may be cleaned up (see the module docstring)."""
+    status = core.probe.status(owner)
+    return status == "dead" or (status == "expired" and not core.probe.trust_locks)
+
+
+# == claims =========================================================================================
+def _sweep_deadlines(core: Core, notifier: Notifier, control: Control, me: str,
+                     counts: dict[str, int]) -> set[tuple[str, str]]:
+    """Take over attempts that ran past their time limit by more than a lease, whoever holds
+    them, alive or not: their holder's commit is fenced. Forget deadlines whose claim ended.
+    Returns the (job, token) pairs whose deadline has passed at all."""
+    now, grace = core.wall(), core.settings.lease_duration
+    passed: set[tuple[str, str]] = set()
+    active = set(fs.scan_names(core.layout.active))
+    for due, job_id, token, path in control.deadlines():
+        names = [n for n in (f"{job_id}.{token}.{k}" for k in ("json", "commit", "recover")) if n in active]
+        if not names:
+            control.clear_deadline(path)  # its claim ended (a crash between commit and cleanup)
+            continue
+        if due > now:
+            continue
+        passed.add((job_id, token))
+        if due + grace > now or token_owner(token) == me:
+            continue  # its own runtime ends it first; our own threads are watched by our runtime
+        before = counts["requeued"] + counts["failed"]
+        take_over(core, notifier, control, os.path.join(core.layout.active, names[0]), job_id, token,
+                  names[0].rsplit(".", 1)[1], f"it ran {now - due:.0f} s past its time limit", counts)
+        counts["timed_out"] += counts["requeued"] + counts["failed"] - before
+    return passed
+
+
+def _sweep_active(core: Core, notifier: Notifier, control: Control, me: str, overdue: set[tuple[str, str]],
+                  counts: dict[str, int]) -> None:
     tree = core.tree
     for name in fs.scan_names(tree.layout.active):
         m = ACTIVE_RE.match(name)
@@ -78,27 +124,30 @@ def _sweep_active(core: Core, notifier: Notifier, me: str, counts: dict[str, int
         status = core.probe.status(owner)
         if status == "alive":
             continue
-        take_over(core, notifier, path, m["id"], m["token"], m["kind"],
-                  "its process exited" if status == "dead" else "its heartbeat stopped", counts)
+        why = "its process exited" if status == "dead" else "its heartbeat stopped"
+        if (m["id"], m["token"]) in overdue:
+            why = f"it ran past its time limit and {why}"  # a worker runtime killed it for that
+        take_over(core, notifier, control, path, m["id"], m["token"], m["kind"], why, counts)
 
 
-def take_over(core: Core, notifier: Notifier, path: str, job_id: str, old_token: str, kind: str, why: str,
-              counts: dict[str, int]) -> None:
-    """Fence out the old holder with a rename, then finish its commit or requeue the job.
+def take_over(core: Core, notifier: Notifier, control: Control, path: str, job_id: str, old_token: str,
+              kind: str, why: str, counts: dict[str, int]) -> None:
+    """Fence out the old holder with a rename, then finish its commit or requeue the job (or,
+    if its cancellation was requested, end it cancelled).
 
     A fault (StorageError) before anything is published hands the entry back under its old
     name, so the next pass (ours or anyone's) tries again; after publishing, only our fenced
-    copy is left to drop, which :meth:`_drop` retries if it must.
+    copy is left to drop, which ``Core.drop`` retries if it must.
     """
     token = core.new_token()
-    mine = core.tree.layout.active_path(job_id, token, "recover")
+    mine = core.layout.active_path(job_id, token, "recover")
     try:
         sc.rename(path, mine)
     except FileNotFoundError:
         return  # another recoverer, or the holder itself, got there first
     log.info("taking over job %s from %s: %s", job_id, old_token, why)
     try:
-        _taken_over(core, notifier, mine, job_id, old_token, kind, why, token, counts)
+        _taken_over(core, notifier, control, mine, job_id, old_token, kind, why, token, counts)
     except StorageError as exc:
         if exc.applied:
             core.drop(mine)
@@ -110,9 +159,9 @@ def take_over(core: Core, notifier: Notifier, path: str, job_id: str, old_token:
         raise
 
 
-def _taken_over(core: Core, notifier: Notifier, mine: str, job_id: str, old_token: str, kind: str, why: str, token: str,
-                counts: dict[str, int]) -> None:
-    tree, lay = core.tree, core.tree.layout
+def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job_id: str, old_token: str,
+                kind: str, why: str, token: str, counts: dict[str, int]) -> None:
+    tree, lay = core.tree, core.layout
     if kind in ("commit", "recover") and _finish_commit(core, notifier, job_id, old_token, mine, counts):
         return
     # RACE: a copy may exist elsewhere only if a previous recoverer published it and died
@@ -127,7 +176,7 @@ def _taken_over(core: Core, notifier: Notifier, mine: str, job_id: str, old_toke
     except FileNotFoundError:
         return
     except (fs.Unreadable, ValueError) as exc:
-        _quarantine_job(tree, mine, f"active job file {exc}", exc, counts)
+        _quarantine_job(core, mine, f"active job file {exc}", exc, counts)
         return
     if parsed.final is not None:
         _finish_final(core, notifier, mine, job_id, parsed.final, counts)
@@ -136,14 +185,18 @@ def _taken_over(core: Core, notifier: Notifier, mine: str, job_id: str, old_toke
     # its record line into a fresh file, so the tail never reaches the queue.
     record = parsed.record
     attempts = record.attempts + 1
-    error = f"attempt {attempts} lost: {why}"
-    if attempts >= record.max_attempts:
-        new = dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
+    cancel = control.cancel_reason(job_id)
+    if cancel is not None:
+        new = dataclasses.replace(record, attempts=attempts, error=cancel, committed_by=token,
                                   finished_at=core.wall(), not_before=None)
+        dest = "cancelled"
+    elif attempts >= record.max_attempts:
+        new = dataclasses.replace(record, attempts=attempts, error=f"attempt {attempts} lost: {why}",
+                                  committed_by=token, finished_at=core.wall(), not_before=None)
         dest = "failed"
     else:
-        new = dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
-                                  not_before=None)
+        new = dataclasses.replace(record, attempts=attempts, error=f"attempt {attempts} lost: {why}",
+                                  committed_by=token, not_before=None)
         dest = "pending"
     tmp = lay.commit_tmp_path(token, job_id, dest)
     try:
@@ -162,9 +215,10 @@ def _taken_over(core: Core, notifier: Notifier, mine: str, job_id: str, old_toke
             fs.unlink_quietly(tmp)
         raise
     else:
-        counts["failed" if dest == "failed" else "requeued"] += 1
+        counts["requeued" if dest == "pending" else dest] += 1
     core.drop(mine)
-    if dest == "failed":
+    if dest in FINAL_STATES:
+        control.clear_cancel(job_id)
         notifier.after_final(job_id)
 
 
@@ -213,8 +267,8 @@ def _finish_commit(core: Core, notifier: Notifier, job_id: str, old_token: str, 
     return False
 
 
-def _quarantine_job(tree: Tree, path: str, reason: str, exc: Exception, counts: dict[str, int]) -> None:
-    if tree.quarantine(path, reason):
+def _quarantine_job(core: Core, path: str, reason: str, exc: Exception, counts: dict[str, int]) -> None:
+    if core.tree.quarantine(path, reason):
         counts["quarantined"] += 1
         if isinstance(exc, LostJobData):
             counts["lost_to_power_loss"] += 1
@@ -234,6 +288,7 @@ def _sweep_emptied(core: Core, counts: dict[str, int]) -> None:
                     counts["lost_to_power_loss"] += 1
 
 
+# == what gone processes left =======================================================================
 def _sweep_tmp(core: Core, me: str, counts: dict[str, int]) -> None:
     tree = core.tree
     for name in fs.scan_names(tree.layout.tmp):
@@ -243,8 +298,8 @@ def _sweep_tmp(core: Core, me: str, counts: dict[str, int]) -> None:
             counts["quarantined"] += tree.quarantine(path, "unrecognised name in tmp")
             continue
         owner = token_owner(m["token"])
-        # Only a *dead* owner's temp files go: a live producer may be between write and rename.
-        if owner == me or core.probe.status(owner) != "dead":
+        # Only a gone owner's temp files go: a live producer may be between write and rename.
+        if owner == me or not _gone(core, owner):
             continue
         if m["purpose"] == "newid":
             _finish_create(core, path, counts)
@@ -267,7 +322,7 @@ def _finish_create(core: Core, path: str, counts: dict[str, int]) -> None:
     except FileNotFoundError:
         return
     except (fs.Unreadable, ValueError) as exc:
-        _quarantine_job(tree, path, f"temp job file {exc}", exc, counts)
+        _quarantine_job(core, path, f"temp job file {exc}", exc, counts)
         return
     if tree.exists_elsewhere(record.id, path):
         # A create that found its (generated-looking) id taken, and died before it gave the
@@ -300,7 +355,7 @@ def _sweep_leases(core: Core, me: str, counts: dict[str, int]) -> None:
             continue
         m = OWNER_RE.match(name)
         if m:
-            if m["owner"] != me and core.probe.status(m["owner"]) == "dead" and fs.unlink(path):
+            if m["owner"] != me and _gone(core, m["owner"]) and fs.unlink(path):
                 core.probe.forget(m["owner"])
                 counts["locks_removed"] += 1
             continue
@@ -321,7 +376,7 @@ def _sweep_leases(core: Core, me: str, counts: dict[str, int]) -> None:
 def _sweep_targets(core: Core, notifier: Notifier, counts: dict[str, int]) -> None:
     """A crash between publishing a final job and indexing its notification leaves targets
     that nobody would deliver: index them again."""
-    tree, lay = core.tree, core.tree.layout
+    tree, lay = core.tree, core.layout
     for job_id in fs.scan_names(lay.targets):
         tdir = lay.target_dir(job_id)
         if not FINAL_RE.match(job_id + ".json") or not fs.is_real_dir(tdir):
@@ -341,3 +396,12 @@ def _sweep_targets(core: Core, notifier: Notifier, counts: dict[str, int]) -> No
             continue
         notifier.after_final(job_id)
         counts["notifications_restored"] += 1
+
+
+def _sweep_cancels(core: Core, control: Control) -> None:
+    """Forget cancel requests of jobs that ended (or never existed): a request that came too
+    late, or whose job ended while its canceller died between request and check."""
+    for job_id in control.cancel_requests():
+        loc = core.tree.locate(job_id)
+        if loc is None or loc.state.is_final:
+            control.clear_cancel(job_id)

@@ -18,19 +18,24 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from . import _fsops as fs
+from . import _registry as registry
+from ._byid import ById
 from ._codec import canonical, check_job_id, check_queue
+from ._control import Control
 from ._core import Core, Settings
 from ._create import publish_new
-from ._errors import CorruptJob, InvalidRequest, JobNotFound, ValueTooLarge
+from ._errors import CorruptJob, InvalidRequest, JobNotFound, ValueTooLarge, WaitTimeout
 from ._handles import NotificationLease, OnCompromised, WorkLease
 from ._heart import Heart
 from ._layout import MAX_PRIORITY, MIN_PRIORITY, PENDING_RE, Layout
 from ._notify import Notifier
 from ._records import Job, JobState, Record
 from ._recovery import RecoveryReport, recover
+from ._registry import WorkerInfo
+from ._runs import read_runs
 from ._skeleton import open_skeleton
 from ._tree import Tree
-from ._values import MAX_ERROR_CHARS, default_backoff, due_time, result_value
+from ._values import MAX_ERROR_CHARS, check_timeout, default_backoff, due_time, result_value
 from ._verify import locks_prove_death
 from ._work import Work
 
@@ -48,10 +53,12 @@ class StoreStatistics:
     active: int
     fulfilled: int
     failed: int
+    cancelled: int
     notifications: int  # final jobs with targets still waiting
     quarantined: int
     pending_by_queue: Mapping[str, int]
     oldest_pending_age: float | None  # seconds since the oldest pending job was created
+    paused: frozenset[str]  # queues no worker takes jobs from
     watching: bool  # whether *this process* gets inotify wake-ups (it has waited in a pull)
 
 
@@ -76,6 +83,8 @@ class JobStore:
         hung holder's job. A dead holder's jobs are taken at once, whatever this says.
     :param heartbeat_interval: seconds between heartbeats (default ``lease_duration / 4``).
     :param max_attempts: default for jobs that do not set their own.
+    :param default_timeout: seconds one attempt of a job may run, for jobs created here that do
+        not set their own ``timeout`` (None: no limit).
     :param backoff: ``attempt -> seconds`` before a failed job (or notification) is retried.
     :param poll_interval: longest a waiting puller sleeps before rescanning, whether or not
         inotify said anything (it cannot see other hosts, and it can overflow).
@@ -97,6 +106,7 @@ class JobStore:
         lease_duration: float = 30.0,
         heartbeat_interval: float | None = None,
         max_attempts: int = 3,
+        default_timeout: float | None = None,
         backoff: Callable[[int], float] = default_backoff,
         max_value_bytes: int = 16 * 1024 * 1024,
         max_request_bytes: int = 1024 * 1024,
@@ -118,6 +128,7 @@ class JobStore:
             )
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidRequest(f"max_attempts must be a positive integer, got {max_attempts!r}")
+        self.default_timeout = check_timeout(default_timeout, "default_timeout")
         if durable is not None and not isinstance(durable, bool):
             raise InvalidRequest(f"durable must be True, False or None, got {durable!r}")
         raw = os.fspath(path)
@@ -144,8 +155,10 @@ class JobStore:
         )
         self._core = core = Core(settings, layout, tree)
         self._notifier = Notifier(core)
-        self._work = Work(core, self._notifier)
-        self._heart = Heart(core, self._work, self._notifier)
+        self._control = Control(core)
+        self._work = Work(core, self._notifier, self._control)
+        self._byid = ById(core, self._work, self._notifier, self._control)
+        self._heart = Heart(core, self._work, self._notifier, self._control)
         core.start_background = self._heart.start
         self.group: int | None = config.perms.gid
         """The gid of the group that shares this store, or None for a private store."""
@@ -209,6 +222,7 @@ class JobStore:
         run_at: float | datetime | None = None,
         max_attempts: int | None = None,
         job_id: str | None = None,
+        timeout: float | None = None,
     ) -> Job:
         """Store a new job and return its snapshot once it is durable.
 
@@ -216,6 +230,9 @@ class JobStore:
         order. ``delay`` (seconds or timedelta) or ``run_at`` (epoch seconds or an aware
         datetime) holds the job back until then. ``job_id`` lets the caller choose the id; using
         an id twice raises :class:`JobExists`, so it doubles as an idempotency key.
+        ``timeout``: seconds one attempt may run (default: the store's ``default_timeout``);
+        the worker runtime stops an attempt that overruns it, counted as a failed attempt, and
+        any process takes the job over once it overran by a further ``lease_duration``.
         """
         self._check_open()
         core = self._core
@@ -235,11 +252,12 @@ class JobStore:
         if len(request_bytes) > settings.max_request_bytes:
             raise ValueTooLarge(
                 f"request is {len(request_bytes)} bytes; max_request_bytes is {settings.max_request_bytes}")
+        limit = self.default_timeout if timeout is None else check_timeout(timeout, "timeout")
         now = core.wall()
         not_before = due_time(now, delay, run_at)
         record = Record(id=job_id, queue=queue, priority=priority, request=request, created_at=now,
                         seq=core.next_seq(), max_attempts=attempts_cap, not_before=not_before,
-                        request_json=request_bytes)
+                        timeout=limit, request_json=request_bytes)
         dest = publish_new(core, record, explicit=explicit)
         return record.snapshot(JobState(dest))
 
@@ -271,7 +289,7 @@ class JobStore:
         """
         self._check_open()
         check_job_id(job_id)
-        self._work.fulfill_by_id(job_id, result_value(value, self.max_value_bytes))
+        self._byid.fulfill(job_id, result_value(value, self.max_value_bytes))
 
     def get(self, job_id: str) -> Job:
         """A snapshot of the job (state, request, value or error, attempts, waiting targets)."""
@@ -288,8 +306,86 @@ class JobStore:
                 tree.quarantine(loc.path, f"job file {exc}")
                 raise CorruptJob(f"job {job_id}: {exc}; moved to quarantine") from None
             waiting = tuple(t for _, t, _ in tree.read_targets(job_id))
-            return record.snapshot(loc.state, waiting)
+            progress, logs, dropped = read_runs(self._core, job_id)
+            requested = loc.state is JobState.ACTIVE and self._control.cancel_requested(job_id)
+            return record.snapshot(loc.state, waiting, progress=progress, logs=logs, logs_dropped=dropped,
+                                   cancel_requested=requested)
         raise JobNotFound(f"job {job_id!r} kept moving while being read")
+
+    def wait(self, job_id: str, timeout: float | None = None) -> Job:
+        """Block until the job is final (fulfilled, failed or cancelled) and return its snapshot;
+        ``wait(job_id).result()`` gives its value or raises. Raises :class:`WaitTimeout` after
+        ``timeout`` seconds (None: wait forever), :class:`JobNotFound` for an unknown id.
+        Woken by inotify when the result lands, with a rescan every ``poll_interval``."""
+        self._check_open()
+        check_job_id(job_id)
+        if not self._core.wait_final(job_id, timeout):
+            raise WaitTimeout(f"job {job_id} was not final after {timeout} s")
+        return self.get(job_id)
+
+    # == control =================================================================================
+    def cancel(self, job_id: str, reason: str | None = None) -> Job:
+        """Cancel a job. A pending or scheduled job becomes ``cancelled`` at once; a running one
+        is asked to stop (its lease's ``cancel_requested`` turns true, ``on_cancel`` fires, the
+        worker runtime aborts the handler) and ends ``cancelled`` whatever its holder commits.
+        Notifications are delivered as for any final state. Returns the job's snapshot: state
+        ``cancelled``, or ``active`` with ``cancel_requested`` set. Raises :class:`InvalidState`
+        for a job that has already ended."""
+        self._check_open()
+        check_job_id(job_id)
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidRequest(f"reason must be a str or None, not {type(reason).__name__}")
+        self._byid.cancel(job_id, reason)
+        return self.get(job_id)
+
+    def retry(self, job_id: str) -> Job:
+        """Give a ``failed`` or ``cancelled`` job a new life: back to pending, with its whole
+        attempt budget again. Its earlier outcome stays readable in ``Job.history``. Raises
+        :class:`InvalidState` for a job in any other state."""
+        self._check_open()
+        check_job_id(job_id)
+        return self._byid.retry(job_id)
+
+    def cancel_requested(self, job_id: str) -> bool:
+        """Whether a cancel was asked for this job and not yet honoured (cheap: one stat)."""
+        self._check_open()
+        return self._control.cancel_requested(check_job_id(job_id))
+
+    def pause(self, queue: str) -> bool:
+        """Stop every worker on this directory from taking jobs of ``queue`` (running ones go on;
+        the queue keeps accepting jobs). Persisted in the store. False if it was paused already."""
+        self._check_open()
+        return self._control.pause(check_queue(queue))
+
+    def resume(self, queue: str) -> bool:
+        """Undo :meth:`pause`; False if the queue was not paused."""
+        self._check_open()
+        return self._control.resume(check_queue(queue))
+
+    def paused(self) -> frozenset[str]:
+        """The queues that are paused."""
+        self._check_open()
+        return self._control.paused()
+
+    # == workers =================================================================================
+    def workers(self) -> list[WorkerInfo]:
+        """The workers running on this directory (from any process or host), oldest first, as
+        each last published itself; a worker whose process died or stopped beating is left out."""
+        self._check_open()
+        return registry.read_all(self._core)
+
+    def publish_worker(self, info: Mapping[str, Any]) -> None:
+        """Publish (or refresh) this process's entry in :meth:`workers` with ``info`` (JSON):
+        what ``fsjobstore.Worker`` calls about once a second. The entry lives as long as this
+        store's owner identity, and each call also beats it, so a worker loop that does not
+        pull (a supervisor of worker processes) stays alive to others."""
+        self._check_open()
+        registry.publish(self._core, dict(info))
+
+    def retract_worker(self) -> None:
+        """Remove this process's entry from :meth:`workers` (a worker stopping cleanly)."""
+        self._check_open()
+        registry.retract(self._core)
 
     # == notifications =============================================================================
     def queue(self, job_id: str, target: Any) -> None:
@@ -325,12 +421,12 @@ class JobStore:
         Every store that pulls also runs it: once before its first pull, then every
         ``lease_duration / 2`` in the background. See FORMAT.md, "Recovery", for each step."""
         self._check_open()
-        return recover(self._core, self._notifier, deep=True)
+        return recover(self._core, self._notifier, self._control, deep=True)
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's counts: jobs in each state, pending jobs per queue, final
-        jobs with notifications waiting, quarantined files, and the age of the oldest pending
-        job. One listing of each directory; cheap enough to call often."""
+        jobs with notifications waiting, quarantined files, the age of the oldest pending job,
+        and the paused queues. One listing of each directory; cheap enough to call often."""
         self._check_open()
         lay = self._core.layout
         by_queue: dict[str, int] = {}
@@ -349,10 +445,12 @@ class JobStore:
             active=len(fs.scan_names(lay.active)),
             fulfilled=len(fs.scan_names(lay.fulfilled)),
             failed=len(fs.scan_names(lay.failed)),
+            cancelled=len(fs.scan_names(lay.cancelled)),
             notifications=len(fs.scan_names(lay.notify)),
             quarantined=quarantined,
             pending_by_queue=by_queue,
             oldest_pending_age=None if oldest is None else max(0.0, self._core.wall() - oldest / 1e9),
+            paused=self._control.paused(),
             watching=bool(waker and waker.watching),
         )
 

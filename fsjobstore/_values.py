@@ -39,6 +39,16 @@ def due_time(now: float, delay: float | timedelta | None, run_at: float | dateti
     return None
 
 
+def check_timeout(value: Any, what: str) -> float | None:
+    """A per-attempt time limit: None, or a positive number of seconds (a timedelta too)."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < 1e9:
+        raise InvalidRequest(f"{what} must be a positive number of seconds or None, got {value!r}")
+    return float(seconds)
+
+
 def retry_delay(delay: Any) -> float | None:
     if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0):
         raise InvalidRequest(f"delay must be a non-negative number of seconds, got {delay!r}")

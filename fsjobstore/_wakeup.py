@@ -55,9 +55,9 @@ class Waker:
     descriptor and the others wait on a condition it signals.
     """
 
-    def __init__(self, root: str, on_arrival: Callable[[str], None],
+    def __init__(self, root: str | tuple[str, ...], on_arrival: Callable[[str], None],
                  on_overflow: Callable[[], None] = lambda: None) -> None:
-        self._root = root
+        self._roots = (root,) if isinstance(root, str) else root
         self._on_arrival = on_arrival
         self._on_overflow = on_overflow
         self._cond = threading.Condition()
@@ -85,9 +85,10 @@ class Waker:
         self._pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.watching = True
         try:
-            self._watch_tree(self._root)
+            for root in self._roots:
+                self._watch_tree(root)
         except OSError as exc:  # fs.inotify.max_user_watches, say: degrade to polling
-            log.warning("cannot watch %s (%s); pullers will poll", self._root, exc)
+            log.warning("cannot watch %s (%s); pullers will poll", self._roots[0], exc)
             self._close_fds()
             self.watching = False
             return True  # watchdog would hit the same limit
@@ -132,11 +133,12 @@ class Waker:
         try:
             observer = Observer()
             observer.daemon = True
-            observer.schedule(_Handler(), self._root, recursive=True,
-                              event_filter=[FileCreatedEvent, FileMovedEvent])
+            for root in self._roots:
+                observer.schedule(_Handler(), root, recursive=True,
+                                  event_filter=[FileCreatedEvent, FileMovedEvent])
             observer.start()
         except Exception as exc:  # inotify limits, unsupported filesystems: degrade to polling
-            log.warning("cannot watch %s (%s); pullers will poll", self._root, exc)
+            log.warning("cannot watch %s (%s); pullers will poll", self._roots[0], exc)
             return
         self._observer = observer
         self.watching = True

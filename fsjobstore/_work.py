@@ -1,10 +1,14 @@
-"""Work leases on disk: claiming a pending job, and every way its holder commits it.
+"""Work leases on disk: claiming a pending job, and every way its holder ends or extends it.
 
 A claim renames the job's file into ``jobs/active/`` under a name that contains the claimer's
 token. Every commit starts from exactly that name, so a holder whose claim was taken over
 (renamed away by recovery) commits nothing: that rename is the fence. FORMAT.md, "Transitions",
 lists the steps of each commit; this module is the only code that performs them for a live
-holder (``_recovery`` performs them for dead ones).
+holder (``_recovery`` performs them for dead ones, ``_byid`` claims jobs by id and then commits
+them here).
+
+A commit of a job whose cancellation was requested (``control/cancel/<id>.json``) ends it
+``cancelled``, whatever the holder asked for.
 """
 
 from __future__ import annotations
@@ -18,14 +22,14 @@ from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
+from ._control import Control
 from ._core import Core
-from ._errors import CorruptJob, InvalidState, JobStoreError, LeaseLost, StorageError
+from ._errors import InvalidRequest, InvalidState, JobCancelled, LeaseLost, StorageError
 from ._handles import OnCompromised, WorkLease
-from ._layout import PENDING_RE, SCHEDULED_RE, token_owner
+from ._layout import PENDING_RE
 from ._notify import Notifier
-from ._records import FINAL_STATES, JobState, Record
-from ._recovery import new_counts, take_over
-from ._tree import Location
+from ._records import FINAL_STATES, Record
+from ._runs import RunLog
 from ._values import error_text, result_value, retry_delay
 
 log = logging.getLogger("fsjobstore")
@@ -34,9 +38,10 @@ log = logging.getLogger("fsjobstore")
 class Work:
     """Claims and commits of one store; keeps the leases this process holds. Thread-safe."""
 
-    def __init__(self, core: Core, notifier: Notifier) -> None:
+    def __init__(self, core: Core, notifier: Notifier, control: Control) -> None:
         self._core = core
         self._notifier = notifier
+        self._control = control
         self._mutex = threading.Lock()
         self._held: dict[str, WorkLease] = {}
 
@@ -52,8 +57,9 @@ class Work:
     def claim(self, queues: list[str] | None, on_compromised: OnCompromised | None) -> WorkLease | None:
         core = self._core
         core.pending.promote_due()
+        paused = self._control.paused()
         for _ in range(10_000):  # bounded: every turn consumes one name
-            index = core.pending.pick(queues)
+            index = core.pending.pick(queues, paused)
             if index is None:
                 return None
             name = index.pop()
@@ -67,14 +73,16 @@ class Work:
                 sc.rename(os.path.join(index.directory, name), active)
             except FileNotFoundError:
                 continue  # another worker claimed it first
-            lease = self._lease_from_active(active, m["id"], os.path.basename(index.directory), token,
-                                            on_compromised, give_back=os.path.join(index.directory, name))
+            lease = self.lease_from_active(active, m["id"], os.path.basename(index.directory), token,
+                                           on_compromised, give_back=os.path.join(index.directory, name))
             if lease is not None:
                 return lease
         return None
 
-    def _lease_from_active(self, active: str, job_id: str, queue: str, token: str,
-                           on_compromised: OnCompromised | None, *, give_back: str) -> WorkLease | None:
+    def lease_from_active(self, active: str, job_id: str, queue: str, token: str,
+                          on_compromised: OnCompromised | None, *, give_back: str) -> WorkLease | None:
+        """Read a file we just claimed into a lease; None (and the file quarantined) if it is
+        not a job that may run. ``give_back``: where it came from, for a read fault."""
         tree = self._core.tree
         try:
             parsed = tree.read_parsed(active)
@@ -101,19 +109,43 @@ class Work:
             tree.quarantine(active, f"a queued job file already holds a {parsed.final} result")
             return None
         lease = WorkLease(self, record, token, on_compromised, size=parsed.complete, clean=not parsed.torn)
+        if record.timeout is not None:
+            self._limit(lease, record.timeout)
         with self._mutex:
             self._held[token] = lease
         return lease
 
+    def _limit(self, lease: WorkLease, seconds: float) -> None:
+        """Give the attempt ``seconds`` from now: locally (``lease.deadline``, on the monotonic
+        clock) and for every other process (``control/deadlines/``, in wall time)."""
+        core = self._core
+        lease._deadline = core.clock() + seconds
+        lease._deadline_path = self._control.set_deadline(lease.id, lease.token, core.wall() + seconds,
+                                                          old=lease._deadline_path)
+
     # == committing (called by WorkLease) ==========================================================
     def _commit_work(self, lease: WorkLease, kind: str, payload: Any, retry: bool, delay: float | None) -> None:
+        with lease._commit_lock:
+            self._commit_locked(lease, kind, payload, retry, delay)
+
+    def _commit_locked(self, lease: WorkLease, kind: str, payload: Any, retry: bool, delay: float | None) -> None:
         core = self._core
         if lease.finished:
+            if lease.compromised is not None:  # timed out or taken over: the late commit is fenced
+                raise LeaseLost(f"{lease.compromised}; this commit was refused", reason=lease.compromised.reason)
             raise InvalidState(f"the lease on job {lease.id} was already committed")
         if core.forked():
             raise LeaseLost("this lease belongs to the parent process", reason="closed")
         record, token, lay = lease._record, lease.token, core.layout
         active = lay.active_path(record.id, token)
+        reason = self._control.cancel_reason(record.id)
+        if reason is not None and kind not in ("cancel", "withdraw"):
+            asked, kind, payload = kind, "cancel", reason
+            self._commit_final(lease, active, *self._next_record(record, token, "cancel", payload, False, None))
+            log.info("job %s was cancelled while it ran; its %s became the cancel", record.id, asked)
+            if asked != "release":
+                raise JobCancelled(f"job {record.id} was cancelled ({reason}); it was not committed as asked")
+            return
         if kind == "release":
             self._release(lease, active)
             return
@@ -172,7 +204,7 @@ class Work:
 
     def _commit_final(self, lease: WorkLease, active: str, new: Record, dest: str) -> None:
         """A result is final: append it to the claimed file as one line, then move that file
-        into ``fulfilled/`` or ``failed/`` with one rename that never replaces a result.
+        into its final directory with one rename that never replaces a result.
 
         No temp file is created and nothing is unlinked (both cost far more than a rename on
         most filesystems). The rename is the fence: once a recoverer has moved our claim, it
@@ -197,9 +229,9 @@ class Work:
             if not self._published_by(lease.token, new, dest):
                 raise self._lost(lease) from None
         except FileExistsError:
-            # A result exists already, so this claim was a stray second copy of a final job
-            # (a restored backup, a hand-made copy): it goes, and nothing was committed.
-            core.drop(active)
+            # A result exists already, so this claim was a second copy of a job that is final:
+            # a restored backup, a hand-made copy. It is kept aside, and nothing was committed.
+            core.tree.quarantine(active, f"a second copy of job {new.id}, which is already final")
             raise self._lost(lease) from None
         except StorageError as exc:
             if not exc.applied:
@@ -216,6 +248,7 @@ class Work:
 
     def _committed_final(self, lease: WorkLease, new: Record) -> None:
         self._finish(lease)
+        self._control.clear_cancel(new.id)  # honoured, or too late: either way it is done with
         try:
             self._notifier.after_final(new.id)
         except StorageError as exc:
@@ -251,6 +284,9 @@ class Work:
                                        committed_by=token, not_before=None), "fulfilled"
         error = error_text(payload)
         attempts = record.attempts + 1
+        if kind in ("cancel", "withdraw"):  # withdraw: cancelled before any attempt ran
+            return dataclasses.replace(record, attempts=attempts if kind == "cancel" else record.attempts,
+                                       error=error, committed_by=token, finished_at=now, not_before=None), "cancelled"
         delay = retry_delay(delay)
         if retry and attempts < record.max_attempts:
             wait = settings.backoff(attempts) if delay is None else delay
@@ -275,53 +311,57 @@ class Work:
 
     def _finish(self, lease: WorkLease) -> None:
         lease._mark_finished()
+        self._control.clear_deadline(lease._deadline_path)
         with self._mutex:
             self._held.pop(lease.token, None)
 
-    # == resolving by id ===========================================================================
-    def fulfill_by_id(self, job_id: str, value: Any) -> None:
-        core = self._core
-        for _ in range(20):
-            loc = core.tree.require(job_id)
-            if loc.state.is_final:
-                raise InvalidState(f"job {job_id} is already {loc.state.value}")
-            if loc.state is JobState.ACTIVE:
-                assert loc.token is not None and loc.kind is not None
-                owner = token_owner(loc.token)
-                status = "alive" if owner == core.owner_id() else core.probe.status(owner)
-                if status == "alive":
-                    raise InvalidState(f"job {job_id} is leased by a live worker")
-                take_over(core, self._notifier, loc.path, job_id, loc.token, loc.kind, "fulfilled by id",
-                          new_counts())
-                continue
-            token = core.new_token()
-            active = core.layout.active_path(job_id, token)
-            try:
-                sc.rename(loc.path, active)
-            except FileNotFoundError:
-                continue
-            lease = self._lease_from_active(active, job_id, _queue_of(loc), token, None, give_back=loc.path)
-            if lease is None:
-                raise CorruptJob(f"job {job_id} could not be read and was quarantined")
-            try:
-                lease.fulfill(value)
-            except StorageError:
-                if not lease.finished:  # nobody else holds this lease: give the job back
-                    with contextlib.suppress(JobStoreError):
-                        lease.release()
-                raise
-            return
-        raise InvalidState(f"job {job_id} kept moving; try again")
+    # == a running attempt (called by WorkLease) ===================================================
+    def _touch(self, lease: WorkLease, extend: float | None) -> None:
+        seconds = lease.timeout if extend is None else extend
+        if seconds is None:
+            raise InvalidRequest(f"job {lease.id} has no timeout to renew; give extend=seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < 1e9:
+            raise InvalidRequest(f"extend must be a positive number of seconds, got {extend!r}")
+        with lease._commit_lock:
+            if lease.finished or not sc.lexists(self._core.layout.active_path(lease.id, lease.token)):
+                raise LeaseLost(f"the lease on job {lease.id} is no longer held; it cannot be extended")
+            self._limit(lease, float(seconds))
+
+    def _run_log(self, lease: WorkLease) -> RunLog:
+        run = lease._run
+        if not isinstance(run, RunLog):
+            run = lease._run = RunLog(self._core, lease.id, lease.token, lease.attempt)
+        return run
+
+    def _cancel_requested(self, lease: WorkLease) -> bool:
+        return self._control.cancel_requested(lease.id)
+
+    def _time_out(self, lease: WorkLease) -> bool:
+        """End an attempt that overran its time limit: a failed attempt (retried or failed as
+        usual), committed here so that the late holder's own commit is fenced (LeaseLost).
+        False if the lease had ended already."""
+        limit = "its time limit" if lease.timeout is None else f"its limit of {lease.timeout:g} s"
+        text = f"TimeLimitExceeded: attempt {lease.attempt} ran past {limit}"
+        with lease._commit_lock:
+            if lease.finished:
+                return False
+            lease._compromise(LeaseLost(f"job {lease.id}: {text}", reason="timeout"))
+            with contextlib.suppress(JobCancelled):  # cancelled meanwhile: that is how it ended
+                self._commit_locked(lease, "fail", text, True, None)
+        return True
 
     # == the heartbeat's checks ====================================================================
     def check_held(self, problem: LeaseLost | None) -> None:
-        """Tell every holder whose claim is gone (or, with ``problem``, every holder) so."""
+        """Tell every holder whose claim is gone (or, with ``problem``, every holder) so, and
+        every holder whose job is to be cancelled."""
         layout = self._core.layout
         for lease in self.held():
             if problem is not None:
                 lease._compromise(problem)
             elif not lease._committing and not sc.lexists(layout.active_path(lease.id, lease.token)):
                 lease._compromise(LeaseLost(f"job {lease.id} was taken over by another process"))
+            else:
+                lease.cancel_requested  # noqa: B018  (reading it fires on_cancel once)
 
     def release_all(self) -> None:
         """Give back every held job (on close)."""
@@ -330,12 +370,3 @@ class Work:
                 lease.release()
             except Exception:  # already lost: nothing of ours to give back
                 log.debug("release on close failed for %s", lease.id, exc_info=True)
-
-
-def _queue_of(loc: Location) -> str:
-    name = os.path.basename(loc.path)
-    if loc.state is JobState.PENDING:
-        return os.path.basename(os.path.dirname(loc.path))
-    m = SCHEDULED_RE.match(name)
-    assert m is not None
-    return m["queue"]

@@ -63,6 +63,7 @@ def print_job(job: Job) -> None:
 def stats_doc(stats: StoreStatistics) -> dict[str, Any]:
     doc = {name: getattr(stats, name) for name in stats.__dataclass_fields__}
     doc["pending_by_queue"] = dict(stats.pending_by_queue)
+    doc["paused"] = sorted(stats.paused)
     doc.pop("watching", None)  # about the process asking, which for a command is never waiting
     return doc
 
@@ -76,6 +77,8 @@ def print_stats(stats: StoreStatistics) -> None:
         ("active", stats.active),
         ("fulfilled", stats.fulfilled),
         ("failed", stats.failed),
+        ("cancelled", stats.cancelled),
+        ("paused queues", ", ".join(sorted(stats.paused)) or None),
         ("notifications", f"{stats.notifications} final job(s) with targets waiting"),
         ("quarantined", stats.quarantined),
         ("oldest pending", None if age is None else f"{age:.1f} s"),

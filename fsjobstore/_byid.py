@@ -1,0 +1,176 @@
+"""Operations on a job named by its id, from any process: fulfil it, cancel it, retry it.
+
+Each one claims the job the way a worker does (a rename into ``jobs/active/`` under a token of
+ours), so it races safely with workers and recoverers, then commits through ``_work`` like any
+holder. A job that a live worker holds is not taken: fulfilling it is refused, cancelling it
+leaves a request that its holder (or whoever recovers it) honours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Any
+
+from . import _fsops as fs
+from . import _syscalls as sc
+from ._control import Control
+from ._core import Core
+from ._errors import CorruptJob, InvalidState, JobStoreError, StorageError
+from ._handles import WorkLease
+from ._layout import SCHEDULED_RE, token_owner
+from ._notify import Notifier
+from ._records import FINAL_STATES, Job, JobState, Record
+from ._recovery import new_counts, take_over
+from ._tree import Location
+from ._work import Work
+
+
+class ById:
+    def __init__(self, core: Core, work: Work, notifier: Notifier, control: Control) -> None:
+        self._core = core
+        self._work = work
+        self._notifier = notifier
+        self._control = control
+
+    def fulfill(self, job_id: str, value: Any) -> None:
+        for _ in range(20):
+            loc = self._core.tree.require(job_id)
+            if loc.state.is_final:
+                raise InvalidState(f"job {job_id} is already {loc.state.value}")
+            if loc.state is JobState.ACTIVE:
+                if self._holder_alive(loc):
+                    raise InvalidState(f"job {job_id} is leased by a live worker")
+                self._take_over(loc, job_id, "fulfilled by id")
+                continue
+            lease = self._claim(loc, job_id)
+            if lease is None:
+                continue
+            try:
+                lease.fulfill(value)
+            except StorageError:
+                if not lease.finished:  # nobody else holds this lease: give the job back
+                    with contextlib.suppress(JobStoreError):
+                        lease.release()
+                raise
+            return
+        raise InvalidState(f"job {job_id} kept moving; try again")
+
+    def cancel(self, job_id: str, reason: str | None) -> JobState:
+        """End a job ``cancelled``: at once if it is waiting; by request if it runs (its holder
+        commits the cancel, or recovery does if the holder is gone). Returns the state the job
+        is in afterwards: cancelled, or active (the request is made)."""
+        text = "cancelled" if not reason else f"cancelled: {reason}"
+        for _ in range(20):
+            loc = self._core.tree.require(job_id)
+            if loc.state.is_final:
+                raise InvalidState(f"job {job_id} is already {loc.state.value}; only a job that has not ended "
+                                   "can be cancelled")
+            if loc.state is JobState.ACTIVE:
+                self._control.request_cancel(job_id, reason)
+                if not self._holder_alive(loc):
+                    self._take_over(loc, job_id, "cancelled")  # it sees the request: the job ends cancelled
+                again = self._core.tree.locate(job_id)
+                if again is not None and again.state.is_final:
+                    self._control.clear_cancel(job_id)  # it ended meanwhile: the request came too late
+                    return again.state
+                return JobState.ACTIVE
+            lease = self._claim(loc, job_id)
+            if lease is None:
+                continue
+            self._work._commit_work(lease, "withdraw", text, False, None)
+            return JobState.CANCELLED
+        raise InvalidState(f"job {job_id} kept moving; try again")
+
+    def retry(self, job_id: str) -> Job:
+        """Give a failed or cancelled job a new life: back to pending with no attempts spent,
+        its earlier outcome appended to ``history``."""
+        core, lay = self._core, self._core.layout
+        for _ in range(20):
+            loc = core.tree.require(job_id)
+            if loc.state not in (JobState.FAILED, JobState.CANCELLED):
+                raise InvalidState(f"job {job_id} is {loc.state.value}; only a failed or cancelled job can be retried")
+            token = core.new_token()
+            mine = lay.active_path(job_id, token)
+            try:
+                sc.rename(loc.path, mine)  # the claim: a second retry, or a notifier's read, loses the race
+            except FileNotFoundError:
+                continue
+            try:
+                old = core.tree.read_record(mine)
+            except (fs.Unreadable, ValueError) as exc:
+                core.tree.quarantine(mine, f"job file {exc}")
+                raise CorruptJob(f"job {job_id}: {exc}; moved to quarantine") from None
+            past = {"state": loc.state.value, "attempts": old.attempts, "error": old.error,
+                    "finished_at": old.finished_at}
+            new = dataclasses.replace(old, attempts=0, error=None, value=None, finished_at=None, not_before=None,
+                                      committed_by=token, history=(*old.history, past)[-20:])
+            self._republish(mine, new, token)
+            return new.snapshot(JobState.PENDING)
+        raise InvalidState(f"job {job_id} kept moving; try again")
+
+    def _republish(self, mine: str, new: Record, token: str) -> None:
+        """Publish the new life of a job we claimed out of a final state, then drop the claim.
+        A crash before the publish leaves our claim, which recovery publishes back into its
+        final state (its result line is whole): the retry did not happen, as the caller was
+        not told it did."""
+        core, lay = self._core, self._core.layout
+        tmp = lay.commit_tmp_path(token, new.id, "pending")
+        core.tree.write_new(tmp, new.to_bytes())
+        try:
+            core.tree.publish(tmp, new, "pending")
+        except StorageError as exc:
+            if exc.applied:  # the new life is in place; only its fsync failed
+                core.drop(mine)
+                raise
+            fs.unlink_quietly(tmp)
+            with contextlib.suppress(OSError):  # nothing moved: put the old life back
+                sc.rename(mine, lay.final_path(_final_state(core, mine), new.id))
+            raise
+        core.drop(mine)
+        # Its old notification (of the outcome that was just undone) waits no more: the targets
+        # stay queued, and hear of the new outcome instead.
+        fs.unlink_quietly(lay.notify_path(new.id))
+        core.pending.note_published(new, "pending")
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _holder_alive(self, loc: Location) -> bool:
+        assert loc.token is not None
+        owner = token_owner(loc.token)
+        return owner == self._core.owner_id() or self._core.probe.status(owner) == "alive"
+
+    def _take_over(self, loc: Location, job_id: str, why: str) -> None:
+        assert loc.token is not None and loc.kind is not None
+        take_over(self._core, self._notifier, self._control, loc.path, job_id, loc.token, loc.kind, why,
+                  new_counts())
+
+    def _claim(self, loc: Location, job_id: str) -> WorkLease | None:
+        """Claim a pending or scheduled job as a worker would; None if it moved first."""
+        core = self._core
+        token = core.new_token()
+        active = core.layout.active_path(job_id, token)
+        try:
+            sc.rename(loc.path, active)
+        except FileNotFoundError:
+            return None
+        lease = self._work.lease_from_active(active, job_id, _queue_of(loc), token, None, give_back=loc.path)
+        if lease is None:
+            raise CorruptJob(f"job {job_id} could not be read and was quarantined")
+        return lease
+
+
+def _final_state(core: Core, path: str) -> str:
+    try:
+        parsed = core.tree.read_parsed(path)
+    except (OSError, fs.Unreadable, ValueError):
+        return "failed"
+    return parsed.final if parsed.final in FINAL_STATES else "failed"
+
+
+def _queue_of(loc: Location) -> str:
+    if loc.state is JobState.PENDING:
+        return os.path.basename(os.path.dirname(loc.path))
+    m = SCHEDULED_RE.match(os.path.basename(loc.path))
+    assert m is not None
+    return m["queue"]

@@ -1,0 +1,122 @@
+"""What operators and workers ask of each other through the directory: paused queues, cancel
+requests for running jobs, and the deadlines of attempts with a time limit.
+
+    control/paused/<queue>                 the queue is paused: no claims from it
+    control/cancel/<id>.json               cancel the running job <id> ({"reason", "at"})
+    control/deadlines/<DUE>.<id>.<token>   claim <token> of job <id> must end by DUE
+
+Pauses and cancel requests are operator decisions and are made durable like jobs. Deadlines are
+hints for recovery, rewritten as leases are touched: never fsynced (a power cut can only lose
+one, and then recovery falls back to the holder's heartbeat).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from . import _fsops as fs
+from . import _syscalls as sc
+from ._codec import dumps, loads
+from ._core import Core
+from ._layout import CANCEL_RE, DEADLINE_RE, QUEUE_RE
+
+
+class Control:
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self._layout = core.layout
+        self._tree = core.tree
+
+    # -- pausing queues --------------------------------------------------------------------------
+    def pause(self, queue: str) -> bool:
+        """Mark ``queue`` paused; False if it already was."""
+        path = self._layout.paused_path(queue)
+        if sc.lexists(path):
+            return False
+        tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{queue}.paused")
+        self._tree.write_new(tmp, dumps({"queue": queue, "at": self._core.wall()}) + b"\n")
+        try:
+            self._tree.link_into(tmp, path)
+        except FileExistsError:
+            return False  # paused by someone else just now
+        finally:
+            fs.unlink_quietly(tmp)
+        return True
+
+    def resume(self, queue: str) -> bool:
+        """Unpause ``queue``; False if it was not paused."""
+        if not fs.unlink(self._layout.paused_path(queue)):
+            return False
+        fs.sync_applied(self._layout.paused, durable=self._core.durable)
+        return True
+
+    def paused(self) -> frozenset[str]:
+        """The paused queues: one listing (a claim asks before each pick)."""
+        return frozenset(n for n in fs.scan_names(self._layout.paused) if QUEUE_RE.match(n))
+
+    # -- cancel requests -------------------------------------------------------------------------
+    def request_cancel(self, job_id: str, reason: str | None) -> None:
+        """Ask the holder of ``job_id`` (or whoever recovers it) to end it cancelled. The first
+        request stands; asking again changes nothing."""
+        path = self._layout.cancel_path(job_id)
+        if sc.lexists(path):
+            return
+        tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{job_id}.cancel")
+        self._tree.write_new(tmp, dumps({"reason": reason, "at": self._core.wall()}) + b"\n")
+        try:
+            with contextlib.suppress(FileExistsError):
+                self._tree.link_into(tmp, path)
+        finally:
+            fs.unlink_quietly(tmp)
+
+    def cancel_reason(self, job_id: str) -> str | None:
+        """None if no cancel was requested; otherwise the text to record as the job's error."""
+        path = self._layout.cancel_path(job_id)
+        try:
+            doc = loads(fs.read_regular(path, 64 * 1024))
+        except FileNotFoundError:
+            return None
+        except (fs.Unreadable, ValueError):
+            return "cancelled"
+        reason = doc.get("reason") if isinstance(doc, dict) else None
+        return f"cancelled: {reason}" if isinstance(reason, str) and reason else "cancelled"
+
+    def cancel_requested(self, job_id: str) -> bool:
+        return sc.lexists(self._layout.cancel_path(job_id))
+
+    def clear_cancel(self, job_id: str) -> None:
+        """Forget a request once the job is final (it has been honoured, or came too late)."""
+        fs.unlink_quietly(self._layout.cancel_path(job_id))
+
+    def cancel_requests(self) -> list[str]:
+        return [m["id"] for n in fs.scan_names(self._layout.cancels) if (m := CANCEL_RE.match(n))]
+
+    # -- deadlines -------------------------------------------------------------------------------
+    def set_deadline(self, job_id: str, token: str, due: float, old: str | None = None) -> str:
+        """Record that claim ``token`` must end by ``due`` (epoch seconds); returns the path.
+        ``old``: the claim's previous deadline, moved rather than left behind."""
+        path = self._layout.deadline_path(due, job_id, token)
+        if old is not None and old != path:
+            try:
+                sc.rename(old, path)
+                return path
+            except FileNotFoundError:
+                pass  # swept as stale (we were slow): make it anew
+        fd = sc.open(path, os.O_WRONLY | os.O_CREAT | fs.O_NOFOLLOW | fs.O_CLOEXEC, self._tree.perms.file_mode)
+        sc.close(fd)
+        return path
+
+    def clear_deadline(self, path: str | None) -> None:
+        if path is not None:
+            fs.unlink_quietly(path)
+
+    def deadlines(self) -> list[tuple[float, str, str, str]]:
+        """Every recorded deadline as (due, job id, token, path), earliest first."""
+        out = []
+        for name in sorted(fs.scan_names(self._layout.deadlines)):
+            m = DEADLINE_RE.match(name)
+            if m:
+                out.append((int(m["due"]) / 1_000_000, m["id"], m["token"], os.path.join(self._layout.deadlines, name)))
+        return out
+
