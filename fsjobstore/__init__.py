@@ -37,6 +37,9 @@ from ._verify import VerifyCheck, VerifyReport, verify
 
 __version__ = "0.2.0"
 
+# The runtime sits above the store and imports it, so it comes last.
+from .worker import JobContext, Worker
+
 __all__ = [
     "FORMAT_VERSION",
     "MAX_PRIORITY",
@@ -47,6 +50,7 @@ __all__ = [
     "InvalidState",
     "Job",
     "JobCancelled",
+    "JobContext",
     "JobExists",
     "JobFailed",
     "JobNotFound",
@@ -70,6 +74,7 @@ __all__ = [
     "VerifyReport",
     "WaitTimeout",
     "WorkLease",
+    "Worker",
     "WorkerInfo",
     "__version__",
     "default_backoff",

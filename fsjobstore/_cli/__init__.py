@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from .. import InvalidJobId, InvalidRequest, InvalidState, JobExists, JobNotFound, LeaseLost, StoreNotFound
 from .. import __version__ as version
-from . import _jobs
+from . import _jobs, _process
 from ._args import (
     ENV_DIR,
     EXIT_CODES,
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="open with durable=False (refused by a store created durable)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     _jobs.add(subparsers)
+    _process.add(subparsers)
     return parser
 
 
@@ -54,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="fsjobstore: %(levelname)s: %(message)s")
     try:
-        code: int = args.handler(args)
+        code: int = args.run_command(args)
         return code
     except KeyboardInterrupt:
         print("fsjobstore: interrupted", file=sys.stderr)

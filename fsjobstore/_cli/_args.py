@@ -17,14 +17,17 @@ FAILED = 1  # the operation failed: a storage error, a corrupt file, verify foun
 USAGE = 2  # bad arguments or input: nothing was changed
 NOT_FOUND = 3  # no such job, or no store at that directory
 REFUSED = 4  # the store refused: the id is taken, the job is in the wrong state, the lease was lost
+TIMED_OUT = 5  # wait gave up before the job ended
 INTERRUPTED = 130
 
 EXIT_CODES = f"""exit codes:
   {OK}    success
-  {FAILED}    the operation failed (a storage error, a corrupt file; verify: the mount is unsafe)
+  {FAILED}    the operation failed (a storage error, a corrupt file; verify: the mount is unsafe;
+       wait: the job failed or was cancelled)
   {USAGE}    bad arguments or input; nothing was changed
   {NOT_FOUND}    not found: no such job, or no store at DIR
   {REFUSED}    refused: the id is taken, the job is in the wrong state, or a lease was lost
+  {TIMED_OUT}    wait: the job did not end within --timeout
   {INTERRUPTED}  interrupted (Ctrl-C)
 """
 
@@ -60,7 +63,7 @@ def subcommand(subparsers: Any, name: str, handler: Handler, *, help: str, examp
                        help="open with durable=False (refused by a store created durable)")
     if reads:
         p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.set_defaults(handler=handler, positionals=names, parser=p)
+    p.set_defaults(run_command=handler, positionals=names, parser=p)
     return p
 
 

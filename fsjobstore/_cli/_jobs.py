@@ -1,5 +1,5 @@
-"""Commands that read or change jobs and stores: init, create, get, fulfill, queue, stats,
-recover, verify."""
+"""Commands that read or change jobs and stores: init, create, get, fulfill, queue, cancel,
+retry, wait, pause, resume, workers, stats, recover, verify."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import json
 import sys
 from typing import Any
 
-from .. import JobStore, verify
+from .. import Job, JobState, JobStore, WaitTimeout, verify
 from . import _render as render
-from ._args import FAILED, OK, UsageError, subcommand
+from ._args import FAILED, OK, TIMED_OUT, UsageError, subcommand
 
 
 def add(subparsers: Any) -> None:
@@ -43,6 +43,29 @@ def add(subparsers: Any) -> None:
     subcommand(subparsers, "queue", queue, positionals=("ID", "TARGET"),
                help="ask for a job's result to be delivered to a JSON target",
                example="""fsjobstore queue ./jobs invoice-7 '{"webhook": "https://example.com/done"}'""")
+
+    p = subcommand(subparsers, "cancel", cancel, positionals=("ID",), reads=True,
+                   help="cancel a job: a waiting one at once, a running one by asking its worker to stop",
+                   example="fsjobstore cancel ./jobs invoice-7 --reason 'customer withdrew'")
+    p.add_argument("--reason", default=None, help="why (kept as the job's error)")
+
+    subcommand(subparsers, "retry", retry, positionals=("ID",), reads=True,
+               help="give a failed or cancelled job a new life (back to pending, all attempts again)",
+               example="fsjobstore retry ./jobs invoice-7")
+
+    p = subcommand(subparsers, "wait", wait, positionals=("ID",), reads=True,
+                   help="wait until a job ends and show it; exit 0 if it was fulfilled, 1 if not, 5 on timeout",
+                   example="fsjobstore wait ./jobs invoice-7 --timeout 60 --json")
+    p.add_argument("--timeout", type=float, default=None, help="seconds to wait at most (default: forever)")
+
+    subcommand(subparsers, "pause", pause, positionals=("QUEUE",),
+               help="stop every worker from taking jobs of a queue (it still accepts new jobs)",
+               example="fsjobstore pause ./jobs images")
+    subcommand(subparsers, "resume", resume, positionals=("QUEUE",), help="undo pause",
+               example="fsjobstore resume ./jobs images")
+
+    subcommand(subparsers, "workers", workers, reads=True, help="list the workers running on the store",
+               example="fsjobstore workers ./jobs --json")
 
     subcommand(subparsers, "stats", stats, reads=True, help="count jobs per state and queue",
                example="fsjobstore stats ./jobs --json")
@@ -92,11 +115,7 @@ def create(args: argparse.Namespace) -> int:
 
 def get(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        job = store.get(args.id)
-    if args.json:
-        render.print_json(job.to_dict())
-    else:
-        render.print_job(job)
+        show(store.get(args.id), args)
     return OK
 
 
@@ -120,6 +139,60 @@ def queue(args: argparse.Namespace) -> int:
     target = json_arg(args.target, "target")
     with open_store(args) as store:
         store.queue(args.id, target)
+    return OK
+
+
+def show(job: Job, args: argparse.Namespace) -> None:
+    if args.json:
+        render.print_json(job.to_dict())
+    else:
+        render.print_job(job)
+
+
+def cancel(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        show(store.cancel(args.id, reason=args.reason), args)
+    return OK
+
+
+def retry(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        show(store.retry(args.id), args)
+    return OK
+
+
+def wait(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        try:
+            job = store.wait(args.id, timeout=args.timeout)
+        except WaitTimeout as exc:
+            print(f"fsjobstore: {exc}", file=sys.stderr)
+            return TIMED_OUT
+    show(job, args)
+    return OK if job.state is JobState.FULFILLED else FAILED
+
+
+def pause(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        changed = store.pause(args.queue)
+    print(f"queue {args.queue} " + ("paused" if changed else "was already paused"))
+    return OK
+
+
+def resume(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        changed = store.resume(args.queue)
+    print(f"queue {args.queue} " + ("resumed" if changed else "was not paused"))
+    return OK
+
+
+def workers(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        found = store.workers()
+    if args.json:
+        render.print_json([dataclasses.asdict(w) for w in found])
+    else:
+        render.print_workers(found)
     return OK
 
 

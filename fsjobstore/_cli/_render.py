@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .. import Job, StoreStatistics
+from .. import Job, StoreStatistics, WorkerInfo
 
 
 def print_json(doc: Any) -> None:
@@ -57,7 +57,30 @@ def print_job(job: Job) -> None:
         ("error", job.error),
         ("waiting", ", ".join(json.dumps(t, ensure_ascii=False) for t in job.waiting) or None),
         ("history", f"{len(job.history)} earlier life(s): see --json" if job.history else None),
+        ("cancel", "requested" if job.cancel_requested else None),
+        ("progress", None if job.progress is None else _progress(job)),
+        ("log", "\n".join(f"[{line.attempt}] {line.line}" for line in job.logs[-10:]) or None),
+        ("log dropped", job.logs_dropped or None),
     ])
+
+
+def _progress(job: Job) -> str:
+    p = job.progress
+    assert p is not None
+    amount = f"{p.done:g}" if p.total is None else f"{p.done:g} of {p.total:g}"
+    return amount + (f": {p.message}" if p.message else "") + f" (attempt {p.attempt}, {when(p.at)})"
+
+
+def print_workers(workers: list[WorkerInfo]) -> None:
+    if not workers:
+        print("no workers are running")
+    for w in workers:
+        queues = ", ".join(w.queues) if w.queues else "all"
+        state = "paused" if w.paused else f"{len(w.current)} running"
+        print(f"{w.name}  pid {w.pid} on {w.host}  {w.mode} x{w.concurrency}  queues: {queues}  {state}  "
+              f"done {w.jobs_done}, failed {w.jobs_failed}  since {when(w.started_at)}  seen {when(w.last_heartbeat)}")
+        for job in w.current:
+            print(f"    {job.get('id')} ({job.get('queue')}, attempt {job.get('attempt')})")
 
 
 def stats_doc(stats: StoreStatistics) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""The worker runtime's machinery (public face: ``fsjobstore.worker``)."""

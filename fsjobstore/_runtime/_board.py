@@ -1,0 +1,105 @@
+"""The status board of process mode: anonymous shared memory made before the children fork.
+
+Each child writes its own slot (what it runs, until when); the supervisor writes the run's flags
+(stop, paused) and reads the slots. No locks on the hot path: a slot is written under a
+sequence counter (odd while writing), and a reader retries until it reads the same even count
+before and after, so it never acts on half of one job and half of another. The job budget
+(``run(count=...)``) is the one thing children change together, under a fork-shared lock.
+"""
+
+from __future__ import annotations
+
+import mmap
+import multiprocessing
+import struct
+import time
+from dataclasses import dataclass
+
+_FLAGS = struct.Struct("<iiq")  # stop, paused, budget left (-1: no limit)
+# seq, busy, attempt, started, deadline, pid, jobs done, jobs failed, id, queue, token
+_SLOT = struct.Struct("<qiiddiqq130s66s44s")
+_SLOT_SIZE = 512
+
+
+@dataclass(frozen=True, slots=True)
+class SlotView:
+    seq: int
+    busy: bool
+    attempt: int
+    started: float  # monotonic (CLOCK_MONOTONIC is one clock for every process of a host)
+    deadline: float  # monotonic; 0.0: no time limit
+    pid: int
+    done: int  # jobs this slot's children finished (fulfilled or ended otherwise, not failed)
+    failed: int  # attempts that failed or timed out
+    job_id: str
+    queue: str
+    token: str
+
+
+class Board:
+    def __init__(self, slots: int, budget: int | None) -> None:
+        self._map = mmap.mmap(-1, _FLAGS.size + slots * _SLOT_SIZE)  # MAP_SHARED | MAP_ANONYMOUS
+        self._lock = multiprocessing.get_context("fork").Lock()
+        _FLAGS.pack_into(self._map, 0, 0, 0, -1 if budget is None else budget)
+
+    # -- the run's flags (the supervisor writes, children read) ---------------------------------
+    def _flags(self) -> tuple[int, int, int]:
+        stop, paused, budget = _FLAGS.unpack_from(self._map, 0)
+        return stop, paused, budget
+
+    def set_stop(self) -> None:
+        _, paused, budget = self._flags()
+        _FLAGS.pack_into(self._map, 0, 1, paused, budget)
+
+    def set_paused(self, paused: bool) -> None:
+        stop, _, budget = self._flags()
+        _FLAGS.pack_into(self._map, 0, stop, int(paused), budget)
+
+    def stopping(self) -> bool:
+        return bool(self._flags()[0])
+
+    def paused(self) -> bool:
+        return bool(self._flags()[1])
+
+    def take(self) -> bool:
+        with self._lock:
+            stop, paused, budget = self._flags()
+            if budget == 0:
+                return False
+            if budget > 0:
+                _FLAGS.pack_into(self._map, 0, stop, paused, budget - 1)
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            stop, paused, budget = self._flags()
+            if budget >= 0:
+                _FLAGS.pack_into(self._map, 0, stop, paused, budget + 1)
+
+    # -- slots (each child writes its own) -------------------------------------------------------
+    def _offset(self, index: int) -> int:
+        return _FLAGS.size + index * _SLOT_SIZE
+
+    def write(self, index: int, *, busy: bool, pid: int, done: int, failed: int, job_id: str = "",
+              queue: str = "", token: str = "", attempt: int = 0, started: float = 0.0,
+              deadline: float | None = None) -> None:
+        off = self._offset(index)
+        seq = struct.unpack_from("<q", self._map, off)[0]
+        struct.pack_into("<q", self._map, off, seq + 1)  # odd: being written
+        _SLOT.pack_into(self._map, off, seq + 1, int(busy), attempt, started, deadline or 0.0, pid, done, failed,
+                        job_id.encode(), queue.encode(), token.encode())
+        struct.pack_into("<q", self._map, off, seq + 2)  # even again: whole
+
+    def read(self, index: int) -> SlotView:
+        off = self._offset(index)
+        while True:
+            before = struct.unpack_from("<q", self._map, off)[0]
+            if before % 2:
+                time.sleep(0)
+                continue
+            _, busy, attempt, started, deadline, pid, done, failed, job_id, queue, token = _SLOT.unpack_from(
+                self._map, off)
+            if struct.unpack_from("<q", self._map, off)[0] == before:
+                return SlotView(before, bool(busy), attempt, started, deadline, pid, done, failed,
+                                job_id.rstrip(b"\0").decode(), queue.rstrip(b"\0").decode(),
+                                token.rstrip(b"\0").decode())

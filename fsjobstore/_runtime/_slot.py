@@ -1,0 +1,185 @@
+"""One slot of a worker: pull a job, run its handler, commit what happened, say so in the log.
+
+Threads and child processes both run :func:`serve`; they differ only in how they are told to
+stop and in where they report what they are doing (a :class:`Reporter`). This module, like all
+of the runtime, uses fsjobstore's public API only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from .. import InvalidRequest, JobCancelled, JobStore, LeaseLost, WorkLease
+
+log = logging.getLogger("fsjobstore.worker")
+
+Handler = Callable[["JobContext"], Any]
+
+
+class WorkerShutdown(BaseException):
+    """Raised in a child process's main thread when its supervisor stops it mid-job: the job
+    is given back (released, no attempt counted). A BaseException, so handlers' ``except
+    Exception`` does not swallow it."""
+
+
+class JobContext:
+    """What a handler gets: the job, and the calls a running job may make.
+
+    ``id``, ``queue``, ``request``, ``attempt``, ``max_attempts``, ``priority``, ``token`` (the
+    idempotency key for side effects outside the store), ``timeout``; :meth:`progress`,
+    :meth:`log`, :meth:`touch`, :attr:`cancel_requested` and :meth:`raise_if_cancelled`.
+    ``lease`` is the underlying :class:`WorkLease` (return a value rather than committing it).
+    """
+
+    def __init__(self, lease: WorkLease, on_touch: Callable[[], None] = lambda: None) -> None:
+        self.lease = lease
+        self._on_touch = on_touch
+
+    id = property(lambda self: self.lease.id, doc="The job's id.")
+    queue = property(lambda self: self.lease.queue, doc="The job's queue.")
+    request = property(lambda self: self.lease.request, doc="The job's request (JSON, as stored).")
+    attempt = property(lambda self: self.lease.attempt, doc="1 for the first run, 2 for the first retry, ...")
+    max_attempts = property(lambda self: self.lease.max_attempts, doc="Attempts before the job fails for good.")
+    priority = property(lambda self: self.lease.priority, doc="The job's priority (lower runs sooner).")
+    token = property(lambda self: self.lease.token, doc="This claim's token: the idempotency key.")
+    timeout = property(lambda self: self.lease.timeout, doc="Seconds this attempt may run, or None.")
+
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report progress (``store.get(id).progress`` shows it)."""
+        self.lease.progress(done, total, message)
+
+    def log(self, line: str) -> None:
+        """Add a line to this attempt's log (``store.get(id).logs``)."""
+        self.lease.log(line)
+
+    def touch(self, extend: float | None = None) -> None:
+        """Renew the time limit: ``extend`` seconds from now (default: the job's timeout)."""
+        self.lease.touch(extend)
+        self._on_touch()
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once someone asked to cancel this job: stop, and return or raise."""
+        return self.lease.cancel_requested
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`JobCancelled` if a cancel was requested (a convenient place to stop)."""
+        if self.lease.cancel_requested:
+            raise JobCancelled(f"job {self.id} was cancelled while it ran")
+
+    def __repr__(self) -> str:
+        return f"<JobContext id={self.id!r} queue={self.queue!r} attempt={self.attempt}>"
+
+
+class Reporter(Protocol):
+    """Where a slot says what it is doing (a thread pool's table, or shared memory)."""
+
+    def started(self, lease: WorkLease) -> None: ...
+    def touched(self, lease: WorkLease) -> None: ...
+    def finished(self, outcome: str) -> None: ...
+
+
+class Gate(Protocol):
+    """What a slot asks before each pull."""
+
+    def stopping(self) -> bool: ...
+    def paused(self) -> bool: ...
+    def take(self) -> bool: ...  # one job of the run's budget (count=...); False when spent
+    def give_back(self) -> None: ...
+
+
+def serve(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str], gate: Gate,
+          reporter: Reporter, *, burst: bool, poll: float = 0.5,
+          on_lease: Callable[[WorkLease], None] = lambda lease: None) -> None:
+    """Run jobs until the gate says stop, the budget is spent, or (``burst``) nothing is due."""
+    while not gate.stopping():
+        if gate.paused():
+            time.sleep(min(poll, 0.2))
+            continue
+        if not gate.take():
+            return
+        lease = store.pull_work(queues=list(queues), timeout=0 if burst else poll)
+        if lease is None:
+            gate.give_back()
+            if burst:
+                return
+            continue
+        if gate.stopping():  # told to stop while it waited: this job is not ours to start
+            lease.release()
+            gate.give_back()
+            return
+        on_lease(lease)
+        run_one(lease, handlers[lease.queue], reporter)
+
+
+def run_one(lease: WorkLease, handler: Handler, reporter: Reporter) -> str:
+    """Run ``handler`` on one leased job, commit the outcome, log one line; returns the outcome:
+    fulfilled, retrying, failed, cancelled, timed-out, lost or released."""
+    reporter.started(lease)
+    started = time.monotonic()
+    outcome = "lost"
+    try:
+        try:
+            value = handler(JobContext(lease, lambda: reporter.touched(lease)))
+        except WorkerShutdown:
+            outcome = _release(lease)
+            raise
+        except Exception as exc:
+            outcome = _fail(lease, exc)
+        else:
+            outcome = _fulfil(lease, value)
+    finally:
+        log.info("job %s queue=%s attempt=%d %s in %.3fs", lease.id, lease.queue, lease.attempt, outcome,
+                 time.monotonic() - started)
+        reporter.finished(outcome)
+    return outcome
+
+
+def _ended(lease: WorkLease) -> str | None:
+    """How a lease that ended outside our commit ended, or None if it is still ours."""
+    if not lease.finished:
+        return None
+    lost = lease.compromised
+    return "lost" if lost is None or lost.reason != "timeout" else "timed-out"
+
+
+def _fulfil(lease: WorkLease, value: Any) -> str:
+    if lease.finished:  # the handler committed it itself, or it timed out meanwhile
+        return _ended(lease) or "fulfilled"
+    try:
+        lease.fulfill(value)
+        return "fulfilled"
+    except JobCancelled:
+        return "cancelled"
+    except LeaseLost:
+        return _ended(lease) or "lost"
+    except InvalidRequest as exc:  # the handler returned something that cannot be stored
+        return _fail(lease, exc)
+
+
+def _fail(lease: WorkLease, exc: BaseException) -> str:
+    if isinstance(exc, JobCancelled) and lease.cancel_requested:
+        exc = JobCancelled("the handler stopped on a cancel request")
+    ended = _ended(lease)
+    if ended is not None:
+        return ended
+    try:
+        lease.fail(exc)
+    except JobCancelled:
+        return "cancelled"
+    except LeaseLost:
+        return _ended(lease) or "lost"
+    return "retrying" if lease.attempt < lease.max_attempts else "failed"
+
+
+def _release(lease: WorkLease) -> str:
+    if lease.finished:
+        return _ended(lease) or "released"
+    try:
+        lease.release()
+    except LeaseLost:
+        return _ended(lease) or "lost"
+    return "released"

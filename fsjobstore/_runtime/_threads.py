@@ -1,0 +1,167 @@
+"""Thread mode: ``concurrency`` slot threads sharing this process's store, for I/O handlers.
+
+A monitor (the thread that called ``run``) watches every running job: one past its deadline is
+timed out through its lease (a failed attempt; the handler's late commit is fenced) and its
+thread is replaced, since a thread cannot be stopped; one whose cancel was requested has its
+``on_cancel`` fired, and stops when its handler looks (cooperative). Stopping: no new pulls;
+running jobs get ``grace`` seconds, then their leases are released (no attempt counted).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from .. import JobStore, WorkLease
+from ._slot import Gate, Handler, serve
+
+log = logging.getLogger("fsjobstore.worker")
+
+
+class _Slot:
+    """One slot's thread and what it is running now (read by the monitor)."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.thread: threading.Thread | None = None
+        self.lease: WorkLease | None = None
+        self.started = 0.0
+        self.done = 0
+        self.failed = 0
+        self.abandoned = False  # its handler overran its limit and still runs: the slot moved on
+
+    def started_job(self, lease: WorkLease) -> None:
+        self.lease, self.started = lease, time.time()
+
+    def touched(self, lease: WorkLease) -> None:
+        pass  # the monitor reads lease.deadline itself
+
+    def finished(self, outcome: str) -> None:
+        self.lease = None
+        if self.abandoned:
+            return  # counted as timed out when it was left behind
+        if outcome in ("failed", "retrying", "timed-out"):
+            self.failed += 1
+        elif outcome != "released":
+            self.done += 1
+
+
+class ThreadPool:
+    def __init__(self, store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str], gate: Gate,
+                 concurrency: int, *, burst: bool) -> None:
+        self._store = store
+        self._handlers = handlers
+        self._queues = queues
+        self._gate = gate
+        self._burst = burst
+        self._slots = [_Slot(i) for i in range(concurrency)]
+        self._lock = threading.Lock()
+        self._abandoned: list[_Slot] = []
+
+    def start(self) -> None:
+        for slot in self._slots:
+            self._start(slot)
+
+    def _start(self, slot: _Slot) -> None:
+        reporter = _Report(slot)
+        gate = _SlotGate(self._gate, slot)
+
+        def body() -> None:
+            try:
+                serve(self._store, self._handlers, self._queues, gate, reporter, burst=self._burst)
+            except Exception:
+                log.exception("a worker thread failed; it is replaced")
+
+        slot.thread = threading.Thread(target=body, name=f"fsjobstore-worker-{slot.index}", daemon=True)
+        slot.thread.start()
+
+    def alive(self) -> bool:
+        return any(s.thread is not None and s.thread.is_alive() for s in self._slots)
+
+    def tick(self) -> None:
+        """One look at every slot: time limits, cancel requests, threads that died."""
+        for i, slot in enumerate(self._slots):
+            lease = slot.lease
+            if lease is not None and not lease.finished:
+                deadline = lease.deadline
+                if deadline is not None and time.monotonic() > deadline and lease.time_out():
+                    log.warning("job %s ran past its time limit: attempt %d failed; its thread cannot be "
+                                "stopped and is left to finish (use processes for hard limits)",
+                                lease.id, lease.attempt)
+                    self._replace(i, slot)
+                    continue
+                lease.cancel_requested  # noqa: B018  (fires on_cancel once; the handler looks)
+            if slot.thread is not None and not slot.thread.is_alive() and not self._gate.stopping() \
+                    and not self._burst and self._gate.take():
+                self._gate.give_back()
+                self._start(slot)  # a thread that died on an unexpected error
+
+    def _replace(self, i: int, slot: _Slot) -> None:
+        slot.failed += 1
+        slot.abandoned = True
+        self._abandoned.append(slot)
+        fresh = _Slot(slot.index)
+        self._slots[i] = fresh
+        self._start(fresh)
+
+    def running(self) -> list[tuple[WorkLease, float]]:
+        return [(s.lease, s.started) for s in self._slots if s.lease is not None]
+
+    def counts(self) -> tuple[int, int]:
+        slots = self._slots + self._abandoned
+        return sum(s.done for s in slots), sum(s.failed for s in slots)
+
+    def release_running(self) -> None:
+        """Grace is over: give back every job still running (the handlers run on, fenced)."""
+        for slot in self._slots:
+            lease = slot.lease
+            if lease is not None and not lease.finished:
+                try:
+                    lease.release()
+                    log.info("job %s queue=%s attempt=%d given back at shutdown", lease.id, lease.queue,
+                             lease.attempt)
+                except Exception as exc:  # ended meanwhile, or a storage fault: recovery has it
+                    log.debug("releasing %s at shutdown: %s", lease.id, exc)
+
+    def join(self, timeout: float, until: Callable[[], bool]) -> None:
+        """Wait up to ``timeout`` for the slots to finish, or until ``until()`` is true."""
+        deadline = time.monotonic() + timeout
+        while self.alive() and time.monotonic() < deadline and not until():
+            self.tick()
+            time.sleep(0.05)
+
+
+class _SlotGate:
+    """The run's gate, closed for a slot whose thread was left behind on a timed-out job."""
+
+    def __init__(self, gate: Gate, slot: _Slot) -> None:
+        self._gate = gate
+        self._slot = slot
+
+    def stopping(self) -> bool:
+        return self._slot.abandoned or self._gate.stopping()
+
+    def paused(self) -> bool:
+        return self._gate.paused()
+
+    def take(self) -> bool:
+        return self._gate.take()
+
+    def give_back(self) -> None:
+        self._gate.give_back()
+
+
+class _Report:
+    def __init__(self, slot: _Slot) -> None:
+        self._slot = slot
+
+    def started(self, lease: WorkLease) -> None:
+        self._slot.started_job(lease)
+
+    def touched(self, lease: WorkLease) -> None:
+        self._slot.touched(lease)
+
+    def finished(self, outcome: str) -> None:
+        self._slot.finished(outcome)

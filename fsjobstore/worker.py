@@ -1,0 +1,397 @@
+"""The worker runtime: run handlers against a store, in threads or child processes.
+
+    from fsjobstore import JobStore, Worker
+
+    worker = Worker(JobStore("./jobs"), concurrency=4)
+
+    @worker.handler("images")
+    def resize(job):                  # job: a JobContext (id, request, attempt, token, progress, log, ...)
+        ...
+        return {"width": 640}         # the job's value (bytes, or any JSON); raise to fail the attempt
+
+    worker.run()                      # until SIGTERM/SIGINT; run(burst=True) stops when nothing is due
+
+Built on fsjobstore's public API only, like any user's code would be (a test checks).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, Literal
+
+from . import InvalidRequest, JobStore, NotificationLease
+from ._runtime._board import Board
+from ._runtime._processes import ProcessPool
+from ._runtime._slot import Handler, JobContext, WorkerShutdown
+from ._runtime._threads import ThreadPool
+
+__all__ = ["Deliverer", "JobContext", "RunSummary", "Worker", "WorkerShutdown"]
+
+log = logging.getLogger("fsjobstore.worker")
+
+Mode = Literal["processes", "threads"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """What one :meth:`Worker.run` did."""
+
+    jobs_done: int  # attempts that ended other than failed: fulfilled, cancelled, lost
+    jobs_failed: int  # attempts that failed (retried or not) or timed out
+    seconds: float
+    stopped_by: str  # "burst", "count", "duration", "signal" or "stop"
+
+
+class _Gate:
+    """The thread pool's gate: stop, pause and the job budget, shared by its slot threads."""
+
+    def __init__(self, budget: int | None) -> None:
+        self.stop = threading.Event()
+        self.pause = threading.Event()
+        self._budget = budget
+        self._lock = threading.Lock()
+
+    def stopping(self) -> bool:
+        return self.stop.is_set()
+
+    def paused(self) -> bool:
+        return self.pause.is_set()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self._budget == 0:
+                return False
+            if self._budget is not None:
+                self._budget -= 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            if self._budget is not None:
+                self._budget += 1
+
+    def spent(self) -> bool:
+        return self._budget == 0
+
+
+class Worker:
+    """Runs handlers for jobs of their queues, ``concurrency`` at a time.
+
+    :param store: the store to work on.
+    :param handlers: ``{queue: handler}``; more with :meth:`handler`. A handler takes a
+        :class:`JobContext` and returns the job's value (bytes, or any JSON), or raises: a failed
+        attempt, retried with the store's backoff while attempts remain.
+    :param concurrency: jobs run at once.
+    :param mode: ``"processes"`` (the default: CPU-bound handlers, and time limits that kill) or
+        ``"threads"`` (I/O-bound handlers; a handler past its limit is failed and fenced, but
+        runs on, since a thread cannot be stopped). Processes are forked (Linux).
+    :param queues: which queues to take jobs from, in priority order (default: every queue with
+        a handler, in the order they were registered).
+    :param grace: seconds running jobs get to finish once the worker is told to stop; after it
+        they are given back (released: no attempt counted).
+    :param name: shown in :meth:`JobStore.workers` (default ``host:pid``).
+    """
+
+    def __init__(self, store: JobStore, handlers: Mapping[str, Handler] | None = None, *, concurrency: int = 1,
+                 mode: Mode = "processes", queues: Sequence[str] | None = None, grace: float = 30.0,
+                 name: str | None = None) -> None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 1024:
+            raise InvalidRequest(f"concurrency must be an integer in [1, 1024], got {concurrency!r}")
+        if mode not in ("processes", "threads"):
+            raise InvalidRequest(f"mode must be 'processes' or 'threads', got {mode!r}")
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or grace < 0:
+            raise InvalidRequest(f"grace must be a number of seconds >= 0, got {grace!r}")
+        self.store = store
+        self.concurrency = concurrency
+        self.mode: Mode = mode
+        self.grace = float(grace)
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self._handlers: dict[str, Handler] = {}
+        self._queues = None if queues is None else list(queues)
+        for queue, fn in (handlers or {}).items():
+            self.handler(queue)(fn)
+        self._paused = threading.Event()
+        self._stop = threading.Event()
+        self._stop_now = threading.Event()
+        self._wake = threading.Event()
+
+    # -- handlers --------------------------------------------------------------------------------
+    def handler(self, queue: str) -> Callable[[Handler], Handler]:
+        """Decorator: ``fn`` handles the jobs of ``queue``."""
+        if not isinstance(queue, str) or not queue:
+            raise InvalidRequest(f"a handler's queue must be a non-empty str, got {queue!r}")
+
+        def register(fn: Handler) -> Handler:
+            if not callable(fn):
+                raise InvalidRequest(f"the handler for queue {queue!r} is not callable: {fn!r}")
+            self._handlers[queue] = fn
+            return fn
+
+        return register
+
+    @property
+    def handlers(self) -> Mapping[str, Handler]:
+        return dict(self._handlers)
+
+    # -- control ---------------------------------------------------------------------------------
+    def pause(self) -> None:
+        """Take no new jobs until :meth:`resume` (running ones go on). SIGUSR1 does it too."""
+        self._paused.set()
+        self._wake.set()
+
+    def resume(self) -> None:
+        """Take jobs again. SIGUSR2 does it too."""
+        self._paused.clear()
+        self._wake.set()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused.is_set()
+
+    def stop(self, *, now: bool = False) -> None:
+        """Stop taking jobs; running ones get ``grace`` seconds (``now``: none) before they are
+        given back. What SIGTERM and SIGINT do (a second SIGINT stops now). Thread-safe."""
+        self._stop.set()
+        if now:
+            self._stop_now.set()
+        self._wake.set()
+
+    # -- running ---------------------------------------------------------------------------------
+    def run(self, count: int | None = None, duration: float | None = None, burst: bool = False) -> RunSummary:
+        """Run until stopped; or after ``count`` jobs, or ``duration`` seconds (then stopping as
+        :meth:`stop` does), or, with ``burst``, as soon as no job is due (for cron)."""
+        if not self._handlers:
+            raise InvalidRequest("no handlers: register one with @worker.handler(queue) or handlers={...}")
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            raise InvalidRequest(f"count must be a positive integer or None, got {count!r}")
+        if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int | float)
+                                     or duration <= 0):
+            raise InvalidRequest(f"duration must be a positive number of seconds or None, got {duration!r}")
+        queues = self._queues if self._queues is not None else list(self._handlers)
+        missing = [q for q in queues if q not in self._handlers]
+        if missing:
+            raise InvalidRequest(f"no handler for queue(s) {', '.join(missing)}")
+        self._stop.clear()
+        self._stop_now.clear()
+        started = time.monotonic()
+        with self._signals():
+            stopped_by = self._run(queues, count, duration, burst, started)
+        done, failed = self._counts()
+        log.info("worker %s stopped (%s): %d done, %d failed", self.name, stopped_by, done, failed)
+        return RunSummary(done, failed, time.monotonic() - started, stopped_by)
+
+    def _run(self, queues: list[str], count: int | None, duration: float | None, burst: bool,
+             started: float) -> str:
+        self._started_at = time.time()
+        if self.mode == "threads":
+            gate = _Gate(count)
+            self._gate = gate
+            pool: ThreadPool | ProcessPool = ThreadPool(self.store, self._handlers, queues, gate, self.concurrency,
+                                                        burst=burst)
+        else:
+            board = Board(self.concurrency, count)
+            self._board = board
+            pool = ProcessPool(self.store, self._handlers, queues, board, self.concurrency, burst=burst)
+        self._pool = pool
+        self._apply_pause()  # before any slot starts: a worker paused before run() takes nothing
+        log.info("worker %s: %d %s on queues %s of %s", self.name, self.concurrency, self.mode, ", ".join(queues),
+                 self.store.path)
+        stopped_by = ""
+        stop_began: float | None = None
+        next_publish = 0.0
+        next_recover = time.monotonic() + self.store.lease_duration / 2
+        try:
+            pool.start()
+            while pool.alive():
+                now = time.monotonic()
+                self._apply_pause()
+                if duration is not None and now - started >= duration and not self._stop.is_set():
+                    stopped_by = "duration"
+                    self._stop.set()
+                if self._stop.is_set() and stop_began is None:
+                    stop_began = now
+                    stopped_by = stopped_by or "stop"
+                    self._begin_stop()
+                if stop_began is not None and (self._stop_now.is_set() or now - stop_began > self.grace):
+                    self._give_back()
+                    break
+                self._tick(stopping=stop_began is not None)
+                if self.mode == "processes" and now >= next_recover:
+                    self.store.recover()  # the store's heartbeat thread would; this process runs none
+                    next_recover = now + self.store.lease_duration / 2
+                if now >= next_publish:
+                    self._publish()
+                    next_publish = now + 1.0
+                self._wake.wait(0.05)
+                self._wake.clear()
+        finally:
+            if self.mode == "processes" and pool.alive():
+                self._finish_processes()
+            self._retract()
+        if self._signalled:
+            return "signal"
+        if stopped_by:
+            return stopped_by
+        return "count" if count is not None and self._budget_spent() else "burst"
+
+    def _tick(self, *, stopping: bool) -> None:
+        if isinstance(self._pool, ThreadPool):
+            self._pool.tick()
+        else:
+            self._pool.tick(stopping=stopping)
+
+    def _apply_pause(self) -> None:
+        if isinstance(self._pool, ThreadPool):
+            (self._gate.pause.set if self._paused.is_set() else self._gate.pause.clear)()
+        else:
+            self._board.set_paused(self._paused.is_set())
+
+    def _budget_spent(self) -> bool:
+        return self._gate.spent() if isinstance(self._pool, ThreadPool) else not self._board_has_budget()
+
+    def _board_has_budget(self) -> bool:
+        if self._board.take():
+            self._board.give_back()
+            return True
+        return False
+
+    def _begin_stop(self) -> None:
+        log.info("worker %s stopping: no new jobs; running ones get %.0fs", self.name, self.grace)
+        if isinstance(self._pool, ThreadPool):
+            self._gate.stop.set()
+        else:
+            self._board.set_stop()
+
+    def _give_back(self) -> None:
+        if isinstance(self._pool, ThreadPool):
+            self._pool.release_running()
+        else:
+            self._finish_processes()
+
+    def _finish_processes(self) -> None:
+        """SIGTERM: each child gives its job back and exits; the stubborn are killed, and their
+        claims recovered."""
+        assert isinstance(self._pool, ProcessPool)
+        self._board.set_stop()
+        self._pool.signal_busy(signal.SIGTERM)
+        deadline = time.monotonic() + 5.0
+        while self._pool.alive() and time.monotonic() < deadline:
+            self._pool.tick(stopping=True)
+            time.sleep(0.02)
+        if self._pool.alive():
+            log.warning("worker processes did not stop within 5 s of SIGTERM: killing them")
+            self._pool.kill_all()
+
+    def _counts(self) -> tuple[int, int]:
+        return self._pool.counts()
+
+    # -- the registry ------------------------------------------------------------------------------
+    def _publish(self) -> None:
+        done, failed = self._counts()
+        if isinstance(self._pool, ThreadPool):
+            current = [{"id": lease.id, "queue": lease.queue, "attempt": lease.attempt, "started_at": at}
+                       for lease, at in self._pool.running()]
+        else:
+            current = self._pool.running()
+        try:
+            self.store.publish_worker({
+                "name": self.name, "queues": self._queues if self._queues is not None else list(self._handlers),
+                "concurrency": self.concurrency, "mode": self.mode, "paused": self._paused.is_set(),
+                "started_at": self._started_at, "jobs_done": done, "jobs_failed": failed, "current": current,
+            })
+        except Exception as exc:  # a status, not state: never stop working for it
+            log.debug("could not publish this worker's entry: %s", exc)
+
+    def _retract(self) -> None:
+        try:
+            self.store.retract_worker()
+        except Exception as exc:
+            log.debug("could not retract this worker's entry: %s", exc)
+
+    # -- signals -----------------------------------------------------------------------------------
+    @contextmanager
+    def _signals(self) -> Iterator[None]:
+        """SIGTERM/SIGINT stop (a second SIGINT: at once), SIGUSR1 pauses, SIGUSR2 resumes.
+        Installed only when run() is called in the main thread (Python's rule for handlers)."""
+        self._signalled = False
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_stop(signum: int, frame: FrameType | None) -> None:
+            self._signalled = True
+            now = signum == signal.SIGINT and self._stop.is_set()
+            log.info("worker %s got %s%s", self.name, signal.Signals(signum).name, ": stopping now" if now else "")
+            self.stop(now=now)
+
+        def on_pause(signum: int, frame: FrameType | None) -> None:
+            (self.pause if signum == signal.SIGUSR1 else self.resume)()
+            log.info("worker %s %s", self.name, "paused" if self._paused.is_set() else "resumed")
+
+        wanted = {signal.SIGTERM: on_stop, signal.SIGINT: on_stop, signal.SIGUSR1: on_pause,
+                  signal.SIGUSR2: on_pause}
+        previous = {sig: signal.signal(sig, fn) for sig, fn in wanted.items()}
+        try:
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+
+class Deliverer:
+    """The notifier's loop: deliver each final job's result to the targets that asked for it.
+
+    ``deliver(target, note)`` is called once per waiting target (``note`` is the
+    :class:`NotificationLease`: ``id``, ``state``, ``value``, ``error``, ``request``); it
+    returns normally when the target was delivered, or raises, and the target is offered again
+    after a backoff with the error recorded.
+    """
+
+    def __init__(self, store: JobStore, deliver: Callable[[Any, NotificationLease], object]) -> None:
+        if not callable(deliver):
+            raise InvalidRequest(f"deliver must be callable, got {deliver!r}")
+        self.store = store
+        self._deliver = deliver
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self, *, burst: bool = False, poll: float = 1.0) -> tuple[int, int]:
+        """Deliver until stopped (``burst``: until nothing is due, each notification tried at
+        most once); returns (delivered, failed)."""
+        delivered = failed = 0
+        tried: set[str] = set()
+        while not self._stop.is_set():
+            note = self.store.pull_notification(timeout=0 if burst else poll)
+            if note is None:
+                if burst:
+                    break
+                continue
+            if burst and note.id in tried:  # its retry is due already (no backoff): next run's
+                note.release()
+                break
+            tried.add(note.id)
+            done, last_error = [], None
+            for target in note.waiting:
+                try:
+                    self._deliver(target, note)
+                    done.append(target)
+                except Exception as exc:  # one bad target must not block the others
+                    last_error = f"{type(exc).__name__}: {exc}"
+                    log.warning("delivering job %s to %r failed: %s", note.id, target, last_error)
+            note.done(done, error=last_error)
+            delivered += len(done)
+            failed += len(note.waiting) - len(done)
+            log.info("notification of job %s (%s): %d delivered, %d to retry", note.id, note.state.value,
+                     len(done), len(note.waiting) - len(done))
+        return delivered, failed
