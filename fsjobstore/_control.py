@@ -73,6 +73,8 @@ class Control:
     def cancel_reason(self, job_id: str) -> str | None:
         """None if no cancel was requested; otherwise the text to record as the job's error."""
         path = self._layout.cancel_path(job_id)
+        if not sc.lexists(path):  # the common case, on every commit: one stat
+            return None
         try:
             doc = loads(fs.read_regular(path, 64 * 1024))
         except FileNotFoundError:

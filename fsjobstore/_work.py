@@ -242,13 +242,16 @@ class Work:
                 lease._committing = False
                 lease._clean = False
                 raise
-            self._committed_final(lease, new)
+            self._committed_final(lease, new, dest)
             raise
-        self._committed_final(lease, new)
+        self._committed_final(lease, new, dest)
 
-    def _committed_final(self, lease: WorkLease, new: Record) -> None:
+    def _committed_final(self, lease: WorkLease, new: Record, dest: str) -> None:
         self._finish(lease)
-        self._control.clear_cancel(new.id)  # honoured, or too late: either way it is done with
+        if dest == "cancelled":
+            # Honoured. RACE: a request written after the commit looked for one is too late; it
+            # is left for recovery (_sweep_cancels), so a plain commit unlinks nothing.
+            self._control.clear_cancel(new.id)
         try:
             self._notifier.after_final(new.id)
         except StorageError as exc:

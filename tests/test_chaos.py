@@ -27,6 +27,14 @@ def test_a_short_chaos_run_loses_nothing_and_commits_nothing_twice(tmp_path: Pat
     assert report["fulfilled"] == 1000
 
 
+@pytest.mark.parametrize("runtime", ["processes", "threads"])
+def test_a_short_chaos_run_through_the_worker_runtime_loses_nothing(tmp_path: Path, runtime: str) -> None:
+    report = chaos.run(jobs=300, workers=3, kills=30, lease=1.0, seed=5, workdir=str(tmp_path), runtime=runtime)
+    assert report["kills"] >= 30 and report["created_ok"] == 300
+    assert (report["lost"], report["unexpected"], report["duplicate_commits"]) == (0, 0, 0), report
+    assert report["left_pending_or_active"] == 0 and report["fulfilled"] == 300
+
+
 def test_the_chaos_checker_reports_lost_unexpected_and_duplicate_jobs(tmp_path: Path) -> None:
     root = str(tmp_path / "store")
     with JobStore(root) as store:

@@ -1,6 +1,7 @@
 """Chaos torture run: workers SIGKILLed and SIGSTOPped while a producer keeps creating jobs.
 
     python tests/torture/chaos.py --kills 1000 --jobs 4000        # the long run (prints figures)
+    python tests/torture/chaos.py --runtime processes --kills 300  # workers are fsjobstore.Worker
 
 Every client operation is written to a history file as it is invoked and when it returns
 (``invoke`` / ``ok`` / ``fail``). The checker, in the spirit of Jepsen's total-queue checker,
@@ -17,6 +18,7 @@ compares the history with the final store and reports:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -65,6 +67,44 @@ def worker(root: str, history: str, lease: float, work: float) -> None:
                 _record(fh, "fail", "fulfill", job.request["n"], job.id, job.token, exc.reason)
                 continue
             _record(fh, "ok", "fulfill", job.request["n"], job.id, job.token)
+
+
+def runtime_worker(root: str, history: str, lease: float, work: float, mode: str) -> None:
+    """A worker process that is an ``fsjobstore.Worker`` (two slots, in ``mode``): its handler
+    commits the lease itself, so that the history records each fulfil exactly as it returned.
+    Run in its own process group: the chaos signals the group, supervisor and children alike."""
+    import threading
+
+    from fsjobstore import JobContext, Worker
+
+    stop_file = os.path.join(os.path.dirname(history), "stop")
+    files: dict[int, Any] = {}
+
+    def handler(job: JobContext) -> None:
+        fh = files.get(os.getpid())
+        if fh is None:  # one history file per process: the children of a supervisor too
+            fh = files[os.getpid()] = open(f"{history}.{os.getpid()}.history", "a")  # noqa: SIM115
+        n = job.request["n"]
+        _record(fh, "ok", "claim", n, job.id, job.token)
+        time.sleep(random.uniform(0, work))
+        _record(fh, "invoke", "fulfill", n, job.id, job.token)
+        try:
+            job.lease.fulfill(job.token)
+        except LeaseLost as exc:
+            _record(fh, "fail", "fulfill", n, job.id, job.token, exc.reason)
+            return
+        _record(fh, "ok", "fulfill", n, job.id, job.token)
+
+    with JobStore(root, lease_duration=lease, backoff=lambda attempt: 0.0) as store:
+        worker = Worker(store, {"default": handler}, concurrency=2, mode=mode, grace=lease)  # type: ignore[arg-type]
+
+        def watch() -> None:
+            while not os.path.exists(stop_file):
+                time.sleep(0.1)
+            worker.stop()
+
+        threading.Thread(target=watch, daemon=True).start()
+        worker.run()
 
 
 # == the checker ===============================================================================
@@ -134,7 +174,9 @@ def check(root: str, history: list[list[str]]) -> dict[str, Any]:
 
 # == the controller ============================================================================
 def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir: str | None = None,
-        max_seconds: float = 3600) -> dict[str, Any]:
+        max_seconds: float = 3600, runtime: str | None = None) -> dict[str, Any]:
+    """``runtime``: None for plain pull/fulfil loops, or "processes"/"threads" for workers that
+    are ``fsjobstore.Worker`` runs (signals then go to each worker's whole process group)."""
     rng = random.Random(seed)
     base = workdir or tempfile.mkdtemp(prefix="fsjs-chaos-")
     root = os.path.join(base, "store")
@@ -146,7 +188,17 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
         nonlocal incarnation
         incarnation += 1
         history = os.path.join(base, f"{role}-{incarnation:05d}.history")
+        if role == "worker" and runtime is not None:
+            return subprocess.Popen([sys.executable, me, "rworker", root, history, *map(str, args), runtime],
+                                    start_new_session=True)
         return subprocess.Popen([sys.executable, me, role, root, history, *map(str, args)])
+
+    def signal_worker(proc: subprocess.Popen[bytes], sig: int) -> None:
+        if runtime is None:
+            proc.send_signal(sig)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
 
     # Expected run time is kills x 275 ms. Creates come twice as fast as that, so a backlog
     # builds; the work takes as long as keeps every worker busy for the whole run, so that
@@ -164,22 +216,22 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
         now = time.monotonic()
         for i, until in list(stopped.items()):
             if now >= until:
-                procs[i].send_signal(signal.SIGCONT)
+                signal_worker(procs[i], signal.SIGCONT)
                 del stopped[i]
         i = rng.randrange(workers)
         if i in stopped:
             continue
         if rng.random() < 0.1 and len(stopped) < workers - 1:
-            procs[i].send_signal(signal.SIGSTOP)  # past its lease: others must take its job over
+            signal_worker(procs[i], signal.SIGSTOP)  # past its lease: others must take its job over
             stopped[i] = now + lease * rng.uniform(1.5, 2.5)
             done_stops += 1
         else:
-            procs[i].kill()
+            signal_worker(procs[i], signal.SIGKILL)
             procs[i].wait()
             procs[i] = spawn("worker", lease, work)
             done_kills += 1
     for i in stopped:
-        procs[i].send_signal(signal.SIGCONT)
+        signal_worker(procs[i], signal.SIGCONT)
     prod.wait()
     # Let the survivors drain what is left, then stop them.
     deadline = time.monotonic() + 120
@@ -194,21 +246,23 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
         try:
             p.wait(30)
         except subprocess.TimeoutExpired:
-            p.kill()
+            signal_worker(p, signal.SIGKILL)
             p.wait()
     report = check(root, read_history(base))
     report.update(kills=done_kills, stops=done_stops, workers=workers, seconds=round(time.monotonic() - started, 1),
-                  producer_exit=prod.returncode)
+                  producer_exit=prod.returncode, runtime=runtime or "pull loops")
     return report
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] in ("producer", "worker"):
+    if len(sys.argv) > 1 and sys.argv[1] in ("producer", "worker", "rworker"):
         role, root, history, *rest = sys.argv[1:]
         if role == "producer":
             producer(root, history, int(rest[0]), float(rest[1]))
-        else:
+        elif role == "worker":
             worker(root, history, float(rest[0]), float(rest[1]))
+        else:
+            runtime_worker(root, history, float(rest[0]), float(rest[1]), rest[2])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=4000)
@@ -216,8 +270,11 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=1000)
     parser.add_argument("--lease", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--runtime", choices=["processes", "threads"], default=None,
+                        help="workers are fsjobstore.Worker runs in this mode (default: plain pull loops)")
     args = parser.parse_args()
-    report = run(jobs=args.jobs, workers=args.workers, kills=args.kills, lease=args.lease, seed=args.seed)
+    report = run(jobs=args.jobs, workers=args.workers, kills=args.kills, lease=args.lease, seed=args.seed,
+                 runtime=args.runtime)
     print(json.dumps(report, indent=2))
     bad = report["lost"] or report["unexpected"] or report["duplicate_commits"] or report["left_pending_or_active"]
     sys.exit(1 if bad else 0)
