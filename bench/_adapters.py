@@ -6,7 +6,10 @@ storages and diskcache's Deque delete on dequeue), "claim and complete" is that 
 the table says the item is lost if the worker dies holding it.
 
 ``durable`` selects each library's own fsync option. Where there is none the adapter says so:
-``fsync`` is True (always syncs), False (never does) or "option" (it has a switch).
+``fsync`` is True (always syncs), False (never does) or "option" (it has a switch). A queue whose
+``records_durability`` is true fixes the setting when it is made (an fsjobstore store refuses
+durable=False once made durable): every open of one directory must then pass the same setting,
+which :func:`fill` does.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ class Adapter:
     mp_safe = True  # may several processes share the queue?
     fsync: bool | str = "option"
     acks = True  # does completing differ from claiming (is an item safe while worked on)?
+    records_durability = False  # is ``durable`` fixed when the queue is made (then pass it to every open)?
     note = ""
 
     def __init__(self, path: str, durable: bool) -> None:
@@ -50,6 +54,7 @@ def _blob(i: int) -> bytes:
 
 class FsJobStore(Adapter):
     name = "fsjobstore"
+    records_durability = True
     note = "claim = rename into active/, complete = fulfil (the result is kept)"
 
     def __init__(self, path: str, durable: bool) -> None:
@@ -240,3 +245,15 @@ ADAPTERS: dict[str, type[Adapter]] = {
 
 def has_durable_mode(cls: type[Adapter]) -> bool:
     return cls.fsync is not False
+
+
+def fill(cls: type[Adapter], path: str, n: int, durable: bool) -> None:
+    """Put items 0 .. n-1, for a drain that opens the queue with ``durable``. Filling is not what
+    is measured, so it runs without fsync, except where the queue records its durability when
+    made: then it is made with the drain's setting (and fills at that setting's speed)."""
+    q = cls(path, durable if cls.records_durability else False)
+    try:
+        for i in range(n):
+            q.put(i)
+    finally:
+        q.close()

@@ -1,7 +1,7 @@
 """fsjobstore against the embedded Python queues a user would pick instead, side by side.
 
     pip install -e ".[bench]"
-    python bench/peers.py                 # the full run (about 20 minutes on 2 cores)
+    python bench/peers.py                 # the full run (about 40 minutes on 2 cores, +15 for W7/W8)
     python bench/peers.py --quick         # small counts, one repeat: a smoke run
     python bench/peers.py --peers fsjobstore,huey-sqlite --workloads W2,W4
 
@@ -10,7 +10,10 @@ temp directory in the current one, so every queue sees the same filesystem). Fil
 rates on this kind of machine swing several-fold between runs: compare figures from one run.
 Workloads (see PERFORMANCE.md): W1 enqueue, W2 drain by 1/2/4 processes with an exactly-once
 check, W3 wake-up latency and idle CPU, W4 = W1 and W2 with fsync on, W5 claim cost by depth,
-W6 a worker's memory; plus the raw limits of this machine.
+W6 a worker's memory; plus the raw limits of this machine. W7 and W8 measure fsjobstore's worker
+runtime (fsjobstore.Worker in a fresh process, bench/_runtime_cells.py): W7 its cost against W2's
+bare loop at 1/2/4 in both modes (fsync off), with the empty run's time (start-up) apart; W8 its
+durable drain at 1/2/4/8/16 in both modes beside the durable peers at as many processes.
 """
 
 from __future__ import annotations
@@ -32,9 +35,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _raw
-from _adapters import ADAPTERS, Adapter, has_durable_mode
+import _runtime_cells
+from _adapters import ADAPTERS, Adapter, fill, has_durable_mode
+from _report import checks, ratio, table
 
 CTX = mp.get_context("fork")
+WORKLOADS = ("RAW", "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8")
 
 
 # == workloads ====================================================================================
@@ -72,15 +78,6 @@ def paired_create(d: str, n: int, durable: bool, block: int = 250) -> tuple[floa
     return n / raw_s, n / ours_s
 
 
-def _fill(cls: type[Adapter], d: str, n: int) -> None:
-    q = cls(d, False)  # filling is not what is measured
-    try:
-        for i in range(n):
-            q.put(i)
-    finally:
-        q.close()
-
-
 def _drain_worker(cls: type[Adapter], d: str, durable: bool, start: Any, out: Any) -> None:
     taken: list[int] = []
     errors = 0
@@ -106,7 +103,8 @@ def _drain_worker(cls: type[Adapter], d: str, durable: bool, start: Any, out: An
 
 def w2_drain(cls: type[Adapter], d: str, n: int, workers: int, durable: bool) -> tuple[float, int, int, int]:
     """(items/s, duplicates, losses, worker errors) for ``workers`` processes draining ``n`` items."""
-    _fill(cls, d, n)
+    fill(cls, d, n, durable)
+    os.sync()  # the fill's write-back must not land inside the drain
     t0, results = _raw.run_together(_drain_worker, [(cls, d, durable)] * workers)
     counts = Counter(i for taken, _, _ in results for i in taken)
     dups = sum(c - 1 for c in counts.values() if c > 1)
@@ -115,8 +113,9 @@ def w2_drain(cls: type[Adapter], d: str, n: int, workers: int, durable: bool) ->
     return n / elapsed, dups, lost, sum(e for _, _, e in results)
 
 
-def _wake_worker(cls: type[Adapter], d: str, n: int, idle_for: float, poll: float, ready: Any, out: Any) -> None:
-    q = cls(d, False)
+def _wake_worker(cls: type[Adapter], d: str, n: int, durable: bool, idle_for: float, poll: float, ready: Any,
+                 out: Any) -> None:
+    q = cls(d, durable if cls.records_durability else False)  # the producer's setting, where the store records it
     q.take()  # open everything a worker opens
     wait = getattr(q, "wait_take", None)
     # Idle CPU: a worker waiting with nothing to do, over idle_for seconds.
@@ -149,7 +148,7 @@ def w3_wakeup(cls: type[Adapter], d: str, n: int, durable: bool, poll: float,
     the idle worker's CPU in % of one core, and p50 ms from the put's *return* (the item is
     visible) to the worker holding it: the wake-up without the cost of creating the item."""
     ready, out = CTX.Event(), CTX.Queue()
-    p = CTX.Process(target=_wake_worker, args=(cls, d, n, idle_for, poll, ready, out))
+    p = CTX.Process(target=_wake_worker, args=(cls, d, n, durable, idle_for, poll, ready, out))
     p.start()
     if not ready.wait(idle_for + 60):
         raise RuntimeError("wake-up worker did not start")
@@ -172,7 +171,7 @@ def w3_wakeup(cls: type[Adapter], d: str, n: int, durable: bool, poll: float,
 
 def w5_depth(cls: type[Adapter], d: str, depth: int, ops: int) -> float:
     """Microseconds per claim+complete with ``depth`` items queued behind."""
-    _fill(cls, d, depth + ops + 1)
+    fill(cls, d, depth + ops + 1, False)
     q = cls(d, False)
     try:
         q.take()  # warm: a running worker has already listed its queue once
@@ -205,7 +204,7 @@ def _rss_worker(cls: type[Adapter], d: str, marks: tuple[int, ...], out: Any) ->
 
 def w6_memory(cls: type[Adapter], d: str, small: int, big: int) -> tuple[float, float]:
     """A fresh worker's RSS (MB) after ``small`` and after ``big`` items."""
-    _fill(cls, d, big)
+    fill(cls, d, big, False)
     out = CTX.Queue()
     p = CTX.Process(target=_rss_worker, args=(cls, d, (small, big), out))
     p.start()
@@ -250,28 +249,13 @@ class Runner:
         return results
 
 
-def table(title: str, header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in enumerate(header)]
-    lines = [f"\n### {title}", "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def ratio(ours: float | None, theirs: float | None, *, lower_is_better: bool = False) -> str:
-    if not ours or not theirs:
-        return ""
-    r = theirs / ours if lower_is_better else ours / theirs
-    return f"{r:.2f}x"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", help="where to run (default: a temp dir under the current directory)")
     ap.add_argument("--quick", action="store_true", help="small counts and one repeat (a smoke run)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--peers", default=",".join(ADAPTERS), help="comma-separated; fsjobstore is always included")
-    ap.add_argument("--workloads", default="RAW,W1,W2,W3,W4,W5,W6")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {','.join(WORKLOADS)}")
     ap.add_argument("--poll", type=float, default=0.005,
                     help="W3: how often peers with no wake-up mechanism poll (seconds)")
     args = ap.parse_args()
@@ -281,11 +265,14 @@ def main() -> None:
             ap.error(f"unknown peer {p!r}; choose from {', '.join(ADAPTERS)}")
     peers = {p: ADAPTERS[p] for p in names}
     work = set(args.workloads.upper().split(","))
+    if work - set(WORKLOADS):
+        ap.error(f"unknown workload(s) {', '.join(sorted(work - set(WORKLOADS)))}; choose from {', '.join(WORKLOADS)}")
     q = args.quick
     n = 1000 if q else 10_000
     n_wake = 50 if q else 200
     depths = (100, 1000) if q else (100, 10_000, 100_000)
     mem = (1000, 5000) if q else (1000, 100_000)
+    n_w7, n_w8 = (1000, 300) if q else (20_000, 10_000)
     base = os.path.abspath(args.dir or tempfile.mkdtemp(prefix="fsjobstore-peers-", dir="."))
     os.makedirs(base, exist_ok=True)
     run = Runner(base, 1 if q else args.repeat)
@@ -364,7 +351,7 @@ def main() -> None:
                     row.append("n/a")
                     continue
                 rate, dups, lost, errs = rates[(p, w)]
-                row.append(f"{rate:,.0f} ({dups}/{lost}{f'/{errs}e' if errs else ''})")
+                row.append(f"{rate:,.0f} {checks(dups, lost, errs)}")
             row.append("yes" if cls.acks else "no: dequeue deletes")
             rows.append(row)
         floor = {w: rates.pop(("floor", w))[0] for w in (1, 2, 4)}
@@ -429,6 +416,11 @@ def main() -> None:
             rows.append([p, f"{a:.1f}", f"{b:.1f}", f"{b - a:+.1f}"])
         emit(table(f"W6 memory: one worker's RSS in MB after {mem[0]:,} and {mem[1]:,} jobs",
                    ["queue", f"after {mem[0]:,}", f"after {mem[1]:,}", "growth"], rows))
+
+    if "W7" in work:
+        emit(_runtime_cells.w7(run, n_w7, w2_drain, figures))
+    if "W8" in work:
+        emit(_runtime_cells.w8(run, n_w8, peers, w2_drain, figures))
 
     emit(verdicts(figures, peers, depths, mem))
     if args.dir is None:
@@ -499,6 +491,8 @@ def verdicts(f: dict[str, Any], peers: dict[str, type[Adapter]], depths: tuple[i
     if m:
         say(m[1] - m[0] < 10,
             f"W6 RSS growth {m[1] - m[0]:+.1f} MB from {mem[0]:,} to {mem[1]:,} jobs (target < 10 MB)")
+    for ok, text in _runtime_cells.verdict_lines(f):
+        say(ok, text)
     return "\n".join(lines)
 
 

@@ -10,7 +10,10 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
 import _adapters
+import _runtime_cells
 import peers
+
+from fsjobstore import JobContext, JobStore
 
 
 class _HandsOutEverythingTwice(_adapters.Adapter):
@@ -89,3 +92,68 @@ def test_rotation_runs_each_queue_once_per_round_and_changes_who_goes_first(tmp_
     assert [k for k, _ in order] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
     assert results == {"a": [1, 6, 8], "b": [2, 4, 9], "c": [3, 5, 7]}
     assert len({d for _, d in order}) == 9 and os.listdir(tmp_path) == []  # fresh directories, removed
+
+
+# -- W7/W8: the worker runtime's cells ----------------------------------------------------------
+def test_the_runtime_cell_drains_exactly_once_in_both_modes(tmp_path: Path) -> None:
+    for mode in ("processes", "threads"):
+        cell = _runtime_cells.runtime_drain(str(tmp_path / mode), 60, 2, mode, False)
+        assert (cell.dups, cell.lost, cell.left) == (0, 0, 0) and cell.seconds > 0
+
+
+def test_the_runtime_check_catches_a_planted_duplicate(tmp_path: Path) -> None:
+    path = str(tmp_path / "q")
+
+    def enqueue_job_7_again(ctx: JobContext) -> bytes:
+        if ctx.request["i"] == 7 and ctx.request.get("again") is None:
+            with JobStore(path) as store:  # a second job for item 7: the handler will run it too
+                store.create({"i": 7, "again": True})
+        return _runtime_cells.empty(ctx)
+
+    cell = _runtime_cells.runtime_drain(path, 40, 2, "processes", False, enqueue_job_7_again)
+    assert (cell.dups, cell.lost, cell.left) == (1, 0, 0)
+
+
+def test_the_runtime_check_catches_planted_losses(tmp_path: Path) -> None:
+    def fail_odd_jobs(ctx: JobContext) -> bytes:
+        _runtime_cells.mark(ctx)
+        if ctx.request["i"] % 2:
+            raise RuntimeError("planted")  # retried after a backoff: still scheduled when the burst ends
+        return b""
+
+    cell = _runtime_cells.runtime_drain(str(tmp_path / "q"), 40, 2, "threads", False, fail_odd_jobs)
+    assert (cell.dups, cell.lost, cell.left) == (0, 20, 20)
+
+
+def test_the_runtime_check_counts_a_duplicate_the_counters_missed() -> None:
+    # Two runs of job 2 raced on its counter (both wrote 1); the worker still counted 5 attempts.
+    assert _runtime_cells.exactly_once(bytes([1, 1, 1, 1]), 5, 4, 0) == (1, 0, 0)
+    assert _runtime_cells.exactly_once(bytes([1, 0, 2, 1]), 4, 4, 0) == (1, 1, 0)
+
+
+def test_the_w8_verdict_says_met_and_not_met_from_the_figures() -> None:
+    fsj = {"fsjobstore": _adapters.FsJobStore}
+    w8 = {("fsjobstore Worker (processes)", 4): (3_000.0, 0, 0, 0),
+          ("fsjobstore Worker (threads)", 2): (2_500.0, 0, 0, 0),
+          ("huey-sqlite", 2): (5_000.0, 0, 0, 0), ("diskcache", 1): (4_000.0, 0, 0, 0),
+          ("diskcache", 8): (9_000.0, 0, 3, 0)}  # lost jobs: does not count as the best
+    text = peers.verdicts({"W8": w8}, fsj, (100,), (1, 2))
+    assert ("- [ ] W8 fsjobstore worker best: 3,000 jobs/s (processes, 4) vs best durable peer: 5,000 jobs/s "
+            "(huey-sqlite, 2): not met") in text
+    w8[("fsjobstore Worker (threads)", 16)] = (5_500.0, 0, 0, 0)
+    text = peers.verdicts({"W8": w8}, fsj, (100,), (1, 2))
+    assert ("- [x] W8 fsjobstore worker best: 5,500 jobs/s (threads, 16) vs best durable peer: 5,000 jobs/s "
+            "(huey-sqlite, 2): met") in text
+
+
+def test_the_w7_verdict_holds_the_rate_per_job_to_80_percent_of_the_bare_loop() -> None:
+    rate = _runtime_cells.RuntimeRate
+    figures = {"W7-bare": {1: 10_000.0, 2: 10_000.0},
+               "W7-runtime": {("processes", 1): rate(7_000.0, 8_500.0, 0.1, 0, 0, 0),
+                              ("processes", 2): rate(7_000.0, 7_900.0, 0.1, 0, 0, 0),
+                              ("threads", 1): rate(8_000.0, 9_000.0, 0.01, 1, 0, 0)}}
+    text = peers.verdicts(figures, {"fsjobstore": _adapters.FsJobStore}, (100,), (1, 2))
+    assert "- [x] W7 Worker (processes), 1 worker(s): 8,500 jobs/s per job = 85% of the bare loop's" in text
+    assert "- [ ] W7 Worker (processes), 2 worker(s): 7,900 jobs/s per job = 79%" in text
+    assert "- [ ] W7 Worker (threads), 1 worker(s): 9,000 jobs/s per job = 90%" in text  # but a duplicate
+    assert "1 duplicates, 0 losses, 0 left" in text
