@@ -56,14 +56,14 @@ class Heart:
             self._first_pass.wait(60)  # another thread of ours is making the first pass
             return
         try:
-            self._recover(deep=True)
+            self._recover(deep=None)  # deep once per boot (a power cut is one): see _recovery
         finally:
             self._first_pass.set()
         self._last_beat = core.clock()
         assert self.thread is not None
         self.thread.start()
 
-    def _recover(self, *, deep: bool) -> None:
+    def _recover(self, *, deep: bool | None) -> None:
         try:
             recover(self._core, self._notifier, self._control, deep=deep)
         except Exception:

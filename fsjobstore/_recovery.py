@@ -58,13 +58,15 @@ def new_counts() -> dict[str, int]:
     return {f.name: 0 for f in dataclasses.fields(RecoveryReport)}
 
 
-def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool = False) -> RecoveryReport:
+def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | None = False) -> RecoveryReport:
     """One pass of every repair. ``deep`` also looks for jobs a power cut emptied, in stores
-    that do not fsync (it reads the size of every queued job: done once per process, and by
-    every explicit ``recover()``)."""
+    that do not fsync (it reads the size of every queued job: done by every explicit
+    ``recover()``, and with None once per boot of the host by the first process that pulls)."""
     counts = new_counts()
     me = core.owner_id()
     counts["duplicates_dropped"] += core.sweep_litter()
+    if deep is None:  # a process's first pass: deep once per boot of this host (see _sweep_emptied)
+        deep = not core.durable and not sc.lexists(_boot_marker(core))
     if deep and not core.durable:
         _sweep_emptied(core, counts)
     overdue = _sweep_deadlines(core, notifier, control, me, counts)
@@ -274,6 +276,17 @@ def _quarantine_job(core: Core, path: str, reason: str, exc: Exception, counts: 
             counts["lost_to_power_loss"] += 1
 
 
+def _boot_marker(core: Core) -> str:
+    """``control/boot-<id>``: a deep pass was made since this host booted. A power cut means a
+    boot, so one deep pass per boot finds what it emptied; every later process skips it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip().replace("-", "")
+    except OSError:
+        boot = "unknown"  # no boot id: never marked, so every first pass is deep
+    return os.path.join(core.layout.control, f"boot-{boot[:32]}")
+
+
 def _sweep_emptied(core: Core, counts: dict[str, int]) -> None:
     """Queued jobs whose files a power cut left empty (the rename reached the disk, the data
     did not): quarantine them now with the reason, rather than let a worker trip on each."""
@@ -286,6 +299,14 @@ def _sweep_emptied(core: Core, counts: dict[str, int]) -> None:
                 if sc.lstat(path).st_size == 0 and core.tree.quarantine(path, f"job file is empty: {LOST_DATA}"):
                     counts["quarantined"] += 1
                     counts["lost_to_power_loss"] += 1
+    marker = _boot_marker(core)
+    if not marker.endswith("-unknown"):
+        for name in fs.scan_names(lay.control):
+            if name.startswith("boot-"):  # earlier boots' markers
+                fs.unlink_quietly(os.path.join(lay.control, name))
+        flags = os.O_WRONLY | os.O_CREAT | fs.O_NOFOLLOW | fs.O_CLOEXEC
+        with contextlib.suppress(OSError):
+            sc.close(sc.open(marker, flags, core.tree.perms.file_mode))
 
 
 # == what gone processes left =======================================================================

@@ -415,13 +415,15 @@ class JobStore:
         return self._core.pull(lambda: self._notifier.claim(on_compromised), timeout)
 
     # == maintenance ===============================================================================
-    def recover(self) -> RecoveryReport:
+    def recover(self, *, deep: bool = True) -> RecoveryReport:
         """Repair what crashed or hung processes left behind; safe to run anywhere, any time.
 
         Every store that pulls also runs it: once before its first pull, then every
-        ``lease_duration / 2`` in the background. See FORMAT.md, "Recovery", for each step."""
+        ``lease_duration / 2`` in the background. See FORMAT.md, "Recovery", for each step.
+        ``deep``: in a store that does not fsync, also look for queued jobs a power cut left
+        empty (one stat per queued job: pass False for a periodic pass over a deep backlog)."""
         self._check_open()
-        return recover(self._core, self._notifier, self._control, deep=True)
+        return recover(self._core, self._notifier, self._control, deep=deep)
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's counts: jobs in each state, pending jobs per queue, final

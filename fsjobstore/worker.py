@@ -225,13 +225,16 @@ class Worker:
                     self._give_back()
                     break
                 self._tick(stopping=stop_began is not None)
+                if not pool.alive():
+                    break  # every slot has finished (a burst, a spent count): no reason to wait
                 if self.mode == "processes" and now >= next_recover:
-                    self.store.recover()  # the store's heartbeat thread would; this process runs none
+                    # What the store's heartbeat thread would do; this process runs none.
+                    self.store.recover(deep=False)
                     next_recover = now + self.store.lease_duration / 2
                 if now >= next_publish:
                     self._publish()
                     next_publish = now + 1.0
-                self._wake.wait(0.05)
+                self._wake.wait(0.02)
                 self._wake.clear()
         finally:
             if self.mode == "processes" and pool.alive():

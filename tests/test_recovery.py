@@ -294,3 +294,32 @@ def test_a_planted_file_named_like_a_copy_does_not_make_recovery_drop_the_job(pa
     assert report.requeued == 1 and report.duplicates_dropped == 0
     lease = rescuer.pull_work()
     assert lease is not None and lease.id == job.id
+
+
+def test_the_first_pull_after_a_boot_looks_for_jobs_a_power_cut_emptied_once(tmp_path: Any) -> None:
+    root = str(tmp_path / "fast")
+
+    def empty_one(store: JobStore) -> None:
+        job = store.create({"n": 1})
+        qdir = os.path.join(store.path, "jobs", "pending", "default")
+        name = next(n for n in os.listdir(qdir) if job.id in n)
+        open(os.path.join(qdir, name), "wb").close()  # what a power cut leaves with durable=False
+
+    def reasons() -> list[str]:
+        qdir = os.path.join(root, "quarantine")
+        return sorted(open(os.path.join(qdir, n)).read() for n in os.listdir(qdir) if n.endswith(".reason"))
+
+    with JobStore(root, durable=False) as store:
+        empty_one(store)
+    with JobStore(root) as first:
+        assert first.pull_work() is None  # its first pass found the empty file before any claim
+    assert len(reasons()) == 1 and '"reason":"job file is empty:' in reasons()[0]
+    assert [n for n in os.listdir(os.path.join(root, "control")) if n.startswith("boot-")]
+    with JobStore(root) as store:
+        empty_one(store)
+    with JobStore(root) as second:
+        assert second.pull_work() is None  # no second sweep this boot: the claim itself tripped on it
+    assert len(reasons()) == 2 and any('"reason":"claimed job file is empty:' in r for r in reasons())
+    with JobStore(root) as explicit:
+        empty_one(explicit)
+        assert explicit.recover().lost_to_power_loss == 1  # an explicit recover() always looks
