@@ -15,6 +15,7 @@ import contextlib
 import errno
 import os
 import stat
+import time
 from dataclasses import dataclass
 
 from . import _syscalls as sc
@@ -180,8 +181,21 @@ def unlink_quietly(path: str) -> bool:
 def read_regular(path: str, cap: int) -> bytes:
     """Read a regular file without following links, blocking on FIFOs, or reading past ``cap``.
 
-    Raises FileNotFoundError if it is gone, :class:`Unreadable` for anything else wrong.
+    Raises FileNotFoundError if it is gone, :class:`Unreadable` for anything else wrong. A
+    stale handle (ESTALE: another host replaced or moved the file on a network filesystem) is
+    met by opening the name again, a few times, before it is reported as a fault.
     """
+    for tries in range(5):
+        try:
+            return _read_regular_once(path, cap)
+        except StorageError as exc:
+            if exc.errno != errno.ESTALE or tries == 4:
+                raise
+            time.sleep(0.002 * (tries + 1))
+    raise AssertionError("unreachable")
+
+
+def _read_regular_once(path: str, cap: int) -> bytes:
     try:
         fd = sc.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
     except FileNotFoundError:

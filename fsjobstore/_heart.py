@@ -32,9 +32,11 @@ class Heart:
 
     def _reset(self) -> None:
         self.thread: threading.Thread | None = None
+        self.watchdog: threading.Thread | None = None
         self.stop_event = threading.Event()
         self._first_pass = threading.Event()
         self._last_beat = self._core.clock()
+        self._last_success = self._core.clock()  # of the last beat that reached the owner file
 
     def after_fork(self) -> None:
         self._reset()
@@ -59,9 +61,11 @@ class Heart:
             self._recover(deep=None)  # deep once per boot (a power cut is one): see _recovery
         finally:
             self._first_pass.set()
-        self._last_beat = core.clock()
+        self._last_beat = self._last_success = core.clock()
         assert self.thread is not None
         self.thread.start()
+        self.watchdog = threading.Thread(target=self._watch, name=f"fsjobstore-watchdog-{core.pid}", daemon=True)
+        self.watchdog.start()
 
     def _recover(self, *, deep: bool | None) -> None:
         try:
@@ -81,6 +85,29 @@ class Heart:
                 return
             self.beat_once()
 
+    def _watch(self) -> None:
+        """Judge, on this process's monotonic clock alone, whether its heartbeat still lands.
+
+        The heartbeat thread can block inside a hung mount (a stopped FUSE client, an NFS server
+        gone) and with it every lease check it makes; others take our claims after a lease
+        without beats. This thread never touches the filesystem, so it can tell every holder
+        at 0.75 x lease_duration after the last beat that landed, hung mount or not."""
+        core, settings = self._core, self._core.settings
+        told = False
+        while not self.stop_event.wait(min(settings.heartbeat_interval / 2, 1.0)):
+            silent = core.clock() - self._last_success
+            if silent <= 0.75 * settings.lease_duration:
+                told = False
+                continue
+            if told:
+                continue
+            told = True
+            problem = LeaseLost(f"this process's heartbeat has not landed for {silent:.1f}s (lease "
+                                f"{settings.lease_duration}s): its disk or mount may hang, and its claims may "
+                                "be taken over", reason="stalled")
+            self._work.check_held(problem)
+            self._notifier.check_held(problem)
+
     def beat_once(self) -> None:
         core = self._core
         owner = core.owner
@@ -99,6 +126,8 @@ class Heart:
             core.replace_owner(owner)
         except OSError as exc:
             problem = LeaseLost(f"heartbeat could not be written: {exc}", reason="heartbeat-failed")
+        else:
+            self._last_success = core.clock()
         lease = core.settings.lease_duration
         if problem is None and gap > 0.75 * lease:
             problem = LeaseLost(f"this process did not beat for {gap:.1f}s (lease {lease}s); "
@@ -108,5 +137,6 @@ class Heart:
 
     def stop(self) -> None:
         self.stop_event.set()
-        if self.thread is not None and self.thread is not threading.current_thread():
-            self.thread.join(timeout=5.0)
+        for thread in (self.thread, self.watchdog):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=5.0)

@@ -139,6 +139,15 @@ class OwnerProbe:
         self._lock = threading.Lock()
 
     def status(self, owner: str) -> Status:
+        for tries in range(5):
+            try:
+                return self._status_once(owner)
+            except StorageError as exc:  # a stale handle: the file was replaced on another host; look again
+                if exc.errno != errno.ESTALE or tries == 4:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _status_once(self, owner: str) -> Status:
         path = self._layout.owner_path(owner)
         try:
             fd = sc.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)

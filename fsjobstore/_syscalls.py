@@ -57,7 +57,16 @@ def set_hook(hook: Hook | None) -> None:
     _hook = hook
 
 
+# Calls that look a name up afresh each time, so that a stale file handle (ESTALE: a network
+# filesystem whose cached handle for the name went stale, when another host replaced or
+# renamed it) is answered by simply asking again. Never a call on a descriptor (its handle
+# stays stale: the caller reopens, as _fsops.read_regular does), never one that changes anything.
+_RELOOK = frozenset({"stat", "listdir"})
+_STALE_TRIES = 5
+
+
 def _call(op: str, fn: Callable[..., T], *args: Any) -> T:
+    stale = 0
     while True:
         try:
             if _hook is not None:
@@ -66,10 +75,20 @@ def _call(op: str, fn: Callable[..., T], *args: Any) -> T:
         except InterruptedError:
             continue
         except OSError as exc:
+            if exc.errno == errno.ESTALE and stale < _STALE_TRIES and (
+                (op in _RELOOK and isinstance(args[0], str)) or (op == "open" and _read_only(args))
+            ):
+                stale += 1
+                continue
             raise _translate(op, args, exc) from None
         if _hook is not None:
             _hook.after(op, args, result)
         return result
+
+
+def _read_only(args: tuple[Any, ...]) -> bool:
+    flags = args[1] if len(args) > 1 and isinstance(args[1], int) else 0
+    return not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC)
 
 
 def _translate(op: str, args: tuple[Any, ...], exc: OSError) -> OSError:

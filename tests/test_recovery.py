@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -323,3 +324,34 @@ def test_the_first_pull_after_a_boot_looks_for_jobs_a_power_cut_emptied_once(tmp
     with JobStore(root) as explicit:
         empty_one(explicit)
         assert explicit.recover().lost_to_power_loss == 1  # an explicit recover() always looks
+
+
+def test_a_holder_hears_of_a_hung_heartbeat_while_it_is_still_hung(open_store: Callable[..., JobStore],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heartbeat thread blocked inside a hung mount cannot tell anyone; the watchdog, which
+    never touches the filesystem, must, within about 0.75 lease of the last beat that landed."""
+    from fsjobstore import _leases
+
+    worker = open_store(lease_duration=1.0, heartbeat_interval=0.1)
+    worker.create("x")
+    told: list[tuple[str, float]] = []
+    lease = worker.pull_work(on_compromised=lambda exc: told.append((exc.reason, time.monotonic())))
+    assert lease is not None
+    hung = threading.Event()
+    real_beat = _leases.OwnerLease.beat
+
+    def hang(self: _leases.OwnerLease) -> None:
+        hung.wait(30)  # as if the mount stopped answering
+        real_beat(self)
+
+    monkeypatch.setattr(_leases.OwnerLease, "beat", hang)
+    started = time.monotonic()
+    deadline = started + 10
+    while not told and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        assert told and told[0][0] == "stalled"
+        assert told[0][1] - started < 1.5  # about 0.75 s after the last beat, not when the mount returns
+        assert not hung.is_set()
+    finally:
+        hung.set()
