@@ -17,6 +17,8 @@ from typing import TypeVar
 
 from . import _fsops as fs
 from . import _syscalls as sc
+from ._doorbell import POLL as DOORBELL_POLL
+from ._doorbell import Doorbell, Listener
 from ._errors import InvalidRequest, StoreClosed
 from ._layout import Layout, seq_field
 from ._leases import OwnerLease, OwnerProbe
@@ -42,6 +44,7 @@ class Settings:
     poll_interval: float
     watch: bool
     lock_takeover: bool
+    doorbell: bool
     clock: Callable[[], float]
     wall: Callable[[], float]
 
@@ -60,6 +63,8 @@ class Core:
         self.closed = False
         # Called once before the first pull that needs the background thread (set by JobStore).
         self.start_background: Callable[[], None] = lambda: None
+        self.doorbell = Doorbell(layout, self.owner_id, enabled=settings.doorbell, file_mode=tree.perms.file_mode)
+        tree.bell = self.doorbell.ring
         self._reset()
 
     def _reset(self) -> None:
@@ -81,6 +86,7 @@ class Core:
         for waker in (self.waker, self.final_waker):
             if waker is not None:
                 waker.abandon_after_fork()
+        self.doorbell.after_fork()
         self._reset()
 
     def forked(self) -> bool:
@@ -147,6 +153,7 @@ class Core:
             raise InvalidRequest(f"timeout must be >= 0 or None, got {timeout!r}")
         self.start_background()
         deadline = None if timeout is None else self.clock() + timeout
+        bell = self.doorbell.listener(("work",)) if self.doorbell.enabled else None
         while True:
             waker = self.waker
             generation = waker.generation if waker else 0
@@ -162,12 +169,29 @@ class Core:
                 self.start_waker()
                 continue
             pause = min(remaining, self.settings.poll_interval, max(0.001, self.pending.next_due - self.wall()))
-            if waker is not None and waker.watching:
-                waker.wait(generation, pause)
-            else:
-                time.sleep(pause)
-                self.pending.invalidate()
+            self._sleep(waker, generation, pause, bell)
             self.check_open()
+
+    def _sleep(self, waker: Waker | None, generation: int, pause: float, bell: Listener | None) -> None:
+        """Wait up to ``pause`` for a local event (inotify) or, with a doorbell, a ring from
+        another host; past ``pause`` (or at a ring) the next look lists the directories anew."""
+        end = self.clock() + pause
+        if bell is not None:
+            bell.rang()  # the first look only learns the names there are
+        while True:
+            left = end - self.clock()
+            if left <= 0:
+                break
+            step = left if bell is None else min(left, DOORBELL_POLL)
+            if waker is not None and waker.watching:
+                waker.wait(generation, step)
+                if waker.generation != generation:
+                    return
+            else:
+                time.sleep(step)
+            if bell is not None and bell.rang():
+                break
+        self.pending.invalidate()
 
     def wait_final(self, job_id: str, timeout: float | None) -> bool:
         """Wait until job ``job_id`` is in a final state; False if ``timeout`` ran out first.
@@ -183,6 +207,7 @@ class Core:
                 self.final_waker = Waker((lay.fulfilled, lay.failed, lay.cancelled), lambda path: None)
                 self.final_waker.start()
             waker = self.final_waker
+        bell = self.doorbell.listener(("done",)) if self.doorbell.enabled else None
         while True:
             generation = waker.generation if waker else 0
             if self.tree.require(job_id).state.is_final:
@@ -190,15 +215,12 @@ class Core:
             remaining = float("inf") if deadline is None else deadline - self.clock()
             if remaining <= 0:
                 return False
-            pause = min(remaining, self.settings.poll_interval)
-            if waker is not None and waker.watching:
-                waker.wait(generation, pause)
-            else:
-                time.sleep(pause)
+            self._sleep(waker, generation, min(remaining, self.settings.poll_interval), bell)
             self.check_open()
 
     def stop_waker(self) -> None:
         for waker in (self.waker, self.final_waker):
             if waker is not None:
                 waker.stop()
+        self.doorbell.close()
 

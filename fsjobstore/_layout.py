@@ -34,6 +34,7 @@ DEADLINE_RE = re.compile(rf"(?P<due>\d{{17}})\.(?P<id>{_ID})\.(?P<token>{_TOKEN}
 CANCEL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
 QUEUE_RE = re.compile(rf"{_Q}\Z")
 RUN_RE = re.compile(rf"(?P<token>{_TOKEN})\.jsonl\Z")
+BELL_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.(?P<kind>work|done)\.(?P<n>[0-9a-f]{1,16})\Z")
 WORKER_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.json\Z")
 GENERATED_ID_RE = re.compile(r"[0-9a-f]{32}\Z")  # uuid4().hex: what create() makes up
 TARGET_RE = re.compile(r"(?P<key>[0-9a-f]{32})\.json\Z")
@@ -59,6 +60,7 @@ class Layout:
     targets: str = field(init=False)
     control: str = field(init=False)  # what operators and workers ask of each other
     paused: str = field(init=False)
+    doorbell: str = field(init=False)
     cancels: str = field(init=False)
     deadlines: str = field(init=False)
     runs: str = field(init=False)  # progress and logs of each claim
@@ -78,7 +80,7 @@ class Layout:
             put(sub, os.path.join(self.jobs, sub))
         for sub in ("targets", "control", "runs", "workers", "leases", "ids", "tmp", "quarantine"):
             put(sub, os.path.join(self.root, sub))
-        for sub in ("paused", "deadlines"):
+        for sub in ("paused", "deadlines", "doorbell"):
             put(sub, os.path.join(self.control, sub))
         put("cancels", os.path.join(self.control, "cancel"))
 
@@ -87,7 +89,7 @@ class Layout:
         return (
             self.jobs, self.pending, self.scheduled, self.active, self.fulfilled, self.failed,
             self.cancelled, self.notify, self.targets, self.control, self.paused, self.cancels,
-            self.deadlines, self.runs, self.workers, self.leases, self.ids, self.tmp, self.quarantine,
+            self.deadlines, self.doorbell, self.runs, self.workers, self.leases, self.ids, self.tmp, self.quarantine,
         )
 
     def final_dirs(self) -> tuple[tuple[str, str], ...]:

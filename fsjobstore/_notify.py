@@ -96,6 +96,7 @@ class Notifier:
         prev = self._tree.read_notify_entry(job_id)
         tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{job_id}.notify")
         self._tree.write_notify_entry(job_id, tmp, 0.0, prev[1] if prev else 0, None)
+        self._tree.bell("work")
 
     def _drop_entry(self, job_id: str) -> None:
         fs.unlink(self._layout.notify_path(job_id))

@@ -240,4 +240,6 @@ class Pending:
             if self._durable:
                 for directory in touched:
                     fs.fsync_dir(directory)
+            if touched:
+                self._tree.bell("work")  # other hosts' waiters do not know these were due
             self.next_due = next_due

@@ -25,7 +25,7 @@ from . import _syscalls as sc
 from ._control import Control
 from ._core import Core
 from ._errors import StorageError
-from ._layout import ACTIVE_RE, FINAL_RE, NOTIFY_LOCK_RE, OWNER_RE, TARGET_RE, TMP_RE, token_owner
+from ._layout import ACTIVE_RE, BELL_RE, FINAL_RE, NOTIFY_LOCK_RE, OWNER_RE, TARGET_RE, TMP_RE, token_owner
 from ._leases import NotifyLock, break_if_expired
 from ._notify import Notifier
 from ._records import FINAL_STATES, LOST_DATA, LostJobData
@@ -73,6 +73,7 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     _sweep_active(core, notifier, control, me, overdue, counts)
     _sweep_tmp(core, me, counts)
     _sweep_leases(core, me, counts)
+    _sweep_bells(core, me, counts)
     counts["workers_removed"] += registry.sweep(core, me)
     _sweep_targets(core, notifier, counts)
     _sweep_cancels(core, control)
@@ -392,6 +393,13 @@ def _sweep_leases(core: Core, me: str, counts: dict[str, int]) -> None:
                 counts["locks_removed"] += 1
             continue
         counts["quarantined"] += tree.quarantine(path, "unrecognised name in leases")
+
+
+def _sweep_bells(core: Core, me: str, counts: dict[str, int]) -> None:
+    for name in fs.scan_names(core.layout.doorbell):
+        m = BELL_RE.match(name)
+        if m and m["owner"] != me and _gone(core, m["owner"]):
+            counts["temp_files_removed"] += fs.unlink(os.path.join(core.layout.doorbell, name))
 
 
 def _sweep_targets(core: Core, notifier: Notifier, counts: dict[str, int]) -> None:

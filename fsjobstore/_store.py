@@ -92,6 +92,9 @@ class JobStore:
         once. None (the default) trusts locks on local filesystems and not on network ones
         (NFS, CIFS, FUSE, ...), where they may not reach other hosts; untrusted, a holder is
         replaced only after ``lease_duration`` without heartbeats. ``fsjobstore verify`` checks.
+    :param doorbell: wake waiting pullers when another *host* makes work due, by a directory
+        they list every 25 ms (inotify sees only this host). None (the default) turns it on for
+        network filesystems only. See FORMAT.md, "Doorbell".
     :param clock: monotonic seconds, for leases and timeouts (injectable for tests).
     :param wall_clock: epoch seconds, for ``run_at``/``delay`` and timestamps.
     """
@@ -113,6 +116,7 @@ class JobStore:
         poll_interval: float = 1.0,
         watch: bool = True,
         lock_takeover: bool | None = None,
+        doorbell: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -145,12 +149,14 @@ class JobStore:
         record_cap = 2 * max_value_bytes + max_request_bytes + MAX_ERROR_CHARS * 6 + 65536
         tree = Tree(layout, durable=durable, record_cap=record_cap, target_cap=max_request_bytes + 4096,
                     perms=config.perms)
+        local = locks_prove_death(self.path)  # a local filesystem: locks reach every process, inotify too
         settings = Settings(
             path=self.path, durable=durable, lease_duration=float(lease_duration),
             heartbeat_interval=float(heartbeat), max_attempts=max_attempts, backoff=backoff,
             max_value_bytes=max_value_bytes, max_request_bytes=max_request_bytes,
             poll_interval=poll_interval, watch=watch,
-            lock_takeover=locks_prove_death(self.path) if lock_takeover is None else lock_takeover,
+            lock_takeover=local if lock_takeover is None else lock_takeover,
+            doorbell=not local if doorbell is None else doorbell,
             clock=clock, wall=wall_clock,
         )
         self._core = core = Core(settings, layout, tree)

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,8 @@ class Tree:
         self.record_cap = record_cap
         self.target_cap = target_cap
         self.perms = perms
+        # Rung after a job becomes due ("work") or final ("done"); the doorbell sets it.
+        self.bell: Callable[[str], None] = lambda kind: None
 
     # -- writing, with this store's durability and permissions --------------------------------
     def write_new(self, path: str, data: bytes) -> None:
@@ -82,6 +84,7 @@ class Tree:
         the new entry durable. FileNotFoundError: ``path`` was moved (taken over)."""
         dst = self.layout.final_path(state, job_id)
         sc.rename_noreplace(path, dst)
+        self.bell("done")
         fs.sync_applied(os.path.dirname(dst), durable=self.durable)
         return dst
 
@@ -113,6 +116,8 @@ class Tree:
                 raise
             self.ensure_dir(parent)
             self.rename_into(tmp_path, dst)
+        if dest == "pending":
+            self.bell("work")
         return dst
 
     # -- finding a job by id -------------------------------------------------------------------

@@ -199,6 +199,7 @@ class Work:
             self._finish(lease)  # released; only the fsync failed
             core.pending.note_published(record, "pending")
             raise
+        core.tree.bell("work")
         self._finish(lease)
         core.pending.note_published(record, "pending")
 

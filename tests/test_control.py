@@ -334,3 +334,37 @@ def test_workers_publish_themselves_and_a_dead_ones_entry_goes(open_store: Calla
     assert other.workers() == []
     assert other.recover().workers_removed == 1
     assert os.listdir(os.path.join(other.path, "workers")) == []
+
+
+# == the doorbell ================================================================================
+@pytest.mark.parametrize("doorbell", [True, False])
+def test_the_doorbell_wakes_a_waiter_that_cannot_see_the_other_process(open_store: Callable[..., JobStore],
+                                                                       doorbell: bool) -> None:
+    """Without inotify (as between two hosts), a waiter hears of a new job through the doorbell
+    within tens of milliseconds; without the doorbell only its poll_interval rescan finds it."""
+    waiter = open_store(watch=False, poll_interval=3.0, doorbell=doorbell)
+    producer = open_store(watch=False, doorbell=doorbell)
+    got = in_background(lambda: waiter.pull_work(timeout=10), settle=0.5)
+    made = time.monotonic()
+    job = producer.create({"n": 1})
+    lease = got()
+    waited = time.monotonic() - made
+    assert lease is not None and lease.id == job.id
+    if doorbell:
+        assert waited < 0.5, waited
+        assert len(os.listdir(os.path.join(producer.path, "control", "doorbell"))) == 1
+    else:
+        assert waited > 1.0, waited  # it slept until its rescan: what the doorbell is for
+
+
+def test_a_gone_processs_bell_is_swept(open_store: Callable[..., JobStore]) -> None:
+    producer, other = open_store(doorbell=True), open_store()
+    producer.create(1)
+    bells = os.path.join(producer.path, "control", "doorbell")
+    deadline = time.monotonic() + 5
+    while not os.listdir(bells) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(os.listdir(bells)) == 1
+    die(producer)
+    other.recover()
+    assert os.listdir(bells) == []

@@ -1,0 +1,124 @@
+"""The doorbell: prompt wake-ups across hosts, where inotify sees nothing another host does.
+
+    control/doorbell/<owner>.<kind>.<n>     kind: "work" (a job or notification became due),
+                                            "done" (a job became final)
+
+Each process keeps at most one bell per kind and rings it by renaming it to the next ``n``.
+Waiters list the directory every few tens of milliseconds and wake when a name they have not
+seen appears. Names, not contents or times: on network filesystems a directory listing is
+fresh where a file's attributes and contents are cached for about a second (measured on
+GlusterFS's default mounts: a new name is seen 3-5 ms after it is made, a changed mtime or
+content about 0.86 s after). Rings are made by a thread of their own, so a burst of creates
+costs one rename, not one each, and a create never waits for one.
+
+It is a hint, like inotify: a missed ring costs a wait of ``poll_interval``, never a job.
+On by default on network filesystems only (``JobStore(doorbell=...)``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+
+from . import _fsops as fs
+from . import _syscalls as sc
+from ._layout import BELL_RE, Layout
+
+KINDS = ("work", "done")
+POLL = 0.025  # seconds between looks while waiting: p50 ~ half of it, plus the filesystem's delay
+
+
+class Doorbell:
+    def __init__(self, layout: Layout, owner_id: Callable[[], str], *, enabled: bool, file_mode: int) -> None:
+        self._layout = layout
+        self._owner_id = owner_id
+        self.enabled = enabled
+        self._mode = file_mode
+        self._reset()
+
+    def _reset(self) -> None:
+        self._mutex = threading.Lock()
+        self._due: set[str] = set()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._mine: dict[str, tuple[str, int]] = {}  # kind -> (owner, n) of our bell
+        self._closed = False
+
+    def after_fork(self) -> None:
+        self._reset()
+
+    # -- ringing ---------------------------------------------------------------------------------
+    def ring(self, kind: str) -> None:
+        if not self.enabled:
+            return
+        with self._mutex:
+            self._due.add(kind)
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._ringer, name="fsjobstore-doorbell", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def _ringer(self) -> None:
+        while True:
+            self._wake.wait()
+            with self._mutex:
+                if self._closed:
+                    return
+                due, self._due = self._due, set()
+                self._wake.clear()
+            for kind in due:
+                with contextlib.suppress(OSError):  # a missed ring costs a poll interval, nothing more
+                    self._ring_now(kind)
+
+    def _ring_now(self, kind: str) -> None:
+        owner = self._owner_id()
+        mine = self._mine.get(kind)
+        n = 0 if mine is None or mine[0] != owner else mine[1] + 1
+        new = os.path.join(self._layout.doorbell, f"{owner}.{kind}.{n:x}")
+        if mine is not None and mine[0] == owner:
+            old = os.path.join(self._layout.doorbell, f"{owner}.{kind}.{mine[1]:x}")
+            try:
+                sc.rename(old, new)
+                self._mine[kind] = (owner, n)
+                return
+            except FileNotFoundError:
+                pass  # swept (we were judged gone once): make it anew
+        sc.close(sc.open(new, os.O_WRONLY | os.O_CREAT | fs.O_NOFOLLOW | fs.O_CLOEXEC, self._mode))
+        self._mine[kind] = (owner, n)
+
+    def close(self) -> None:
+        with self._mutex:
+            self._closed = True
+            mine, self._mine = self._mine, {}
+        self._wake.set()
+        for kind, (owner, n) in mine.items():
+            fs.unlink_quietly(os.path.join(self._layout.doorbell, f"{owner}.{kind}.{n:x}"))
+
+    # -- listening -------------------------------------------------------------------------------
+    def listener(self, kinds: tuple[str, ...]) -> Listener:
+        return Listener(self, kinds)
+
+    def names(self) -> list[str]:
+        return fs.scan_names(self._layout.doorbell)
+
+
+class Listener:
+    """One waiter's view of the doorbell: :meth:`rang` is true once a bell of one of its kinds
+    (of another process) changed since the previous look."""
+
+    def __init__(self, bell: Doorbell, kinds: tuple[str, ...]) -> None:
+        self._bell = bell
+        self._kinds = kinds
+        self._seen: set[str] | None = None
+
+    def rang(self) -> bool:
+        me = self._bell._owner_id()
+        now = set()
+        for name in self._bell.names():
+            m = BELL_RE.match(name)
+            if m and m["kind"] in self._kinds and m["owner"] != me:
+                now.add(name)
+        before, self._seen = self._seen, now
+        return before is not None and bool(now - before)
