@@ -34,6 +34,7 @@ from ._registry import WorkerInfo
 from ._store import JobStore, StoreStatistics
 from ._values import default_backoff
 from ._verify import VerifyCheck, VerifyReport, verify
+from ._verify_peer import verify_across_hosts
 
 __version__ = "0.2.0"
 
@@ -79,4 +80,5 @@ __all__ = [
     "__version__",
     "default_backoff",
     "verify",
+    "verify_across_hosts",
 ]

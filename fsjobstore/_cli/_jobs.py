@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-from .. import Job, JobState, JobStore, WaitTimeout, verify
+from .. import Job, JobState, JobStore, WaitTimeout, verify, verify_across_hosts
 from . import _render as render
 from ._args import FAILED, OK, TIMED_OUT, UsageError, subcommand
 
@@ -74,9 +74,18 @@ def add(subparsers: Any) -> None:
                help="repair what dead or hung processes left behind, and say what was done",
                example="fsjobstore recover ./jobs")
 
-    subcommand(subparsers, "verify", verify_command, reads=True, store_options=False,
-               help="self-test the filesystem under DIR (an existing directory); exit 0 if a store is safe there",
-               example="fsjobstore verify /mnt/shared/jobs")
+    p = subcommand(subparsers, "verify", verify_command, reads=True, store_options=False,
+                   help="self-test the filesystem under DIR (an existing directory); exit 0 if a store is safe there",
+                   example="fsjobstore verify /mnt/shared/jobs --wait-for-peer   (then, on another host: "
+                           "fsjobstore verify /mnt/shared/jobs --peer)",
+                   description="Check, with real processes, what a store relies on in DIR. With --wait-for-peer "
+                               "here and --peer on a second host that mounts the same directory, also check what "
+                               "the two hosts see of each other (rename fence, no-replace publish, heartbeat "
+                               "visibility, locks, inotify, clock skew) and say the safe lease_duration.")
+    side = p.add_mutually_exclusive_group()
+    side.add_argument("--wait-for-peer", action="store_true", help="lead a two-host check; wait for a --peer")
+    side.add_argument("--peer", action="store_true", help="join the two-host check another host leads")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the other host (default 300)")
 
 
 def open_store(args: argparse.Namespace, *, create: bool = False) -> JobStore:
@@ -218,7 +227,11 @@ def recover(args: argparse.Namespace) -> int:
 
 
 def verify_command(args: argparse.Namespace) -> int:
-    report = verify(args.dir)
+    if args.wait_for_peer or args.peer:
+        report = verify_across_hosts(args.dir, lead=args.wait_for_peer, timeout=args.timeout,
+                                     say=lambda line: print(line, file=sys.stderr))
+    else:
+        report = verify(args.dir)
     if args.json:
         doc = dataclasses.asdict(report)
         doc["checks"] = [dataclasses.asdict(c) for c in report.checks]
