@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -174,13 +175,27 @@ def check(root: str, history: list[list[str]]) -> dict[str, Any]:
 
 # == the controller ============================================================================
 def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir: str | None = None,
-        max_seconds: float = 3600, runtime: str | None = None) -> dict[str, Any]:
+        max_seconds: float = 3600, runtime: str | None = None, roots: list[str] | None = None,
+        extra: Callable[[random.Random | None], object] | None = None) -> dict[str, Any]:
     """``runtime``: None for plain pull/fulfil loops, or "processes"/"threads" for workers that
-    are ``fsjobstore.Worker`` runs (signals then go to each worker's whole process group)."""
+    are ``fsjobstore.Worker`` runs (signals then go to each worker's whole process group).
+    ``roots``: the store as each "host" sees it (one path per mount of a shared filesystem):
+    the producer uses the first, workers take turns; histories stay in ``workdir``.
+    ``extra``: called at every step with the run's random generator, for chaos of its own
+    (stopping or killing a mount's client, say), and with None when the chaos is over, to undo
+    what it did; also called while a killed worker is reaped, since a process blocked in a
+    hung mount cannot die until the mount comes back."""
     rng = random.Random(seed)
     base = workdir or tempfile.mkdtemp(prefix="fsjs-chaos-")
-    root = os.path.join(base, "store")
+    paths = roots or [os.path.join(base, "store")]
+    root = paths[0]
     JobStore(root).close()
+    turn = 0
+
+    def next_root() -> str:
+        nonlocal turn
+        turn += 1
+        return paths[turn % len(paths)]
     me = os.path.abspath(__file__)
     incarnation = 0
 
@@ -188,10 +203,11 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
         nonlocal incarnation
         incarnation += 1
         history = os.path.join(base, f"{role}-{incarnation:05d}.history")
+        where = root if role == "producer" else next_root()
         if role == "worker" and runtime is not None:
-            return subprocess.Popen([sys.executable, me, "rworker", root, history, *map(str, args), runtime],
+            return subprocess.Popen([sys.executable, me, "rworker", where, history, *map(str, args), runtime],
                                     start_new_session=True)
-        return subprocess.Popen([sys.executable, me, role, root, history, *map(str, args)])
+        return subprocess.Popen([sys.executable, me, role, where, history, *map(str, args)])
 
     def signal_worker(proc: subprocess.Popen[bytes], sig: int) -> None:
         if runtime is None:
@@ -208,11 +224,22 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
     work = min(1.0, max(0.002, 2 * workers * expected / jobs))
     prod = spawn("producer", jobs, rate)
     procs = [spawn("worker", lease, work) for _ in range(workers)]
+    def reap(proc: subprocess.Popen[bytes]) -> None:
+        while True:
+            try:
+                proc.wait(0.25)
+                return
+            except subprocess.TimeoutExpired:
+                if extra is not None:
+                    extra(rng)
+
     stopped: dict[int, float] = {}  # index -> when to SIGCONT
     done_kills = done_stops = 0
     started = time.monotonic()
     while (done_kills < kills or prod.poll() is None) and time.monotonic() - started < max_seconds:
         time.sleep(rng.uniform(0.05, 0.5))
+        if extra is not None:
+            extra(rng)
         now = time.monotonic()
         for i, until in list(stopped.items()):
             if now >= until:
@@ -227,11 +254,13 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
             done_stops += 1
         else:
             signal_worker(procs[i], signal.SIGKILL)
-            procs[i].wait()
+            reap(procs[i])
             procs[i] = spawn("worker", lease, work)
             done_kills += 1
     for i in stopped:
         signal_worker(procs[i], signal.SIGCONT)
+    if extra is not None:
+        extra(None)
     prod.wait()
     # Let the survivors drain what is left, then stop them.
     deadline = time.monotonic() + 120
