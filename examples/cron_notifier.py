@@ -1,49 +1,27 @@
-"""Deliver every notification that is due, then exit: run it from cron.
+"""Deliver results to files: a `deliver` function for `fsjobstore notify`, run from cron.
 
-    */5 * * * * python /path/to/examples/cron_notifier.py /var/lib/myapp/jobs
+    */5 * * * * cd /path/to/examples && fsjobstore notify /var/lib/myapp/jobs --handler cron_notifier:deliver --burst
 
-Each target here is a JSON object {"file": PATH}; delivering appends the result to that file.
-A target that fails stays queued and is offered again after a backoff. Recovery runs first,
-so notifications whose notifier died (or crashed between steps) are picked up.
+`--burst` delivers every notification that is due, each at most once, then exits (recovery
+runs first, so notifications whose notifier died are picked up). Each target here is a JSON
+object {"file": PATH}: a producer asks for it with `store.queue(job_id, {"file": "/tmp/out.jsonl"})`
+or `fsjobstore create DIR REQUEST --notify '{"file": "/tmp/out.jsonl"}'`.
+Delivering appends one JSON line to that file. A target whose delivery raises stays queued and
+is offered again after a backoff, with the error recorded.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
-from fsjobstore import JobStore
+from fsjobstore import NotificationLease
 
 
-def deliver(target: Any, job_id: str, state: str, value: Any, error: str | None) -> None:
+def deliver(target: Any, note: NotificationLease) -> None:
+    value = note.value
     if isinstance(value, bytes):  # results given as bytes stay bytes; JSON results are JSON
         value = value.decode("utf-8", "replace")
-    line = {"job": job_id, "state": state, "value": value, "error": error}
+    line = {"job": note.id, "state": note.state.value, "value": value, "error": note.error}
     with open(target["file"], "a") as fh:
         fh.write(json.dumps(line) + "\n")
-
-
-def main(root: str) -> int:
-    delivered = failed = 0
-    with JobStore(root) as store:
-        store.recover()
-        while (note := store.pull_notification()) is not None:
-            done, last_error = [], None
-            for target in note.waiting:
-                try:
-                    deliver(target, note.id, note.state.value, note.value, note.error)
-                    done.append(target)
-                except Exception as exc:  # one bad target must not block the others
-                    last_error = f"{type(exc).__name__}: {exc}"
-            note.done(done, error=last_error)
-            delivered += len(done)
-            failed += len(note.waiting) - len(done)
-    print(f"delivered {delivered}, will retry {failed}")
-    return 0
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: cron_notifier.py STORE_DIR")
-    sys.exit(main(sys.argv[1]))

@@ -1,30 +1,26 @@
-"""A producer, two worker processes and a notifier sharing one directory.
+"""A producer, a worker with two processes and a notifier sharing one directory.
 
     python examples/quickstart.py [DIR]     (without DIR: in a temporary directory, removed after)
 
-Creates 20 "add" jobs, asks for each result to be delivered to a target, lets two worker
-processes fulfil them, then a notifier delivers the results. Prints what happened.
+Creates 20 "add" jobs, asks for each result to be delivered to a target, lets a Worker with two
+child processes fulfil them, then a notifier delivers the results. Prints what happened.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import sys
 import tempfile
 import time
 from collections import Counter
 
-from fsjobstore import JobStore
+from fsjobstore import JobContext, JobStore, Worker
 
 
-def worker(root: str, name: str) -> None:
-    with JobStore(root) as store:
-        while (lease := store.pull_work(timeout=1.0)) is not None:
-            with lease:  # an exception here would count as a failed attempt and be retried
-                a, b = lease.request["a"], lease.request["b"]
-                time.sleep(0.01)  # pretend to work
-                lease.fulfill({"sum": a + b, "worker": name})  # any JSON value (or bytes)
+def add(job: JobContext) -> dict[str, int]:
+    """The handler: runs in a worker's child process; an exception would fail the attempt (retried)."""
+    time.sleep(0.01)  # pretend to work
+    return {"sum": job.request["a"] + job.request["b"], "worker": os.getpid()}  # any JSON value (or bytes)
 
 
 def main() -> None:
@@ -46,15 +42,12 @@ def run(root: str) -> None:
             ids.append(job.id)
         print(f"producer: created {len(ids)} jobs, {store.statistics().pending} pending")
 
-        # 2. Two worker processes drain the store.
-        ctx = mp.get_context("spawn")
-        procs = [ctx.Process(target=worker, args=(root, f"worker-{n}")) for n in (1, 2)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join()
+        # 2. A worker runs the handler in two child processes until nothing is due (burst).
+        #    `fsjobstore worker DIR --handler module:add --concurrency 2` does the same from a shell.
+        summary = Worker(store, {"default": add}, concurrency=2).run(burst=True)
         by_worker = Counter(store.get(j).value["worker"] for j in ids)
-        print("workers: " + ", ".join(f"{w} fulfilled {n}" for w, n in sorted(by_worker.items())))
+        print(f"worker: {summary.jobs_done} jobs done in {summary.seconds:.2f}s; "
+              + ", ".join(f"process {w} fulfilled {n}" for w, n in sorted(by_worker.items())))
 
         # 3. A notifier delivers every result to the target that asked for it.
         delivered = 0

@@ -23,6 +23,8 @@ def test_create_get_fulfill_and_stats_from_the_shell(tmp_path: Path) -> None:
     assert made.returncode == 0, made.stderr
     job_id = made.stdout.strip()
     assert cli("queue", root, job_id, '"http://x"').returncode == 0
+    timed = json.loads(cli("create", root, "2", "--timeout", "7.5", "--notify", '{"to": 1}', "--json").stdout)
+    assert timed["timeout"] == 7.5 and timed["waiting"] == [{"to": 1}]
     assert cli("fulfill", root, job_id, "done").returncode == 0
     got = json.loads(cli("get", root, job_id, "--json").stdout)
     assert (got["state"], got["value"], got["priority"], got["waiting"]) == (
@@ -42,6 +44,8 @@ def test_errors_are_one_line_and_exit_with_their_documented_code(tmp_path: Path)
     assert bad.returncode == 2 and "the request is not JSON" in bad.stderr
     job_id = cli("create", root, "1", "--id", "inv-1").stdout.strip()
     taken = cli("create", root, "1", "--id", "inv-1")
+    bad_target = cli("create", root, "1", "--notify", "{oops")
+    assert bad_target.returncode == 2 and "--notify target is not JSON" in bad_target.stderr
     assert job_id == "inv-1" and taken.returncode == 4 and "JobExists" in taken.stderr
     assert cli("fulfill", root, "inv-1", "x").returncode == 0
     again = cli("fulfill", root, "inv-1", "y")

@@ -19,18 +19,42 @@ def test_the_quickstart_runs_producer_workers_and_notifier(tmp_path: Path) -> No
     assert "delivered 20 results" in out.stdout and out.stdout.rstrip().endswith("OK")
 
 
+def fsjobstore(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as the examples' docstrings run it: from the examples directory."""
+    return subprocess.run([sys.executable, "-m", "fsjobstore", *args], capture_output=True, text=True,
+                          timeout=120, cwd=EXAMPLES)
+
+
+def test_the_example_worker_module_runs_under_the_cli_with_progress_failures_and_reports(tmp_path: Path) -> None:
+    root, data = str(tmp_path / "jobs"), tmp_path / "data.bin"
+    data.write_bytes(b"x" * 3_000_000)
+    ok = fsjobstore("create", root, json.dumps({"path": str(data)}), "--queue", "digest").stdout.strip()
+    missing = fsjobstore("create", root, json.dumps({"path": str(tmp_path / "nope")}), "--queue", "digest",
+                         "--max-attempts", "1").stdout.strip()
+    report = fsjobstore("create", root, json.dumps({"paths": [str(data)]}), "--queue", "report").stdout.strip()
+    out = fsjobstore("worker", root, "--handlers", "tasks:handlers", "--burst")
+    assert out.returncode == 0, out.stderr
+    assert f"job {missing} queue=digest attempt=1 failed" in out.stderr and "FileNotFoundError" in out.stderr
+    with JobStore(root) as store:
+        done = store.get(ok)
+        assert done.value["bytes"] == 3_000_000 and len(done.value["hexdigest"]) == 64
+        assert done.progress is not None and done.progress.done == done.progress.total == 3_000_000
+        assert store.get(missing).state.value == "failed"
+        assert store.get(report).value.endswith(f"{data!s}\n") and "3000000" in store.get(report).value
+
+
 def test_the_cron_notifier_delivers_due_notifications_and_keeps_failures(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
     good, bad = tmp_path / "good.jsonl", tmp_path / "no-such-dir" / "x.jsonl"
+    made = fsjobstore("create", root, '"x"', "--notify", json.dumps({"file": str(good)}),
+                      "--notify", json.dumps({"file": str(bad)}))
+    assert made.returncode == 0, made.stderr
+    job_id = made.stdout.strip()
     with JobStore(root) as store:
-        job = store.create("x")
-        store.queue(job.id, {"file": str(good)})
-        store.queue(job.id, {"file": str(bad)})
-        store.fulfill(job.id, "42")
-    out = subprocess.run([sys.executable, str(EXAMPLES / "cron_notifier.py"), root],
-                         capture_output=True, text=True, timeout=120)
+        store.fulfill(job_id, "42")
+    out = fsjobstore("notify", root, "--handler", "cron_notifier:deliver", "--burst")
     assert out.returncode == 0, out.stderr
-    assert "delivered 1, will retry 1" in out.stdout
+    assert "delivered 1, will retry 1" in out.stderr
     assert json.loads(good.read_text())["value"] == "42"
     with JobStore(root) as store:
-        assert store.get(job.id).waiting == ({"file": str(bad)},)
+        assert store.get(job_id).waiting == ({"file": str(bad)},)

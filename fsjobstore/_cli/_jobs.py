@@ -29,6 +29,9 @@ def add(subparsers: Any) -> None:
     p.add_argument("--delay", type=float, default=None, help="seconds before it may run")
     p.add_argument("--max-attempts", type=int, default=None, help="attempts before it fails for good")
     p.add_argument("--id", dest="job_id", default=None, help="choose the job id (an unused one)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds one attempt may run (default: the store's)")
+    p.add_argument("--notify", action="append", default=[], metavar="TARGET",
+                   help="a JSON target to deliver the result to (repeat it); `fsjobstore notify` delivers")
 
     subcommand(subparsers, "get", get, positionals=("ID",), reads=True,
                help="show one job", example="fsjobstore get ./jobs 3f2a9c0e5b1d4f6a8c7e9d0b1a2c3e4f --json")
@@ -112,9 +115,16 @@ def init(args: argparse.Namespace) -> int:
 
 def create(args: argparse.Namespace) -> int:
     request = json_arg(args.request, "request")
+    targets = [json_arg(text, "--notify target") for text in args.notify]
     with open_store(args, create=True) as store:
         job = store.create(request, queue=args.queue, priority=args.priority, delay=args.delay,
-                           max_attempts=args.max_attempts, job_id=args.job_id)
+                           max_attempts=args.max_attempts, job_id=args.job_id, timeout=args.timeout)
+        # RACE: a worker may finish the job before its targets are queued; queue() then indexes
+        # the final job for notification at once, so no target misses its result.
+        for target in targets:
+            store.queue(job.id, target)
+        if targets:
+            job = store.get(job.id)  # the snapshot that shows its targets
     if args.json:
         render.print_json(job.to_dict())
     else:

@@ -67,8 +67,15 @@ def print_job(job: Job) -> None:
 def _progress(job: Job) -> str:
     p = job.progress
     assert p is not None
-    amount = f"{p.done:g}" if p.total is None else f"{p.done:g} of {p.total:g}"
+    amount = _number(p.done) if p.total is None else f"{_number(p.done)} of {_number(p.total)}"
+    if p.total:
+        amount += f" ({100 * p.done / p.total:.0f}%)"
     return amount + (f": {p.message}" if p.message else "") + f" (attempt {p.attempt}, {when(p.at)})"
+
+
+def _number(x: float) -> str:
+    """6831736 rather than 6.83174e+06; fractions as given."""
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:,g}"
 
 
 def print_workers(workers: list[WorkerInfo]) -> None:

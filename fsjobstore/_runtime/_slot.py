@@ -120,7 +120,7 @@ def run_one(lease: WorkLease, handler: Handler, reporter: Reporter) -> str:
     fulfilled, retrying, failed, cancelled, timed-out, lost or released."""
     reporter.started(lease)
     started = time.monotonic()
-    outcome = "lost"
+    outcome, why = "lost", ""
     try:
         try:
             value = handler(JobContext(lease, lambda: reporter.touched(lease)))
@@ -129,11 +129,12 @@ def run_one(lease: WorkLease, handler: Handler, reporter: Reporter) -> str:
             raise
         except Exception as exc:
             outcome = _fail(lease, exc)
+            why = f": {type(exc).__name__}: {exc}"
         else:
             outcome = _fulfil(lease, value)
     finally:
-        log.info("job %s queue=%s attempt=%d %s in %.3fs", lease.id, lease.queue, lease.attempt, outcome,
-                 time.monotonic() - started)
+        log.info("job %s queue=%s attempt=%d %s in %.3fs%s", lease.id, lease.queue, lease.attempt, outcome,
+                 time.monotonic() - started, why)
         reporter.finished(outcome)
     return outcome
 
