@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,15 @@ def test_the_quickstart_runs_producer_workers_and_notifier(tmp_path: Path) -> No
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "delivered 20 results" in out.stdout and out.stdout.rstrip().endswith("OK")
+
+
+def test_the_readme_python_example_runs_and_prints_the_value(tmp_path: Path) -> None:
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", readme, re.S)[0]
+    (tmp_path / "example.py").write_text(code)
+    out = subprocess.run([sys.executable, "example.py"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "{'width': 640}"
 
 
 def fsjobstore(*args: str) -> subprocess.CompletedProcess[str]:
