@@ -63,6 +63,7 @@ class Core:
         self.closed = False
         # Called once before the first pull that needs the background thread (set by JobStore).
         self.start_background: Callable[[], None] = lambda: None
+        self.keep_beating: Callable[[], None] = lambda: None  # the heartbeat alone (see ensure_owner)
         self.doorbell = Doorbell(layout, self.owner_id, enabled=settings.doorbell, file_mode=tree.perms.file_mode)
         tree.bell = self.doorbell.ring
         self._reset()
@@ -99,9 +100,17 @@ class Core:
     # -- identity ------------------------------------------------------------------------------
     def ensure_owner(self) -> OwnerLease:
         with self.mutex:
-            if self.owner is None:
+            made = self.owner is None
+            if made:
                 self.owner = OwnerLease(self.layout, self.settings.lease_duration, self.tree.perms.file_mode)
-            return self.owner
+            owner = self.owner
+        if made and not self.settings.lock_takeover:
+            # Where a free lock proves nothing, an owner file that stops changing is a dead
+            # owner's: others delete its temp files and its reservations' owner. A process that
+            # only creates jobs must beat too, from the moment it has an identity.
+            self.keep_beating()
+        assert owner is not None
+        return owner
 
     def replace_owner(self, old: OwnerLease) -> None:
         """Drop an owner identity others judged gone; the next claim makes a new one."""

@@ -1,6 +1,7 @@
 """The background thread of a store that pulls: heartbeats, lease checks, periodic recovery.
 
-One thread per open store, started by its first pull. Each beat rewrites the owner file (so
+One thread per open store, started by its first pull (or, in a heartbeat-only store, as soon
+as the store has an owner identity: a producer there must beat too). Each beat rewrites the owner file (so
 observers see this process alive), then tells every held lease whose claim or lock is gone, or
 every held lease if this process could not beat in time (``stalled``). Every
 ``max(heartbeat_interval, lease_duration / 2)`` it also runs a recovery pass.
@@ -48,10 +49,10 @@ class Heart:
         if self._first_pass.is_set():
             return  # the common case, every pull after the first: no lock taken
         core = self._core
+        core.ensure_owner()  # in a heartbeat-only store this starts the thread itself (keep_beating)
         with core.mutex:
             first = self.thread is None and not core.closed
             if first:
-                core.ensure_owner()
                 self.thread = threading.Thread(target=self._run, name=f"fsjobstore-heartbeat-{core.pid}",
                                                daemon=True)
         if not first:
@@ -61,6 +62,20 @@ class Heart:
             self._recover(deep=None)  # deep once per boot (a power cut is one): see _recovery
         finally:
             self._first_pass.set()
+        self._start_threads()
+
+    def keep_beating(self) -> None:
+        """Start the thread without waiting for its first recovery pass, which it makes itself
+        (a create must not wait for one); a later first pull waits for that pass."""
+        core = self._core
+        with core.mutex:
+            if self.thread is not None or core.closed:
+                return
+            self.thread = threading.Thread(target=self._run, name=f"fsjobstore-heartbeat-{core.pid}", daemon=True)
+            self._start_threads()
+
+    def _start_threads(self) -> None:
+        core = self._core
         self._last_beat = self._last_success = core.clock()
         assert self.thread is not None
         self.thread.start()
@@ -76,6 +91,11 @@ class Heart:
     def _run(self) -> None:
         core, settings = self._core, self._core.settings
         interval = max(settings.heartbeat_interval, settings.lease_duration / 2)
+        if not self._first_pass.is_set():  # started by keep_beating: the first pass is ours
+            try:
+                self._recover(deep=None)
+            finally:
+                self._first_pass.set()
         next_recovery = core.clock() + interval
         while not self.stop_event.is_set():
             if core.clock() >= next_recovery:

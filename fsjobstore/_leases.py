@@ -259,11 +259,19 @@ class NotifyLock:
 def break_if_expired(path: str, me: str, probe: OwnerProbe) -> bool:
     """Unlink a notify lock whose holder's heartbeat stopped; True if it was broken.
 
+    Where locks are not trusted (heartbeat-only), a holder judged gone whose owner file someone
+    already removed is "dead", and its lock may still be held (a hung client keeps its locks on
+    GlusterFS until it resumes): it is broken as an expired one's would be. Where locks are
+    trusted, a dead holder's lock is free already and needs no breaking.
+
     RACE: the hung holder may wake and call done(); it rechecks its lock's inode first and
     raises LeaseLost, so at worst its targets are delivered twice (delivery is at least once).
     """
     holder = notify_lock_holder(path)
-    if holder and holder != me and probe.status(holder) == "expired":
+    if not holder or holder == me:
+        return False
+    status = probe.status(holder)
+    if status == "expired" or (status == "dead" and not probe.trust_locks):
         return unlink(path)
     return False
 

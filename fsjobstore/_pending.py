@@ -145,6 +145,9 @@ class Pending:
                     except InvalidRequest:
                         self._tree.quarantine(self._layout.pending_dir(q), "unrecognised queue directory")
                         continue
+                    if not fs.is_real_dir(self._layout.pending_dir(q)):  # a file planted there
+                        self._tree.quarantine(self._layout.pending_dir(q), "a queue must be a directory")
+                        continue
                     self._index_locked(q)
                 self._queues_listed_at = now
             return list(self._indexes)

@@ -292,7 +292,8 @@ def _sweep_emptied(core: Core, counts: dict[str, int]) -> None:
     """Queued jobs whose files a power cut left empty (the rename reached the disk, the data
     did not): quarantine them now with the reason, rather than let a worker trip on each."""
     lay = core.layout
-    dirs = [lay.pending_dir(q) for q in fs.scan_names(lay.pending)] + [lay.scheduled]
+    dirs = [lay.pending_dir(q) for q in fs.scan_names(lay.pending) if fs.is_real_dir(lay.pending_dir(q))]
+    dirs.append(lay.scheduled)
     for directory in dirs:
         for name in fs.scan_names(directory):
             path = os.path.join(directory, name)

@@ -82,8 +82,8 @@ class RunLog:
 
     def _start(self) -> None:
         tree = self._core.tree
-        with contextlib.suppress(FileExistsError):
-            sc.mkdir(self._core.layout.run_dir(self._job_id), tree.perms.dir_mode)
+        # Group mode too (chmod after mkdir): another member's worker writes the next attempt here.
+        fs.ensure_dir(self._core.layout.run_dir(self._job_id), durable=False, mode=tree.perms.dir_mode)
         head = dumps({"attempt": self._attempt, "at": self._core.wall()}) + b"\n"
         with contextlib.suppress(FileNotFoundError):
             fs.unlink(self._path)  # a stale file of ours (a failed start): begin again

@@ -166,6 +166,7 @@ class JobStore:
         self._byid = ById(core, self._work, self._notifier, self._control)
         self._heart = Heart(core, self._work, self._notifier, self._control)
         core.start_background = self._heart.start
+        core.keep_beating = self._heart.keep_beating
         self.group: int | None = config.perms.gid
         """The gid of the group that shares this store, or None for a private store."""
         _LIVE_STORES.add(self)
@@ -440,7 +441,10 @@ class JobStore:
         by_queue: dict[str, int] = {}
         oldest: int | None = None
         for q in fs.scan_names(lay.pending):
-            names = [n for n in fs.scan_names(lay.pending_dir(q)) if PENDING_RE.match(n)]
+            try:
+                names = [n for n in fs.scan_names(lay.pending_dir(q)) if PENDING_RE.match(n)]
+            except NotADirectoryError:
+                continue  # a file planted where a queue belongs: the next pull quarantines it
             by_queue[q] = len(names)
             for n in names:
                 seq = int(n.split(".", 2)[1])

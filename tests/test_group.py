@@ -77,6 +77,8 @@ def test_users_of_one_group_share_a_store(root: str) -> None:
         with JobStore(root) as store:  # the group comes from the store
             lease = store.pull_work()
             assert lease is not None and lease.id == job_id
+            lease.progress(1, 2, "halfway")  # runs/<id>/: the next attempt may be another member's
+            lease.log("resized")
             lease.fulfill({"width": 640})
             note = store.pull_notification()
             assert note is not None and note.waiting == ({"notify": "web"},)

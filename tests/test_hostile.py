@@ -169,3 +169,17 @@ def test_the_same_key_in_sibling_objects_is_no_duplicate() -> None:
     from fsjobstore._codec import loads
 
     assert loads(b'{"x":[{"k":1},{"k":2}],"k":3}') == {"x": [{"k": 1}, {"k": 2}], "k": 3}
+
+
+def test_a_file_where_a_queue_directory_belongs_is_quarantined_and_every_queue_keeps_working(store: JobStore) -> None:
+    with open(os.path.join(store.path, "jobs", "pending", "images"), "w") as fh:
+        fh.write("not a directory")
+    job = store.create({"n": 1})
+    assert store.statistics().pending == 1
+    assert store.recover(deep=True) is not None
+    lease = store.pull_work()
+    assert lease is not None and lease.id == job.id
+    lease.fulfill(b"ok")
+    assert store.create({"n": 2}, queue="other").queue == "other"
+    assert not os.path.exists(os.path.join(store.path, "jobs", "pending", "images"))
+    assert any("images" in name for name in os.listdir(os.path.join(store.path, "quarantine")))

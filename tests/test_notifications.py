@@ -206,3 +206,23 @@ def test_done_with_a_target_that_was_not_offered_is_refused_and_changes_nothing(
     assert not note.finished and set(store.get(job.id).waiting) == {"a", "b"}
     note.done(["a"])  # the lease is still held: a corrected call works
     assert store.get(job.id).waiting == ("b",)
+
+
+def test_a_hung_notifier_whose_owner_file_was_cleaned_up_loses_its_lock_where_locks_prove_nothing(
+    open_store: Callable[..., JobStore],
+) -> None:
+    import os
+
+    from conftest import freeze
+    from internals import owner
+
+    settings = {"backoff": lambda n: 0.0, "lock_takeover": False, "lease_duration": 1.0, "heartbeat_interval": 0.2}
+    a, b = open_store(**settings), open_store(**settings)
+    job_id, note = _leased_notification(a)
+    freeze(a)  # hung: no more beats, and its flock stays held (a hung GlusterFS client keeps it)
+    os.unlink(owner(a).path)  # another process judged it expired and cleaned its owner file up
+    taken = b.pull_notification()
+    assert taken is not None and taken.id == job_id
+    taken.done(["t"])
+    with pytest.raises(LeaseLost):
+        note.done(["t"])

@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -355,3 +356,19 @@ def test_a_holder_hears_of_a_hung_heartbeat_while_it_is_still_hung(open_store: C
         assert not hung.is_set()
     finally:
         hung.set()
+
+
+def test_a_producer_in_a_heartbeat_only_store_beats_so_others_never_judge_it_gone(tmp_path: Any) -> None:
+    root = str(tmp_path / "s")
+    settings: dict[str, Any] = {"lock_takeover": False, "lease_duration": 1.0, "heartbeat_interval": 0.2}
+    with JobStore(root, **settings) as producer, JobStore(root, **settings) as observer:
+        producer.create({"n": 1})  # never pulls
+        me = owner(producer)
+        observer.pull_work(queues="elsewhere")  # a long-lived observer, judging expiry every half lease
+        first = Path(me.path).read_bytes()
+        time.sleep(2.5)  # more than two leases
+        observer.recover()
+        assert os.path.exists(me.path) and Path(me.path).read_bytes() != first  # it beat, and is alive to others
+        assert owner(producer) is me
+        producer.create({"n": 2})
+        assert observer.statistics().pending == 2
