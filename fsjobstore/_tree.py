@@ -68,9 +68,11 @@ class Tree:
 
     def read_job(self, loc: Location) -> Record:
         """The record of the job at ``loc``. A file in a final state that holds no result (no
-        result line, nobody's commit) lost that line to a power cut: it raises LostJobData."""
+        result line, and a record that was not written final: nobody's commit, or no finish
+        time, as after a retry) lost that line to a power cut: it raises LostJobData."""
         parsed = self.read_parsed(loc.path)
-        if loc.state.is_final and parsed.final is None and parsed.record.committed_by is None:
+        record = parsed.record
+        if loc.state.is_final and parsed.final is None and (record.committed_by is None or record.finished_at is None):
             raise LostJobData(f"is in {loc.state.value}/ but holds no result: {LOST_DATA}")
         return parsed.record
 

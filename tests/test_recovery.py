@@ -372,3 +372,21 @@ def test_a_producer_in_a_heartbeat_only_store_beats_so_others_never_judge_it_gon
         assert owner(producer) is me
         producer.create({"n": 2})
         assert observer.statistics().pending == 2
+
+
+def test_a_result_line_a_power_cut_lost_is_never_read_as_a_result_even_after_a_retry(tmp_path: Any) -> None:
+    from fsjobstore import CorruptJob
+
+    with JobStore(str(tmp_path / "s"), durable=False, backoff=lambda n: 0.0) as store:
+        job = store.create({"n": 1})
+        lease = store.pull_work()
+        assert lease is not None
+        lease.fail("first try")  # retried: the record line now names this claim (committed_by)
+        lease = store.pull_work()
+        assert lease is not None
+        lease.fulfill({"answer": 42})
+        path = os.path.join(store.path, "jobs", "fulfilled", f"{job.id}.json")
+        first_line = Path(path).read_bytes().split(b"\n")[0] + b"\n"
+        Path(path).write_bytes(first_line)  # the rename reached the disk, the appended line did not
+        with pytest.raises(CorruptJob, match="holds no result"):
+            store.get(job.id)  # not "fulfilled" with a null value
