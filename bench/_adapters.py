@@ -26,7 +26,8 @@ class Adapter:
     fsync: bool | str = "option"
     acks = True  # does completing differ from claiming (is an item safe while worked on)?
     records_durability = False  # is ``durable`` fixed when the queue is made (then pass it to every open)?
-    note = ""
+    note = ""  # how items are claimed and completed (the drain tables)
+    put_note = ""  # how an item is added (the enqueue tables)
 
     def __init__(self, path: str, durable: bool) -> None:
         self.path = path
@@ -56,6 +57,7 @@ class FsJobStore(Adapter):
     name = "fsjobstore"
     records_durability = True
     note = "claim = rename into active/, complete = fulfil (the result is kept)"
+    put_note = "create = write a temp file, rename it into pending/<queue>/ (fsync of file and directory when durable)"
 
     def __init__(self, path: str, durable: bool) -> None:
         super().__init__(path, durable)
@@ -86,6 +88,7 @@ class Dirq(Adapter):
     name = "dirq"
     fsync = False
     note = "QueueSimple; lock = link, remove = two unlinks; no fsync option"
+    put_note = "QueueSimple add = write a temp file, rename it into place; no fsync option"
 
     def __init__(self, path: str, durable: bool) -> None:
         super().__init__(path, durable)
@@ -115,6 +118,7 @@ class PersistQueue(Adapter):
     mp_safe = False  # get() selects then updates under a thread lock only
     fsync = True  # SQLite WAL with the default synchronous=FULL: no switch
     note = "SQLiteAckQueue get+ack; one process only (its lock is a thread lock)"
+    put_note = "SQLiteAckQueue put = one INSERT, committed (always fsyncs)"
 
     def __init__(self, path: str, durable: bool) -> None:
         super().__init__(path, durable)
@@ -143,6 +147,7 @@ class HueySqlite(Adapter):
     name = "huey-sqlite"
     acks = False
     note = "SqliteStorage enqueue/dequeue; fsync=True|False"
+    put_note = "SqliteStorage enqueue = one INSERT; fsync=True|False"
 
     def __init__(self, path: str, durable: bool) -> None:
         super().__init__(path, durable)
@@ -168,6 +173,7 @@ class HueyFile(Adapter):
     acks = False
     fsync = False
     note = "FileStorage (flock around every call; lists the queue per dequeue); no fsync option"
+    put_note = "FileStorage enqueue = one file written under its flock; no fsync option"
 
     def __init__(self, path: str, durable: bool) -> None:
         super().__init__(path, durable)
@@ -188,6 +194,7 @@ class LiteQueue(Adapter):
     name = "litequeue"
     fsync = False  # sets synchronous=NORMAL (WAL) itself: no switch
     note = "pop + done; synchronous=NORMAL is hard-wired"
+    put_note = "put = one INSERT; synchronous=NORMAL is hard-wired"
 
     def __init__(self, path: str, durable: bool) -> None:
         super().__init__(path, durable)
@@ -215,6 +222,7 @@ class DiskcacheDeque(Adapter):
     name = "diskcache"
     acks = False
     note = "Deque append/popleft; durable = sqlite_synchronous=2 (FULL)"
+    put_note = "Deque append = one INSERT; durable = sqlite_synchronous=2 (FULL)"
 
     def __init__(self, path: str, durable: bool) -> None:
         super().__init__(path, durable)

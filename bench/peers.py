@@ -310,11 +310,11 @@ def main() -> None:
         rates = {p: statistics.median(r) for p, r in runs.items()}
         for p, cls in peers.items():
             if p not in rates:
-                rows.append([p, "n/a: no fsync option", "", cls.note])
+                rows.append([p, "n/a: no fsync option", "", cls.put_note])
                 continue
             mode = "always fsyncs" if not durable and cls.fsync is True else ""
             rows.append([p, f"{rates[p]:,.0f}" + (f" ({mode})" if mode else ""),
-                         ratio(rates["fsjobstore"], rates[p]), cls.note])
+                         ratio(rates["fsjobstore"], rates[p]), cls.put_note])
         figures[f"{key}-create"] = rates
         pairs = [run.once(lambda d, durable=durable: paired_create(d, n if not durable else n // 5, durable))
                  for _ in range(run.repeat)]
