@@ -34,7 +34,8 @@ class Settings:
     """What a store was opened with, validated (see ``JobStore.__init__``)."""
 
     path: str
-    durable: bool
+    durable: bool  # whether this process fsyncs
+    store_durable: bool  # what the store promises (its marker): a power cut may empty files where False
     lease_duration: float
     heartbeat_interval: float
     max_attempts: int

@@ -65,9 +65,12 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     counts = new_counts()
     me = core.owner_id()
     counts["duplicates_dropped"] += core.sweep_litter()
+    # What the store promises decides, not what this process does: a process that fsyncs in a
+    # store that does not still meets the files others wrote without fsync.
+    emptiable = not core.settings.store_durable
     if deep is None:  # a process's first pass: deep once per boot of this host (see _sweep_emptied)
-        deep = not core.durable and not sc.lexists(_boot_marker(core))
-    if deep and not core.durable:
+        deep = emptiable and not sc.lexists(_boot_marker(core))
+    if deep and emptiable:
         _sweep_emptied(core, counts)
     overdue = _sweep_deadlines(core, notifier, control, me, counts)
     _sweep_active(core, notifier, control, me, overdue, counts)

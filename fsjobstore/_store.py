@@ -151,7 +151,7 @@ class JobStore:
                     perms=config.perms)
         local = locks_prove_death(self.path)  # a local filesystem: locks reach every process, inotify too
         settings = Settings(
-            path=self.path, durable=durable, lease_duration=float(lease_duration),
+            path=self.path, durable=durable, store_durable=config.durable, lease_duration=float(lease_duration),
             heartbeat_interval=float(heartbeat), max_attempts=max_attempts, backoff=backoff,
             max_value_bytes=max_value_bytes, max_request_bytes=max_request_bytes,
             poll_interval=poll_interval, watch=watch,

@@ -325,6 +325,9 @@ def test_the_first_pull_after_a_boot_looks_for_jobs_a_power_cut_emptied_once(tmp
     with JobStore(root) as explicit:
         empty_one(explicit)
         assert explicit.recover().lost_to_power_loss == 1  # an explicit recover() always looks
+    with JobStore(root, durable=True) as careful:  # this process fsyncs; the store does not promise it
+        empty_one(careful)
+        assert careful.recover().lost_to_power_loss == 1
 
 
 def test_a_holder_hears_of_a_hung_heartbeat_while_it_is_still_hung(open_store: Callable[..., JobStore],
