@@ -80,7 +80,10 @@ def republish_orphan(core: Core, job_id: str) -> None:
         if not stat.S_ISREG(sc.fstat(fd).st_mode):
             return  # planted: it still spends the id, but there is nothing to publish
         sc.lock_blocking(fd)
-        if sc.fstat(fd).st_nlink > 1 or core.tree.locate(job_id) is not None:
+        # RACE: the job may be moving while we look (a claim, a retry that rewrote it under a new
+        # inode, leaving this marker's link count at 1); exists() looks in both directions of
+        # travel, so only four opposed moves timed into its passes could hide it.
+        if sc.fstat(fd).st_nlink > 1 or core.tree.exists(job_id):
             return  # published, or a create is between its link and its rename
         try:
             record = core.tree.read_record(marker)
