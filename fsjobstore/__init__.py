@@ -25,6 +25,7 @@ from ._errors import (
     UntrustedStore,
     ValueTooLarge,
     WaitTimeout,
+    WorkerFailing,
 )
 from ._handles import NotificationLease, WorkLease
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
@@ -76,6 +77,7 @@ __all__ = [
     "WaitTimeout",
     "WorkLease",
     "Worker",
+    "WorkerFailing",
     "WorkerInfo",
     "__version__",
     "default_backoff",

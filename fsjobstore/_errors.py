@@ -20,6 +20,7 @@ also means what a builtin means, it subclasses that builtin too, so ``except Key
     ├── StoreNotFound (FileNotFoundError)  no store at that path, and none may be made there
     ├── StoreFormatError                   the store was written by an incompatible format version
     ├── StoreClosed (RuntimeError)         the JobStore was closed
+    ├── WorkerFailing (RuntimeError)       a Worker's processes or threads keep dying at start
     └── StorageError (OSError)             the filesystem failed a call: EIO, EROFS, EMFILE, ...
         └── StorageFull                    ENOSPC or EDQUOT
 
@@ -123,6 +124,12 @@ class StoreFormatError(JobStoreError):
 
 class StoreClosed(JobStoreError, RuntimeError):
     """The JobStore was closed; open a new one."""
+
+
+class WorkerFailing(JobStoreError, RuntimeError):
+    """A :class:`~fsjobstore.Worker` stopped because its processes or threads kept failing
+    within moments of their start (their errors are in the log); nothing was lost: every job
+    they held was given back or recovered."""
 
 
 class StorageError(JobStoreError, OSError):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -38,6 +39,8 @@ __all__ = ["Deliverer", "JobContext", "RunSummary", "Worker", "WorkerShutdown"]
 
 log = logging.getLogger("fsjobstore.worker")
 
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}")  # FORMAT.md's <queue>
+
 Mode = Literal["processes", "threads"]
 
 
@@ -49,6 +52,15 @@ class RunSummary:
     jobs_failed: int  # attempts that failed (retried or not) or timed out
     seconds: float
     stopped_by: str  # "burst", "count", "duration", "signal" or "stop"
+
+
+def _check_queue(queue: object, what: str) -> str:
+    """A queue name the store accepts (FORMAT.md, "Names"), checked before any process starts:
+    a bad one would otherwise fail in every child, at every pull."""
+    if not isinstance(queue, str) or not _QUEUE_NAME.fullmatch(queue):
+        raise InvalidRequest(f"{what}: {queue!r} is not a queue name: use up to 64 ASCII letters, digits, "
+                             "'_' and '-' (not first), with no dots, slashes or spaces")
+    return queue
 
 
 class _Gate:
@@ -116,7 +128,9 @@ class Worker:
         self.grace = float(grace)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self._handlers: dict[str, Handler] = {}
-        self._queues = None if queues is None else list(queues)
+        if isinstance(queues, str):
+            queues = [queues]
+        self._queues = None if queues is None else [_check_queue(q, "queues") for q in queues]
         for queue, fn in (handlers or {}).items():
             self.handler(queue)(fn)
         self._paused = threading.Event()
@@ -127,8 +141,7 @@ class Worker:
     # -- handlers --------------------------------------------------------------------------------
     def handler(self, queue: str) -> Callable[[Handler], Handler]:
         """Decorator: ``fn`` handles the jobs of ``queue``."""
-        if not isinstance(queue, str) or not queue:
-            raise InvalidRequest(f"a handler's queue must be a non-empty str, got {queue!r}")
+        _check_queue(queue, "a handler's queue")
 
         def register(fn: Handler) -> Handler:
             if not callable(fn):

@@ -94,7 +94,7 @@ def test_the_public_api_is_exactly_all() -> None:
         "JobStore", "JobStoreError", "LeaseLost", "LogLine", "NotificationLease", "Progress", "RecoveryReport",
         "StorageError", "StorageFull", "StoreClosed", "StoreFormatError", "StoreNotFound", "StoreStatistics",
         "UntrustedStore", "ValueTooLarge", "VerifyCheck", "VerifyReport", "WaitTimeout", "WorkLease", "Worker",
-        "WorkerInfo", "__version__", "default_backoff", "verify", "verify_across_hosts",
+        "WorkerFailing", "WorkerInfo", "__version__", "default_backoff", "verify", "verify_across_hosts",
     }, "the public API changed: update this list (and the README's API table) on purpose"
 
 

@@ -149,6 +149,33 @@ def test_bad_worker_arguments_name_the_problem(fast: JobStore) -> None:
         Worker(fast, {"echo": tasks.echo}, queues=["echo", "other"]).run(burst=True)
     with pytest.raises(InvalidRequest, match="not callable"):
         Worker(fast, {"echo": "not a function"})  # type: ignore[dict-item]
+    for bad in ("my.queue", "with space", "", "-first"):
+        with pytest.raises(InvalidRequest, match="is not a queue name"):
+            Worker(fast, {bad: tasks.echo})
+        with pytest.raises(InvalidRequest, match="is not a queue name"):
+            Worker(fast, {"echo": tasks.echo}, queues=[bad])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_slots_that_keep_dying_at_start_stop_the_worker_with_an_error_and_lose_nothing(
+    fast: JobStore, mode: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from fsjobstore import WorkerFailing
+
+    job = fast.create({"n": 1}, queue="echo")
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("this store cannot be read")  # what every pull of a broken setup meets
+
+    monkeypatch.setattr(fast, "pull_work", broken)  # forked children inherit it
+    started = time.monotonic()
+    with pytest.raises(WorkerFailing, match="5 times in a row"):
+        Worker(fast, {"echo": tasks.echo}, concurrency=2, mode=mode).run(burst=True)
+    deaths = [r for r in caplog.records if "exited with" in r.message or "worker thread failed" in r.message]
+    assert len(deaths) <= 6, len(deaths)  # no fork storm: restarts waited, 0.1 s doubling
+    assert time.monotonic() - started > 0.4
+    monkeypatch.undo()
+    assert fast.get(job.id).state is JobState.PENDING and fast.workers() == []
 
 
 def test_the_deliverer_delivers_and_keeps_the_targets_that_failed(fast: JobStore, tmp_path: object) -> None:

@@ -24,6 +24,7 @@ from types import FrameType
 
 from .. import JobStore, WorkLease
 from ._board import Board
+from ._restarts import Restarts
 from ._slot import Handler, WorkerShutdown, serve
 
 log = logging.getLogger("fsjobstore.worker")
@@ -131,6 +132,8 @@ class ProcessPool:
         self._pids: list[int | None] = [None] * concurrency
         self._killed: dict[int, tuple[str, str]] = {}  # slot -> (why, job id)
         self._extra_failed = 0  # attempts of killed children, which could not count them
+        self._restarts = Restarts()
+        self._jobs_seen = 0
 
     def start(self) -> None:
         for i in range(len(self._pids)):
@@ -142,14 +145,24 @@ class ProcessPool:
         if pid == 0:
             _child(self._store, self._handlers, self._queues, self._board, index, self._burst, parent)
         self._pids[index] = pid
+        self._restarts.born(index)
 
     def alive(self) -> bool:
-        return any(pid is not None for pid in self._pids)
+        return any(pid is not None for pid in self._pids) or self._restarts.waiting()
 
     def tick(self, *, stopping: bool) -> None:
-        """Reap children, kill the ones that overran or whose job was cancelled, start new ones."""
+        """Reap children, kill the ones that overran or whose job was cancelled, start new ones.
+        Raises WorkerFailing when children keep dying at start (see _restarts)."""
         now = time.monotonic()
         recover = False
+        done, failed = self.counts()
+        if done + failed > self._jobs_seen:
+            self._jobs_seen = done + failed
+            self._restarts.worked()
+        if stopping:
+            self._restarts.cancel()
+        for i in self._restarts.due():
+            self._spawn(i)
         for i, pid in enumerate(self._pids):
             if pid is None:
                 continue
@@ -187,9 +200,12 @@ class ProcessPool:
             log.warning("worker process %d exited with %s%s; its job is recovered", view.pid or -1,
                         os.waitstatus_to_exitcode(status), f" while running job {view.job_id}" if view.busy else "")
         # A child exits cleanly only when told to (stop), when the run's budget is spent, or in a
-        # burst when nothing is due: none of those wants a new one. A crash or a kill does.
-        if not stopping and not clean:
+        # burst when nothing is due: none of those wants a new one. A kill (ours) wants one at
+        # once; a crash wants one after a delay that grows while children keep crashing at start.
+        if not stopping and killed is not None:
             self._spawn(index)
+        elif not stopping and not clean:
+            self._restarts.died(index, "worker processes")
         return not clean
 
     def running(self) -> list[dict[str, object]]:

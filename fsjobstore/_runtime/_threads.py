@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from .. import JobStore, WorkLease
+from ._restarts import Restarts
 from ._slot import Gate, Handler, serve
 
 log = logging.getLogger("fsjobstore.worker")
@@ -25,6 +26,7 @@ class _Slot:
 
     def __init__(self, index: int) -> None:
         self.index = index
+        self.crashed = False  # its thread ended on an unexpected error (not a stop or a burst's end)
         self.thread: threading.Thread | None = None
         self.lease: WorkLease | None = None
         self.started = 0.0
@@ -59,6 +61,9 @@ class ThreadPool:
         self._slots = [_Slot(i) for i in range(concurrency)]
         self._lock = threading.Lock()
         self._abandoned: list[_Slot] = []
+        self._restarts = Restarts()
+        self._jobs_seen = 0
+        self._restarting: set[int] = set()
 
     def start(self) -> None:
         for slot in self._slots:
@@ -73,15 +78,32 @@ class ThreadPool:
                 serve(self._store, self._handlers, self._queues, gate, reporter, burst=self._burst)
             except Exception:
                 log.exception("a worker thread failed; it is replaced")
+                slot.crashed = True
 
         slot.thread = threading.Thread(target=body, name=f"fsjobstore-worker-{slot.index}", daemon=True)
+        self._restarts.born(slot.index)
         slot.thread.start()
 
     def alive(self) -> bool:
-        return any(s.thread is not None and s.thread.is_alive() for s in self._slots)
+        # A crashed slot the next tick has not seen yet still counts: it is to be started again.
+        return any((s.thread is not None and s.thread.is_alive()) or s.crashed for s in self._slots) \
+            or self._restarts.waiting()
 
     def tick(self) -> None:
-        """One look at every slot: time limits, cancel requests, threads that died."""
+        """One look at every slot: time limits, cancel requests, threads that died. Raises
+        WorkerFailing when threads keep dying at start (see _restarts)."""
+        done, failed = self.counts()
+        if done + failed > self._jobs_seen:
+            self._jobs_seen = done + failed
+            self._restarts.worked()
+        if self._gate.stopping():  # nothing is started again
+            self._restarts.cancel()
+            self._restarting.clear()
+            for slot in self._slots:
+                slot.crashed = False
+        for i in self._restarts.due():
+            self._restarting.discard(i)
+            self._start(self._slots[i])
         for i, slot in enumerate(self._slots):
             lease = slot.lease
             if lease is not None and not lease.finished:
@@ -93,10 +115,11 @@ class ThreadPool:
                     self._replace(i, slot)
                     continue
                 lease.cancel_requested  # noqa: B018  (fires on_cancel once; the handler looks)
-            if slot.thread is not None and not slot.thread.is_alive() and not self._gate.stopping() \
-                    and not self._burst and self._gate.take():
-                self._gate.give_back()
-                self._start(slot)  # a thread that died on an unexpected error
+            if slot.crashed and slot.thread is not None and not slot.thread.is_alive() \
+                    and i not in self._restarting and not self._gate.stopping():
+                slot.crashed = False
+                self._restarting.add(i)
+                self._restarts.died(i, "worker threads")  # a thread that died on an unexpected error
 
     def _replace(self, i: int, slot: _Slot) -> None:
         slot.failed += 1
