@@ -205,6 +205,7 @@ class Worker:
     def _run(self, queues: list[str], count: int | None, duration: float | None, burst: bool,
              started: float) -> str:
         self._started_at = time.time()
+        self._round_start = 0
         if self.mode == "threads":
             gate = _Gate(count)
             self._gate = gate
@@ -222,9 +223,23 @@ class Worker:
         stop_began: float | None = None
         next_publish = 0.0
         next_recover = time.monotonic() + self.store.lease_duration / 2
+        idle_rounds = 0  # burst rounds in a row that did no job
         try:
             pool.start()
-            while pool.alive():
+            while True:
+                if not pool.alive():
+                    # In a burst every slot ends once it finds nothing due. A job may be due again
+                    # by then: one whose child was killed (a time limit), recovered a moment after
+                    # the new child looked. Then another round, so a burst leaves nothing due; a
+                    # round that does nothing twice in a row ends it anyway (a job that cannot be
+                    # claimed must not keep it going).
+                    if not (burst and stop_began is None and idle_rounds < 2 and self._more_due(queues, count)):
+                        break
+                    before = sum(self._counts())
+                    pool.start()
+                    idle_rounds = idle_rounds + 1 if before == self._round_start else 0
+                    self._round_start = before
+                    continue
                 now = time.monotonic()
                 self._apply_pause()
                 if duration is not None and now - started >= duration and not self._stop.is_set():
@@ -239,7 +254,7 @@ class Worker:
                     break
                 self._tick(stopping=stop_began is not None)
                 if not pool.alive():
-                    break  # every slot has finished (a burst, a spent count): no reason to wait
+                    continue  # every slot has finished (a burst, a spent count): no reason to wait
                 if self.mode == "processes" and now >= next_recover:
                     # What the store's heartbeat thread would do; this process runs none.
                     self.store.recover(deep=False)
@@ -258,6 +273,13 @@ class Worker:
         if stopped_by:
             return stopped_by
         return "count" if count is not None and self._budget_spent() else "burst"
+
+    def _more_due(self, queues: list[str], count: int | None) -> bool:
+        """Whether a job of our queues is due and may be taken (its queue not paused, budget left)."""
+        if count is not None and self._budget_spent():
+            return False
+        stats, paused = self.store.statistics(), self.store.paused()
+        return any(stats.pending_by_queue.get(q, 0) > 0 for q in queues if q not in paused)
 
     def _tick(self, *, stopping: bool) -> None:
         if isinstance(self._pool, ThreadPool):

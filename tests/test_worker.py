@@ -190,3 +190,20 @@ def test_the_deliverer_delivers_and_keeps_the_targets_that_failed(fast: JobStore
     assert (delivered, failed) == (1, 1)
     assert out.read_text() == f"{job.id} fulfilled {{'v': 1}}\n"
     assert fast.get(job.id).waiting == ("not a file target",)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_burst_runs_every_attempt_of_a_job_that_keeps_timing_out_before_it_ends(fast: JobStore, mode: str) -> None:
+    job = fast.create({"seconds": 5}, queue="slow", timeout=0.3, max_attempts=3)
+    summary = Worker(fast, {"slow": tasks.slow}, mode=mode).run(burst=True)
+    got = fast.get(job.id)
+    assert got.state is JobState.FAILED and got.attempts == 3, (got, summary)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_value_that_cannot_be_stored_fails_the_job_at_once_with_a_clear_error(fast: JobStore, mode: str) -> None:
+    job = fast.create({"value": "a set"}, queue="bad", max_attempts=3)
+    Worker(fast, {"bad": tasks.unstorable}, mode=mode).run(burst=True)
+    got = fast.get(job.id)
+    assert got.state is JobState.FAILED and got.attempts == 1  # a bug in the handler: running it again cannot help
+    assert (got.error or "").startswith("the handler's return value cannot be stored: ")

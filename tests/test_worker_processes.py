@@ -57,7 +57,7 @@ def test_sigterm_lets_running_jobs_finish_then_the_worker_exits(tmp_path: Path) 
                                                                                                  strict=True))
         assert store.workers() == []
     log_lines = [x for x in lines(out) if "fsjobstore.worker: job " in x]
-    assert log_lines and all(" queue=slow attempt=1 fulfilled in " in x for x in log_lines), lines(out)
+    assert log_lines and all(" queue=slow attempt=1 fulfilled (ran " in x for x in log_lines), lines(out)
 
 
 def test_a_second_sigint_stops_at_once_and_gives_the_job_back(tmp_path: Path) -> None:
@@ -164,15 +164,20 @@ def test_notify_burst_delivers_what_is_due_and_exits(tmp_path: Path) -> None:
 def test_worker_and_notify_mistakes_are_one_line_errors(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
     JobStore(root).close()
+    (tmp_path / "raises_on_import.py").write_text("x = 1\nraise RuntimeError('config missing')\n")
     for args, expect in (
+        (("worker", root, "--handler", "raises_on_import:f"),
+         f"importing 'raises_on_import' raised RuntimeError: config missing ({tmp_path}/raises_on_import.py, line 2)"),
+        (("worker", root, "--handler", "worker_tasks:echo", "--queue", "my.queue"), "'my.queue' is not a queue name"),
         (("worker", root, "--handler", "no_such_module:fn"), "cannot import 'no_such_module'"),
         (("worker", root, "--handler", "worker_tasks:nope"), "has no 'nope'"),
         (("worker", root, "--handler", "worker_tasks"), "is not MODULE:NAME"),
         (("worker", str(tmp_path / "typo"), "--handler", "worker_tasks:echo"), "there is no store at"),
         (("notify", root, "--handler", "worker_tasks:HANDLERS"), ""),
     ):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
         done = subprocess.run([sys.executable, "-m", "fsjobstore", *args, "--burst"], cwd=TESTS,
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=60, env=env)
         assert "Traceback" not in done.stderr, done.stderr
         assert expect in done.stderr, (args, done.stderr)
 

@@ -69,3 +69,8 @@ def deliver(target: Any, note_lease: Any) -> None:
 
 
 HANDLERS = {"echo": echo, "slow": slow, "hang": hang, "careful": careful, "flaky": flaky}
+
+
+def unstorable(job: JobContext) -> Any:
+    """Returns what JSON cannot hold."""
+    return {1, 2, 3}

@@ -7,6 +7,7 @@ import importlib
 import logging
 import os
 import sys
+import traceback
 from typing import Any
 
 from .. import JobStore
@@ -63,6 +64,10 @@ def load(spec: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UsageError(f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # the module itself raised while it was imported: say where
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+        raise UsageError(f"importing {module_name!r} raised {type(exc).__name__}: {exc}{where}") from None
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):

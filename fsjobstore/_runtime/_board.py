@@ -48,12 +48,27 @@ class Board:
         return stop, paused, budget
 
     def set_stop(self) -> None:
-        _, paused, budget = self._flags()
-        _FLAGS.pack_into(self._map, 0, 1, paused, budget)
+        self._set(stop=1)
 
     def set_paused(self, paused: bool) -> None:
-        stop, _, budget = self._flags()
-        _FLAGS.pack_into(self._map, 0, stop, int(paused), budget)
+        if self._flags()[1] != int(paused):  # the supervisor calls this often: change, or touch nothing
+            self._set(paused=int(paused))
+
+    def _set(self, **flag: int) -> None:
+        """Write the stop or pause flag under the lock, like take() and give_back(): the flags
+        share one record, and this write must not put back a budget a child changed meanwhile.
+
+        RACE: a child killed (a time limit, a cancel) in the instant it held the lock would hold
+        it for good; the kill re-checks the child's slot first, so that instant is tiny, and
+        here a lock not had within a second is written without, rather than hang the worker."""
+        got = self._lock.acquire(timeout=1.0)
+        try:
+            stop, paused, budget = self._flags()
+            stop, paused = flag.get("stop", stop), flag.get("paused", paused)
+            _FLAGS.pack_into(self._map, 0, stop, paused, budget)
+        finally:
+            if got:
+                self._lock.release()
 
     def stopping(self) -> bool:
         return bool(self._flags()[0])

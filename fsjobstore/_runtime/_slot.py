@@ -133,7 +133,7 @@ def run_one(lease: WorkLease, handler: Handler, reporter: Reporter) -> str:
         else:
             outcome = _fulfil(lease, value)
     finally:
-        log.info("job %s queue=%s attempt=%d %s in %.3fs%s", lease.id, lease.queue, lease.attempt, outcome,
+        log.info("job %s queue=%s attempt=%d %s (ran %.3fs)%s", lease.id, lease.queue, lease.attempt, outcome,
                  time.monotonic() - started, why)
         reporter.finished(outcome)
     return outcome
@@ -157,8 +157,19 @@ def _fulfil(lease: WorkLease, value: Any) -> str:
         return "cancelled"
     except LeaseLost:
         return _ended(lease) or "lost"
-    except InvalidRequest as exc:  # the handler returned something that cannot be stored
-        return _fail(lease, exc)
+    except InvalidRequest as exc:
+        # The handler returned something that cannot be stored (a set, a datetime, too big):
+        # a bug in the handler, which running it again will not cure, so the job fails for good.
+        if lease.finished:
+            return _ended(lease) or "lost"
+        try:
+            lease.fail(f"the handler's return value cannot be stored: {exc}", retry=False)
+        except JobCancelled:
+            return "cancelled"
+        except LeaseLost:
+            return _ended(lease) or "lost"
+        log.warning("job %s: the handler's return value cannot be stored: %s", lease.id, exc)
+        return "failed"
 
 
 def _fail(lease: WorkLease, exc: BaseException) -> str:
