@@ -147,7 +147,7 @@ class HueySqlite(Adapter):
     name = "huey-sqlite"
     acks = False
     note = "SqliteStorage enqueue/dequeue; fsync=True|False"
-    put_note = "SqliteStorage enqueue = one INSERT; fsync=True|False"
+    put_note = "SqliteStorage enqueue = one INSERT; fsync=True or False"
 
     def __init__(self, path: str, durable: bool) -> None:
         super().__init__(path, durable)

@@ -1,7 +1,7 @@
 """fsjobstore against the embedded Python queues a user would pick instead, side by side.
 
     pip install -e ".[bench]"
-    python bench/peers.py                 # the full run (about 40 minutes on 2 cores, +15 for W7/W8)
+    python bench/peers.py                 # the full run (about 65 minutes on 2 cores: W1-W6 40, W7+W8 24)
     python bench/peers.py --quick         # small counts, one repeat: a smoke run
     python bench/peers.py --peers fsjobstore,huey-sqlite --workloads W2,W4
 
