@@ -100,3 +100,16 @@ def test_a_durable_store_refuses_a_command_that_asks_for_less(tmp_path: Path) ->
     assert cli("init", root).returncode == 0
     done = cli("create", root, "1", "--no-fsync")
     assert done.returncode == 2 and "durable=False asks for less" in done.stderr
+
+
+def test_a_reader_that_stops_early_gets_no_error(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    with JobStore(root) as store:
+        job_id = store.create({"big": "x" * 300_000}).id
+    proc = subprocess.Popen([sys.executable, "-m", "fsjobstore", "get", root, job_id, "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.read(10)  # `... | head -c 10`
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and err == "", err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -20,6 +21,7 @@ from ._args import (
     FAILED,
     INTERRUPTED,
     NOT_FOUND,
+    OK,
     REFUSED,
     USAGE,
     Parser,
@@ -60,6 +62,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fsjobstore: interrupted", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`fsjobstore get ... --json | head -1`): nothing is wrong with
+        # the store. Point stdout at /dev/null so the interpreter's final flush stays quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return OK
     except UsageError as exc:
         sub.print_usage(sys.stderr)
         print(f"fsjobstore {args.command}: error: {exc}", file=sys.stderr)
