@@ -58,10 +58,7 @@ class Heart:
         if not first:
             self._first_pass.wait(60)  # another thread of ours is making the first pass
             return
-        try:
-            self._recover(deep=None)  # deep once per boot (a power cut is one): see _recovery
-        finally:
-            self._first_pass.set()
+        self._first_recovery()
         self._start_threads()
 
     def keep_beating(self) -> None:
@@ -82,6 +79,12 @@ class Heart:
         self.watchdog = threading.Thread(target=self._watch, name=f"fsjobstore-watchdog-{core.pid}", daemon=True)
         self.watchdog.start()
 
+    def _first_recovery(self) -> None:
+        try:
+            self._recover(deep=None)  # deep once per boot (a power cut is one): see _recovery
+        finally:
+            self._first_pass.set()  # pulls waiting for it go on, whatever happened
+
     def _recover(self, *, deep: bool | None) -> None:
         try:
             recover(self._core, self._notifier, self._control, deep=deep)
@@ -92,10 +95,7 @@ class Heart:
         core, settings = self._core, self._core.settings
         interval = max(settings.heartbeat_interval, settings.lease_duration / 2)
         if not self._first_pass.is_set():  # started by keep_beating: the first pass is ours
-            try:
-                self._recover(deep=None)
-            finally:
-                self._first_pass.set()
+            self._first_recovery()
         next_recovery = core.clock() + interval
         while not self.stop_event.is_set():
             if core.clock() >= next_recovery:

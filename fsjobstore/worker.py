@@ -205,7 +205,6 @@ class Worker:
     def _run(self, queues: list[str], count: int | None, duration: float | None, burst: bool,
              started: float) -> str:
         self._started_at = time.time()
-        self._round_start = 0
         if self.mode == "threads":
             gate = _Gate(count)
             self._gate = gate
@@ -224,6 +223,7 @@ class Worker:
         next_publish = 0.0
         next_recover = time.monotonic() + self.store.lease_duration / 2
         idle_rounds = 0  # burst rounds in a row that did no job
+        round_start = 0  # jobs ended when the current round began
         try:
             pool.start()
             while True:
@@ -235,10 +235,10 @@ class Worker:
                     # claimed must not keep it going).
                     if not (burst and stop_began is None and idle_rounds < 2 and self._more_due(queues, count)):
                         break
-                    before = sum(self._counts())
+                    ended = sum(self._counts())
+                    idle_rounds = idle_rounds + 1 if ended == round_start else 0
+                    round_start = ended
                     pool.start()
-                    idle_rounds = idle_rounds + 1 if before == self._round_start else 0
-                    self._round_start = before
                     continue
                 now = time.monotonic()
                 self._apply_pause()

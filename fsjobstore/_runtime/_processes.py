@@ -133,7 +133,6 @@ class ProcessPool:
         self._killed: dict[int, tuple[str, str]] = {}  # slot -> (why, job id)
         self._extra_failed = 0  # attempts of killed children, which could not count them
         self._restarts = Restarts()
-        self._jobs_seen = 0
 
     def start(self) -> None:
         for i in range(len(self._pids)):
@@ -155,13 +154,7 @@ class ProcessPool:
         Raises WorkerFailing when children keep dying at start (see _restarts)."""
         now = time.monotonic()
         recover = False
-        done, failed = self.counts()
-        if done + failed > self._jobs_seen:
-            self._jobs_seen = done + failed
-            self._restarts.worked()
-        if stopping:
-            self._restarts.cancel()
-        for i in self._restarts.due():
+        for i in self._restarts.look(sum(self.counts()), stopping=stopping):
             self._spawn(i)
         for i, pid in enumerate(self._pids):
             if pid is None:

@@ -25,13 +25,26 @@ class Restarts:
         self._born: dict[int, float] = {}
         self._due: dict[int, float] = {}
         self._in_a_row = 0
+        self._jobs_seen = 0
 
     def born(self, index: int) -> None:
         self._born[index] = self._clock()
 
-    def worked(self) -> None:
-        """A slot finished a job: whatever failed before was not a failure at start."""
-        self._in_a_row = 0
+    def look(self, jobs_ended: int, *, stopping: bool) -> list[int]:
+        """Each tick of the pool: ``jobs_ended`` is its count of jobs done or failed so far (a
+        slot that ended one was no failure at start); returns the slots whose restart is due
+        now, each once, or none while stopping (then no slot is started again)."""
+        if jobs_ended > self._jobs_seen:
+            self._jobs_seen = jobs_ended
+            self._in_a_row = 0
+        if stopping:
+            self._due.clear()
+            return []
+        now = self._clock()
+        ready = [i for i, at in self._due.items() if at <= now]
+        for i in ready:
+            del self._due[i]
+        return ready
 
     def died(self, index: int, what: str) -> None:
         """Slot ``index`` died unexpectedly; schedule its restart, or raise WorkerFailing."""
@@ -46,15 +59,3 @@ class Restarts:
 
     def waiting(self) -> bool:
         return bool(self._due)
-
-    def due(self) -> list[int]:
-        """Slots whose restart is due now (each returned once)."""
-        now = self._clock()
-        ready = [i for i, at in self._due.items() if at <= now]
-        for i in ready:
-            del self._due[i]
-        return ready
-
-    def cancel(self) -> None:
-        """Stopping: no slot is started again."""
-        self._due.clear()

@@ -160,31 +160,26 @@ def _fulfil(lease: WorkLease, value: Any) -> str:
     except InvalidRequest as exc:
         # The handler returned something that cannot be stored (a set, a datetime, too big):
         # a bug in the handler, which running it again will not cure, so the job fails for good.
-        if lease.finished:
-            return _ended(lease) or "lost"
-        try:
-            lease.fail(f"the handler's return value cannot be stored: {exc}", retry=False)
-        except JobCancelled:
-            return "cancelled"
-        except LeaseLost:
-            return _ended(lease) or "lost"
-        log.warning("job %s: the handler's return value cannot be stored: %s", lease.id, exc)
-        return "failed"
+        why = f"the handler's return value cannot be stored: {exc}"
+        outcome = _fail(lease, why, retry=False)
+        if outcome == "failed":
+            log.warning("job %s: %s", lease.id, why)
+        return outcome
 
 
-def _fail(lease: WorkLease, exc: BaseException) -> str:
+def _fail(lease: WorkLease, exc: BaseException | str, *, retry: bool = True) -> str:
     if isinstance(exc, JobCancelled) and lease.cancel_requested:
         exc = JobCancelled("the handler stopped on a cancel request")
     ended = _ended(lease)
     if ended is not None:
         return ended
     try:
-        lease.fail(exc)
+        lease.fail(exc, retry=retry)
     except JobCancelled:
         return "cancelled"
     except LeaseLost:
         return _ended(lease) or "lost"
-    return "retrying" if lease.attempt < lease.max_attempts else "failed"
+    return "retrying" if retry and lease.attempt < lease.max_attempts else "failed"
 
 
 def _release(lease: WorkLease) -> str:

@@ -62,8 +62,6 @@ class ThreadPool:
         self._lock = threading.Lock()
         self._abandoned: list[_Slot] = []
         self._restarts = Restarts()
-        self._jobs_seen = 0
-        self._restarting: set[int] = set()
 
     def start(self) -> None:
         for slot in self._slots:
@@ -92,17 +90,11 @@ class ThreadPool:
     def tick(self) -> None:
         """One look at every slot: time limits, cancel requests, threads that died. Raises
         WorkerFailing when threads keep dying at start (see _restarts)."""
-        done, failed = self.counts()
-        if done + failed > self._jobs_seen:
-            self._jobs_seen = done + failed
-            self._restarts.worked()
-        if self._gate.stopping():  # nothing is started again
-            self._restarts.cancel()
-            self._restarting.clear()
+        stopping = self._gate.stopping()
+        if stopping:  # nothing is started again
             for slot in self._slots:
                 slot.crashed = False
-        for i in self._restarts.due():
-            self._restarting.discard(i)
+        for i in self._restarts.look(sum(self.counts()), stopping=stopping):
             self._start(self._slots[i])
         for i, slot in enumerate(self._slots):
             lease = slot.lease
@@ -115,10 +107,8 @@ class ThreadPool:
                     self._replace(i, slot)
                     continue
                 lease.cancel_requested  # noqa: B018  (fires on_cancel once; the handler looks)
-            if slot.crashed and slot.thread is not None and not slot.thread.is_alive() \
-                    and i not in self._restarting and not self._gate.stopping():
-                slot.crashed = False
-                self._restarting.add(i)
+            if slot.crashed and slot.thread is not None and not slot.thread.is_alive() and not stopping:
+                slot.crashed = False  # scheduled once: the flag is set again only by a new thread's crash
                 self._restarts.died(i, "worker threads")  # a thread that died on an unexpected error
 
     def _replace(self, i: int, slot: _Slot) -> None:
