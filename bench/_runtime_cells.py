@@ -7,8 +7,10 @@ empty but for one byte of shared memory it counts each job's runs in (the bare l
 reads ``request["i"]`` and keeps it), so the exactly-once check sees every run:
 
 * W7 runtime cost (fsync off): the runtime in both modes at 1, 2 and 4, against W2's bare loop
-  (``pull_work`` + ``fulfill(b"")`` in as many processes). An empty run (0 jobs) is measured
-  beside each, so start-up (and shut-down) shows apart from the cost per job.
+  (``pull_work`` + ``fulfill(b"")`` in as many processes), and the threads mode also against the
+  same bare loop in as many threads of one process (what threads can do under the GIL). An empty
+  run (0 jobs) is measured beside each, so start-up (and shut-down) shows apart from the cost per
+  job.
 * W8 durable throughput: the runtime on stores made with durable=True at 1 .. 16, in both modes,
   beside the durable peers drained by W4's code at as many worker processes.
 """
@@ -20,10 +22,13 @@ import multiprocessing as mp
 import os
 import queue
 import statistics
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
+import _raw
 from _adapters import Adapter, FsJobStore, fill, has_durable_mode
 from _report import checks, ratio, table
 
@@ -122,6 +127,46 @@ def _run_worker(d: str, concurrency: int, mode: Any, durable: bool, handler: Han
     store.close()
 
 
+def _bare_threads(d: str, threads: int, start: Any, out: Any) -> None:
+    """W2's bare loop, in ``threads`` threads of this one process sharing one store."""
+    store = JobStore(d, durable=False)
+    taken: list[list[int]] = [[] for _ in range(threads)]
+    ends = [0.0] * threads
+
+    def loop(k: int) -> None:
+        start.wait()
+        idle = 0
+        while idle < 2:  # as W2's: two empty looks in a row
+            lease = store.pull_work(timeout=0)
+            if lease is None:
+                idle += 1
+                continue
+            idle = 0
+            lease.fulfill(b"")
+            taken[k].append(int(lease.request["i"]))
+        ends[k] = time.monotonic()
+
+    pool = [threading.Thread(target=loop, args=(k,)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    store.close()
+    out.put(([i for t in taken for i in t], max(ends), 0))
+
+
+def bare_threads_drain(d: str, n: int, threads: int) -> tuple[float, int, int, int]:
+    """(jobs/s, duplicates, losses, 0): W2's bare loop in ``threads`` threads of one process,
+    timed as W2 times its processes (from the start signal to the last thread's end)."""
+    fill(FsJobStore, d, n, False)
+    os.sync()
+    t0, results = _raw.run_together(_bare_threads, [(d, threads)])
+    taken, finished, _ = results[0]
+    counts = Counter(taken)
+    return (n / (finished - t0), sum(c - 1 for c in counts.values() if c > 1),
+            sum(1 for i in range(n) if i not in counts), 0)
+
+
 def summarise(results: list[tuple[float, int, int, int]]) -> tuple[float, int, int, int]:
     """The median rate of the repeats, and the *largest* of each of their check counts."""
     return statistics.median(r[0] for r in results), *(max(r[k] for r in results) for k in (1, 2, 3))
@@ -140,39 +185,48 @@ class RuntimeRate(NamedTuple):
 def w7(run: Rotating, n: int, drain: Drain, figures: dict[str, Any]) -> str:
     """The W7 table; its figures go to ``figures["W7-bare"]`` and ``figures["W7-runtime"]``."""
     bare: dict[int, tuple[float, int, int, int]] = {}
+    bare_thr: dict[int, tuple[float, int, int, int]] = {}
     rt: dict[tuple[str, int], RuntimeRate] = {}
-    for w in W7_WORKERS:  # one worker count at a time; the bare loop and both modes in rotation
-        fns: dict[Any, Callable[[str], Any]] = {"bare": lambda d, w=w: drain(FsJobStore, d, n, w, False)}
+    for w in W7_WORKERS:  # one worker count at a time; the bare loops and both modes in rotation
+        fns: dict[Any, Callable[[str], Any]] = {"bare": lambda d, w=w: drain(FsJobStore, d, n, w, False),
+                                                "bare-threads": lambda d, w=w: bare_threads_drain(d, n, w)}
         for mode in MODES:
             for jobs in (n, 0):
                 fns[(mode, jobs)] = lambda d, w=w, mode=mode, jobs=jobs: runtime_drain(d, jobs, w, mode, False)
         res = run.rotate(fns)
         bare[w] = summarise(res["bare"])
+        bare_thr[w] = summarise(res["bare-threads"])
         for mode in MODES:
             full, zero = res[(mode, n)], res[(mode, 0)]
             busy, idle = statistics.median(r.seconds for r in full), statistics.median(r.seconds for r in zero)
             rt[(mode, w)] = RuntimeRate(n / busy, n / max(busy - idle, 1e-9), idle,
                                         *(max(getattr(r, k) for r in full + zero) for k in ("dups", "lost", "left")))
     figures["W7-bare"] = {w: v[0] for w, v in bare.items()}
+    figures["W7-bare-threads"] = {w: v[0] for w, v in bare_thr.items()}
     figures["W7-runtime"] = rt
     rows = []
     for w in W7_WORKERS:
-        row = [str(w), f"{bare[w][0]:,.0f} {checks(*bare[w][1:])}"]
+        row = [str(w), f"{bare[w][0]:,.0f} {checks(*bare[w][1:])}", f"{bare_thr[w][0]:,.0f} {checks(*bare_thr[w][1:])}"]
         for mode in MODES:
             r = rt[(mode, w)]
             row.append(f"{r.with_startup:,.0f} / {r.per_job:,.0f} {checks(r.dups, r.lost, r.left, ' left')}")
         for mode in MODES:
             r = rt[(mode, w)]
             row.append(f"{r.with_startup / bare[w][0]:.0%} / {r.per_job / bare[w][0]:.0%}")
+        r = rt[("threads", w)]
+        row.append(f"{r.with_startup / bare_thr[w][0]:.0%} / {r.per_job / bare_thr[w][0]:.0%}")
         row.append(" / ".join(f"{rt[(mode, w)].empty * 1000:,.0f}" for mode in MODES))
         rows.append(row)
     return table(f"W7 runtime cost (fsync off): {n:,} jobs, empty handler, jobs/s with start-up / per job without it "
-                 "(duplicates/losses)", ["workers", "bare loop (W2's)", "Worker processes", "Worker threads",
-                                         "processes / bare", "threads / bare", "empty run ms (proc / thr)"], rows) + (
+                 "(duplicates/losses)", ["workers", "bare loop (W2's)", "bare loop, threads", "Worker processes",
+                                         "Worker threads", "processes / bare", "threads / bare",
+                                         "threads / bare threads", "empty run ms (proc / thr)"], rows) + (
         "\n\nWorker: a fresh process forked per run opens the store and calls Worker(...).run(burst=True); timed "
         "from just before the fork to run()'s return. The empty run (0 jobs) is that with no job: its time is "
         "the start-up (and shut-down); \"per job\" is jobs / (run - empty run). The bare loop is W2's: workers "
         "that opened the store start at one signal, and the last one's end after two empty pulls is its end. "
+        "\"bare loop, threads\" is that loop in as many threads of one process on one store: the most a "
+        "single process gets under the GIL, and what threads mode is measured against in its last column. "
         "Each row's cells ran in rotation, each store filled and then synced to disk before it was drained.")
 
 
@@ -229,6 +283,11 @@ def verdict_lines(f: dict[str, Any]) -> list[tuple[bool, str]]:
                     f"W7 Worker ({mode}), {w} worker(s): {r.per_job:,.0f} jobs/s per job = {r.per_job / b:.0%} of "
                     f"the bare loop's {b:,.0f}/s (target {W7_TARGET:.0%}); with start-up {r.with_startup:,.0f}/s = "
                     f"{r.with_startup / b:.0%}; the empty run takes {r.empty * 1000:,.0f} ms{bad}"))
+        bt = f.get("W7-bare-threads", {}).get(w)
+        if mode == "threads" and bt:
+            out.append((r.per_job >= W7_TARGET * bt and not bad,
+                        f"W7 Worker (threads), {w} worker(s), against the bare loop in {w} thread(s) of one "
+                        f"process ({bt:,.0f}/s): {r.per_job / bt:.0%} (target {W7_TARGET:.0%}){bad}"))
     rates = f.get("W8")
     if rates:
         clean = {k: v[0] for k, v in rates.items() if not any(v[1:3])}  # cells that lost or doubled jobs don't count

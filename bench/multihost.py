@@ -1,11 +1,12 @@
 """fsjobstore across two "hosts": the loopback GlusterFS bed's two mounts (tests/distfs/gluster.py).
 
-    bash tests/distfs/install.sh && python bench/multihost.py          # about 3 minutes; needs root and FUSE
-    python bench/multihost.py --jobs 400 --wakeups 40                  # a quicker run
+    bash tests/distfs/install.sh && python bench/multihost.py          # about 4 minutes; needs root and FUSE
+    python bench/multihost.py --jobs 400 --rounds 1 --wakeups 40       # a quicker run
 
 M1 drain across two mounts: jobs created through mount A, drained by one worker process on A and
    one on B (durable=False, empty results), against the mount's raw rate for what a job costs at
-   least (create+write+close+rename, one process). Target (issue 11): at least 40% of raw.
+   least (create+write+close+rename, one process), measured just before each drain; 3 rounds,
+   the median ratio is the verdict. Target (issue 11): at least 40% of raw.
 M2 cross-host wake-up: an idle worker on B, one job created through A every 150 ms; the time from
    the create to the worker holding it, p50/p99, with the doorbell on (the default on network
    filesystems) and off (only the poll_interval rescan). Target: p50 <= 100 ms.
@@ -91,14 +92,14 @@ def raw_rate(directory: Path, n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
-def drain(a: Path, b: Path, scratch: Path, jobs: int) -> tuple[float, int]:
-    """M1: (jobs/s, jobs drained) by one worker on each mount."""
-    with JobStore(a / "m1", durable=False) as store:
+def drain(a: Path, b: Path, scratch: Path, jobs: int, name: str = "m1") -> tuple[float, int]:
+    """M1: (jobs/s, jobs drained) by one worker on each mount, in a fresh store ``name``."""
+    with JobStore(a / name, durable=False) as store:
         for i in range(jobs):
             store.create({"i": i})
-    outs = [scratch / "m1-a.out", scratch / "m1-b.out"]
+    outs = [scratch / f"{name}-a.out", scratch / f"{name}-b.out"]
     started = time.monotonic()
-    procs = [child("drain", a / "m1", outs[0]), child("drain", b / "m1", outs[1])]
+    procs = [child("drain", a / name, outs[0]), child("drain", b / name, outs[1])]
     for p in procs:
         p.wait(600)
     seconds = time.monotonic() - started
@@ -155,6 +156,7 @@ def main() -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2000, help="jobs for M1 (default 2000)")
+    parser.add_argument("--rounds", type=int, default=3, help="M1 rounds of raw then drain (default 3)")
     parser.add_argument("--wakeups", type=int, default=100, help="jobs for M2, per doorbell setting (default 100)")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds for M3 (default 20)")
     args = parser.parse_args()
@@ -168,11 +170,20 @@ def main() -> int:
         a, b = bed.mount("a").path / "bench", bed.mount("b").path / "bench"
         a.mkdir()
         time.sleep(1.5)
-        raw = raw_rate(a, args.jobs)
-        rate, done = drain(a, b, scratch, args.jobs)
-        print(f"M1 drain, one worker on each mount, durable=False: {rate:,.0f} jobs/s ({done} jobs); "
-              f"raw create+write+close+rename through one mount: {raw:,.0f}/s; "
-              f"ratio {rate / raw:.2f} (target >= 0.40: {'met' if rate / raw >= 0.40 else 'NOT met'})")
+        # The mount's raw rate moves between runs (297-543/s seen on this machine), so each round
+        # measures it right before its drain, and the verdict takes the median round's ratio.
+        ratios = []
+        for k in range(args.rounds):
+            (a / f"raw{k}").mkdir()
+            raw = raw_rate(a / f"raw{k}", args.jobs)
+            rate, done = drain(a, b, scratch, args.jobs, f"m1-{k}")
+            ratios.append(rate / raw)
+            print(f"M1 round {k + 1}: drain, one worker on each mount, durable=False: {rate:,.0f} jobs/s "
+                  f"({done} jobs); raw create+write+close+rename through one mount just before: {raw:,.0f}/s; "
+                  f"ratio {rate / raw:.2f}", flush=True)
+        ratio = statistics.median(ratios)
+        print(f"M1 drain / raw, median of {args.rounds} rounds: {ratio:.2f} "
+              f"(target >= 0.40: {'met' if ratio >= 0.40 else 'NOT met'})")
         for doorbell in ("on", "off"):
             ms = wakeups(a, b, scratch, args.wakeups, doorbell)
             p50 = statistics.median(ms)

@@ -5,7 +5,9 @@ requests for running jobs, and the deadlines of attempts with a time limit.
     control/cancel/<id>.json               cancel the running job <id> ({"reason", "at"})
     control/deadlines/<DUE>.<id>.<token>   claim <token> of job <id> must end by DUE
 
-Pauses and cancel requests are operator decisions and are made durable like jobs. Deadlines are
+Pauses and cancel requests are operator decisions and are made durable like jobs. A claim does
+not list ``control/paused/`` each time: it stats it, and lists it again when that changed (see
+``paused_for_claim``). Deadlines are
 hints for recovery, rewritten as leases are touched: never fsynced (a power cut can only lose
 one, and then recovery falls back to the holder's heartbeat).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 from . import _fsops as fs
 from . import _syscalls as sc
@@ -21,12 +24,20 @@ from ._codec import dumps, loads
 from ._core import Core
 from ._layout import CANCEL_RE, DEADLINE_RE, QUEUE_RE
 
+# The longest a claim trusts a listing of control/paused/ whose directory looks unchanged. A
+# directory's mtime moves in clock ticks (and, on GlusterFS, a cached mtime is up to ~0.9 s old),
+# so "unchanged" can miss a pause made in the same tick as the listing; this bounds that miss.
+PAUSED_RECHECK = 1.0
+
 
 class Control:
     def __init__(self, core: Core) -> None:
         self._core = core
         self._layout = core.layout
         self._tree = core.tree
+        # What a claim last listed: (the directory's stat signature, trusted until (clock), names).
+        # One attribute, replaced whole, so threads need no lock: at worst two of them list.
+        self._paused_seen: tuple[tuple[int, int, int], float, frozenset[str]] | None = None
 
     # -- pausing queues --------------------------------------------------------------------------
     def pause(self, queue: str) -> bool:
@@ -42,18 +53,42 @@ class Control:
             return False  # paused by someone else just now
         finally:
             fs.unlink_quietly(tmp)
+            self._paused_seen = None  # this process's own claims see it at once
         return True
 
     def resume(self, queue: str) -> bool:
         """Unpause ``queue``; False if it was not paused."""
-        if not fs.unlink(self._layout.paused_path(queue)):
+        removed = fs.unlink(self._layout.paused_path(queue))
+        self._paused_seen = None  # this process's own claims see it at once
+        if not removed:
             return False
         fs.sync_applied(self._layout.paused, durable=self._core.durable)
         return True
 
     def paused(self) -> frozenset[str]:
-        """The paused queues: one listing (a claim asks before each pick)."""
+        """The paused queues: one listing."""
         return frozenset(n for n in fs.scan_names(self._layout.paused) if QUEUE_RE.match(n))
+
+    def paused_for_claim(self) -> frozenset[str]:
+        """The paused queues as a claim needs them, for one stat instead of a listing (a listing
+        is 4-5 system calls: round trips each on a network filesystem). Listed again when the
+        directory's stat changed, when it had changed less than PAUSED_RECHECK before the last
+        listing (a change in the same clock tick leaves the mtime as it was), and at least every
+        PAUSED_RECHECK seconds. So another process's pause stops this process's next claim on a
+        local filesystem, and within a second where attributes are cached (FORMAT.md, "Transitions": claim)."""
+        sig, mtime = self._paused_stat()
+        # Real clocks, not the store's injectable ones: this compares with the filesystem's mtime.
+        seen, now = self._paused_seen, time.monotonic()
+        if seen is not None and seen[0] == sig and now < seen[1]:
+            return seen[2]
+        names = self.paused()
+        settled = time.time() - mtime >= PAUSED_RECHECK
+        self._paused_seen = (sig, now + PAUSED_RECHECK if settled else now, names)
+        return names
+
+    def _paused_stat(self) -> tuple[tuple[int, int, int], float]:
+        st = sc.lstat(self._layout.paused)
+        return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino), st.st_mtime
 
     # -- cancel requests -------------------------------------------------------------------------
     def request_cancel(self, job_id: str, reason: str | None) -> None:

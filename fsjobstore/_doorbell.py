@@ -8,8 +8,10 @@ Waiters list the directory every few tens of milliseconds and wake when a name t
 seen appears. Names, not contents or times: on network filesystems a directory listing is
 fresh where a file's attributes and contents are cached for about a second (measured on
 GlusterFS's default mounts: a new name is seen 3-5 ms after it is made, a changed mtime or
-content about 0.86 s after). Rings are made by a thread of their own, so a burst of creates
-costs one rename, not one each, and a create never waits for one.
+content about 0.86 s after). Rings are made by a thread of their own, at most one per kind every
+``GAP`` seconds, so a burst of creates or commits costs a rename per GAP, not one each (measured
+on the GlusterFS bed: a ring per commit was a rename through FUSE per job), and a create never
+waits for one.
 
 It is a hint, like inotify: a missed ring costs a wait of ``poll_interval``, never a job.
 On by default on network filesystems only (``JobStore(doorbell=...)``).
@@ -20,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable
 
 from . import _fsops as fs
@@ -28,6 +31,7 @@ from ._layout import BELL_RE, Layout
 
 KINDS = ("work", "done")
 POLL = 0.025  # seconds between looks while waiting: p50 ~ half of it, plus the filesystem's delay
+GAP = POLL  # seconds at least between two rings of one process: a waiter cannot tell them apart sooner
 
 
 class Doorbell:
@@ -71,6 +75,9 @@ class Doorbell:
             for kind in due:
                 with contextlib.suppress(OSError):  # a missed ring costs a poll interval, nothing more
                     self._ring_now(kind)
+            # Rings asked for meanwhile wait and go out as one. The first ring after a quiet spell
+            # is never delayed: this only thins a stream.
+            time.sleep(GAP)
 
     def _ring_now(self, kind: str) -> None:
         owner = self._owner_id()

@@ -57,7 +57,7 @@ class Work:
     def claim(self, queues: list[str] | None, on_compromised: OnCompromised | None) -> WorkLease | None:
         core = self._core
         core.pending.promote_due()
-        paused = self._control.paused()
+        paused = self._control.paused_for_claim()
         for _ in range(10_000):  # bounded: every turn consumes one name
             index = core.pending.pick(queues, paused)
             if index is None:
@@ -72,7 +72,9 @@ class Work:
             try:
                 sc.rename(os.path.join(index.directory, name), active)
             except FileNotFoundError:
-                continue  # another worker claimed it first
+                index.lost(name)  # another worker claimed it first
+                continue
+            index.won()
             lease = self.lease_from_active(active, m["id"], os.path.basename(index.directory), token,
                                            on_compromised, give_back=os.path.join(index.directory, name))
             if lease is not None:

@@ -1,10 +1,12 @@
 """The one place the tests reach into a store's private parts: to stop its threads, kill its
-owner identity as process death would, or make it rescan. Everything else goes through the API.
+owner identity as process death would, make it rescan, or count what its claims do. Everything
+else goes through the API.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from fsjobstore import JobStore
 from fsjobstore._leases import OwnerLease
@@ -59,3 +61,39 @@ def temp_path(store: JobStore, purpose: str, rest: str) -> str:
     """A name in the store's tmp/ that belongs to this store's owner."""
     core = store._core
     return core.layout.tmp_path(core.new_token(), purpose, rest)
+
+
+def count_paused_listings(store: JobStore) -> list[int]:
+    """Count the listings of control/paused/ this store makes from now on (in ``[0]``)."""
+    control = store._control
+    count = [0]
+    listing = control.paused
+
+    def counted() -> frozenset[str]:
+        count[0] += 1
+        return listing()
+
+    control.paused = counted  # type: ignore[method-assign]
+    return count
+
+
+def pretend_paused_dir_unchanged(store: JobStore, changed_at: float) -> None:
+    """Make this store see control/paused/ with one stat from now on, last changed at
+    ``changed_at`` (epoch seconds): as when a change lands in the clock tick of a listing, or an
+    attribute cache hides it."""
+    store._control._paused_stat = lambda: ((1, 1, 1), changed_at)  # type: ignore[method-assign]
+
+
+def count_lost_races(monkeypatch: Any) -> list[int]:
+    """Count (in ``[0]``) the claims any store in this process loses to another claimer."""
+    from fsjobstore._pending import QueueIndex
+
+    count = [0]
+    lost = QueueIndex.lost
+
+    def counted(index: QueueIndex, name: str) -> None:
+        count[0] += 1
+        lost(index, name)
+
+    monkeypatch.setattr(QueueIndex, "lost", counted)
+    return count

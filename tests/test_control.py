@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 from conftest import FakeWall, in_background
-from internals import die, freeze
+from internals import count_paused_listings, die, freeze, pretend_paused_dir_unchanged
 
 from fsjobstore import (
     InvalidRequest,
@@ -368,3 +368,50 @@ def test_a_gone_processs_bell_is_swept(open_store: Callable[..., JobStore]) -> N
     die(producer)
     other.recover()
     assert os.listdir(bells) == []
+
+
+def test_claims_list_control_paused_only_when_it_changed(open_store: Callable[..., JobStore]) -> None:
+    a, b = open_store(durable=False), open_store(durable=False)
+    paused_dir = os.path.join(a.path, "control", "paused")
+    old = time.time() - 60
+    os.utime(paused_dir, (old, old))  # settled: a listing of it can be trusted
+    ids = [a.create(i).id for i in range(50)]
+    listings = count_paused_listings(a)
+    for _ in range(40):
+        lease = a.pull_work()
+        assert lease is not None
+        lease.fulfill(None)
+    assert listings[0] <= 2, listings[0]  # one stat per claim instead
+    assert b.pause("default") is True
+    assert a.pull_work() is None  # the stat changed: the very next claim knows
+    assert b.resume("default") is True
+    lease = a.pull_work()
+    assert lease is not None and lease.id == ids[40]
+
+
+def test_a_pause_hidden_from_the_directory_stat_stops_claims_within_a_second(
+        open_store: Callable[..., JobStore]) -> None:
+    a, b = open_store(durable=False), open_store(durable=False)
+    for i in range(100):
+        a.create(i)
+    pretend_paused_dir_unchanged(a, changed_at=time.time() - 60)
+    assert a.pull_work() is not None  # listed (nothing paused) and trusted for a second
+    b.pause("default")
+    deadline = time.monotonic() + 1.5
+    taken = 0
+    while a.pull_work() is not None:
+        taken += 1
+        assert time.monotonic() < deadline, "a pause the stat hid was not seen within a second"
+        time.sleep(0.05)
+    assert taken <= 30 and a.statistics().pending_by_queue["default"] == 99 - taken
+
+
+def test_a_pause_right_after_a_change_is_seen_even_if_the_stat_misses_it(
+        open_store: Callable[..., JobStore]) -> None:
+    a, b = open_store(durable=False), open_store(durable=False)
+    for i in range(5):
+        a.create(i)
+    pretend_paused_dir_unchanged(a, changed_at=time.time())  # changed in the tick of the listing
+    assert a.pull_work() is not None
+    b.pause("default")
+    assert a.pull_work() is None  # a recently changed directory is listed again each claim
