@@ -87,7 +87,10 @@ class Control:
         return names
 
     def _paused_stat(self) -> tuple[tuple[int, int, int], float]:
-        st = sc.lstat(self._layout.paused)
+        try:
+            st = sc.lstat(self._layout.paused)
+        except FileNotFoundError:  # removed by hand: nothing is paused (as paused() reads it)
+            return (0, 0, 0), 0.0
         return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino), st.st_mtime
 
     # -- cancel requests -------------------------------------------------------------------------

@@ -415,3 +415,11 @@ def test_a_pause_right_after_a_change_is_seen_even_if_the_stat_misses_it(
     assert a.pull_work() is not None
     b.pause("default")
     assert a.pull_work() is None  # a recently changed directory is listed again each claim
+
+
+def test_claims_go_on_when_control_paused_was_removed_by_hand(open_store: Callable[..., JobStore]) -> None:
+    store = open_store(durable=False)
+    store.create(1)
+    os.rmdir(os.path.join(store.path, "control", "paused"))
+    lease = store.pull_work()
+    assert lease is not None and store.paused() == frozenset()
