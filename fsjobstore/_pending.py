@@ -35,7 +35,7 @@ from ._tree import Tree
 # DROP_MAX. Dropped names are hints forgotten, not jobs: the next listing (when the index runs
 # dry, and every rescan interval) brings back any nobody took.
 SKIP = 16
-DROP_MAX = 1024
+DROP_MAX = 256
 _PRIO = 7  # a pending name starts with its 7-digit priority field (_layout.PENDING_RE)
 
 
@@ -106,7 +106,7 @@ class QueueIndex:
         SKIP names of its priority (doubling with each loss in a row, see SKIP)."""
         with self._mutex:
             self._losses += 1
-            drop = random.randint(1, min(SKIP << min(self._losses - 1, 10), DROP_MAX))
+            drop = random.randint(1, min(SKIP << min(self._losses - 1, 4), DROP_MAX))
             names, prio, k = self._names, name[:_PRIO], 0
             while k < drop and k < len(names) and names[k][:_PRIO] == prio:
                 self._known.discard(names[k])
