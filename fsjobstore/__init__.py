@@ -9,6 +9,8 @@ for them. The on-disk format is specified in FORMAT.md.
 from ._errors import (
     CorruptJob,
     InvalidJobId,
+    InvalidName,
+    InvalidQueueName,
     InvalidRequest,
     InvalidState,
     JobCancelled,
@@ -48,6 +50,8 @@ __all__ = [
     "MIN_PRIORITY",
     "CorruptJob",
     "InvalidJobId",
+    "InvalidName",
+    "InvalidQueueName",
     "InvalidRequest",
     "InvalidState",
     "Job",

@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from ._errors import InvalidJobId, InvalidRequest
+from ._errors import InvalidJobId, InvalidName, InvalidQueueName, InvalidRequest
 
 # Ids and queue names become parts of filenames, joined by dots: so no dots, no slashes, no
 # leading dash (would read as an option in shell tools), ASCII only, bounded length.
@@ -20,16 +20,16 @@ MAX_ID_LENGTH = 128
 MAX_QUEUE_LENGTH = 64
 
 
-def check_name(value: object, *, what: str, max_length: int) -> str:
-    """Return ``value`` if it is a safe name part, else raise :class:`InvalidJobId` naming why."""
+def check_name(value: object, *, what: str, max_length: int, error: type[InvalidName] = InvalidName) -> str:
+    """Return ``value`` if it is a safe name part, else raise ``error`` naming why."""
     if not isinstance(value, str):
-        raise InvalidJobId(f"{what} must be a str, not {type(value).__name__}")
+        raise error(f"{what} must be a str, not {type(value).__name__}")
     if not value:
-        raise InvalidJobId(f"{what} must not be empty")
+        raise error(f"{what} must not be empty")
     if len(value) > max_length:
-        raise InvalidJobId(f"{what} is {len(value)} characters long; the limit is {max_length}")
+        raise error(f"{what} is {len(value)} characters long; the limit is {max_length}")
     if not _NAME_RE.match(value):
-        raise InvalidJobId(
+        raise error(
             f"{what} {value!r} is not a safe name: use ASCII letters, digits, '_' and '-' "
             "(not first), with no dots, slashes, spaces or NUL"
         )
@@ -37,11 +37,11 @@ def check_name(value: object, *, what: str, max_length: int) -> str:
 
 
 def check_job_id(value: object) -> str:
-    return check_name(value, what="job id", max_length=MAX_ID_LENGTH)
+    return check_name(value, what="job id", max_length=MAX_ID_LENGTH, error=InvalidJobId)
 
 
 def check_queue(value: object) -> str:
-    return check_name(value, what="queue name", max_length=MAX_QUEUE_LENGTH)
+    return check_name(value, what="queue name", max_length=MAX_QUEUE_LENGTH, error=InvalidQueueName)
 
 
 def dumps(obj: Any, *, what: str = "value", sort_keys: bool = False) -> bytes:

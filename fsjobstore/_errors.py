@@ -6,7 +6,9 @@ also means what a builtin means, it subclasses that builtin too, so ``except Key
 
     JobStoreError
     ├── InvalidRequest (ValueError)        bad input, rejected before anything is written
-    │   ├── InvalidJobId                   an id or queue name that is not a safe filename
+    │   ├── InvalidName                    a name that is not a safe filename:
+    │   │   ├── InvalidJobId               a job id
+    │   │   └── InvalidQueueName           a queue name
     │   └── ValueTooLarge                  a request, value or error over its size cap
     ├── JobNotFound (KeyError)             no job with that id in this store
     ├── JobExists (ValueError)             create(job_id=...) with an id already used
@@ -42,8 +44,16 @@ class InvalidRequest(JobStoreError, ValueError):
     """Input was rejected before anything was stored; the store is unchanged."""
 
 
-class InvalidJobId(InvalidRequest):
+class InvalidName(InvalidRequest):
     """A job id or queue name is not a safe filename (see FORMAT.md, "Names")."""
+
+
+class InvalidJobId(InvalidName):
+    """A job id is not a safe filename."""
+
+
+class InvalidQueueName(InvalidName):
+    """A queue name is not a safe filename."""
 
 
 class ValueTooLarge(InvalidRequest):

@@ -109,7 +109,8 @@ class VerifyReport:
         if self.peer is not None:
             out.append(f"peer: {self.peer}")
         if self.clock_skew is not None:
-            out.append(f"clock skew: the peer's wall clock is {self.clock_skew * 1000:+.0f} ms from ours")
+            ms = round(self.clock_skew * 1000) or 0  # never "-0"
+            out.append(f"clock skew: the peer's wall clock is {ms:+d} ms from the leader's")
         if self.min_lease is not None:
             out.append(f"lease: use lease_duration >= {self.min_lease:g} s between these hosts")
         out.extend(f"warning: {w}" for w in self.warnings)

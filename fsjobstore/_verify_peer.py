@@ -99,7 +99,14 @@ def verify_across_hosts(directory: str, *, lead: bool, timeout: float = 300.0,
             with contextlib.suppress(OSError):
                 os.rmdir(base)  # unless another session is under way
         return report
-    session = _join(base, timeout)
+    say(f"looking for a leader: `fsjobstore verify {directory} --wait-for-peer` on the other host "
+        f"(for up to {timeout:g} s)")
+    try:
+        session = _join(base, timeout)
+    except TimeoutError:
+        with contextlib.suppress(OSError):
+            os.rmdir(base)  # ours if we made it, and empty: leave nothing behind
+        raise
     say(f"joined the leader's session {os.path.basename(session.path)}")
     _follow(session)
     report = _from_doc(session.receive("report"))
@@ -187,7 +194,7 @@ def _race_lead(s: _Session, how: str, name: str) -> VerifyCheck:
         return VerifyCheck(name, False, f"of {ROUNDS} races, {len(both)} had two winners and {len(neither)} none",
                            True)
     return VerifyCheck(name, True, f"{ROUNDS} races between the hosts, each with one winner "
-                                   f"({len(mine)} here, {len(theirs)} there)", True)
+                                   f"({len(mine)} by the leader, {len(theirs)} by the peer)", True)
 
 
 def _race(area: str, how: str, side: str, start: float) -> set[int]:
@@ -277,8 +284,8 @@ def _inotify_lead(s: _Session) -> VerifyCheck:
         pass
     got = s.receive("watch-result")
     if got:
-        return VerifyCheck("inotify across hosts", True, "the other host's inotify saw a file made here", False)
-    return VerifyCheck("inotify across hosts", False, "the other host's inotify saw nothing made here: waiters on "
+        return VerifyCheck("inotify across hosts", True, "the peer's inotify saw a file the leader made", False)
+    return VerifyCheck("inotify across hosts", False, "the peer's inotify saw nothing the leader made: waiters on "
                        "one host hear of the other's jobs by the doorbell and the poll_interval rescan", False)
 
 

@@ -216,7 +216,8 @@ class Worker:
             pool = ProcessPool(self.store, self._handlers, queues, board, self.concurrency, burst=burst)
         self._pool = pool
         self._apply_pause()  # before any slot starts: a worker paused before run() takes nothing
-        log.info("worker %s: %d %s on queues %s of %s", self.name, self.concurrency, self.mode, ", ".join(queues),
+        unit = self.mode if self.concurrency > 1 else {"processes": "process", "threads": "thread"}[self.mode]
+        log.info("worker %s: %d %s on queues %s of %s", self.name, self.concurrency, unit, ", ".join(queues),
                  self.store.path)
         stopped_by = ""
         stop_began: float | None = None

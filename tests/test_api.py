@@ -14,6 +14,7 @@ from internals import count_lost_races, owner
 
 from fsjobstore import (
     InvalidJobId,
+    InvalidQueueName,
     InvalidRequest,
     InvalidState,
     JobExists,
@@ -314,7 +315,7 @@ def test_bad_arguments_name_the_problem(store: JobStore) -> None:
         store.create(1, delay=-1)
     with pytest.raises(InvalidRequest, match="timeout"):
         store.pull_work(timeout=-1)
-    with pytest.raises(InvalidJobId, match="queue"):
+    with pytest.raises(InvalidQueueName, match="queue"):
         store.create(1, queue="../etc")
     job = store.create(1)
     lease = store.pull_work()

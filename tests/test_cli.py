@@ -113,3 +113,30 @@ def test_a_reader_that_stops_early_gets_no_error(tmp_path: Path) -> None:
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0 and err == "", err
+
+
+def test_worker_and_notify_take_the_lease_duration_a_shared_mount_needs(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    assert cli("init", root).returncode == 0
+    for command in ("worker", "notify"):
+        assert "--lease-duration" in cli(command, "--help").stdout
+    ran = cli("worker", root, "--handler", "json:dumps", "--burst", "--lease-duration", "5")
+    assert ran.returncode == 0, ran.stderr
+    assert "1 process on queues default" in ran.stderr  # one, not "1 processes"
+    bad = cli("worker", root, "--handler", "json:dumps", "--burst", "--lease-duration", "0")
+    assert bad.returncode == 2 and "lease_duration must be positive" in bad.stderr
+    assert cli("notify", root, "--handler", "json:dumps", "--burst", "--lease-duration", "5").returncode == 0
+
+
+def test_a_bad_queue_name_is_called_a_queue_name(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    assert cli("init", root).returncode == 0
+    done = cli("pause", root, "a/b")
+    assert done.returncode == 2 and done.stderr.startswith("fsjobstore: InvalidQueueName: queue name 'a/b'")
+
+
+def test_verify_peer_says_what_it_waits_for_and_leaves_nothing_when_no_leader_came(tmp_path: Path) -> None:
+    done = cli("verify", str(tmp_path), "--peer", "--timeout", "1")
+    assert done.returncode == 1
+    assert "--wait-for-peer` on the other host" in done.stdout + done.stderr
+    assert os.listdir(tmp_path) == []

@@ -36,6 +36,7 @@ def add(subparsers: Any) -> None:
     p.add_argument("--grace", type=float, default=30.0, metavar="S",
                    help="seconds running jobs get to finish when stopping (default 30); then they are given back")
     p.add_argument("--name", default=None, help="the name `fsjobstore workers` shows (default host:pid)")
+    _lease_duration(p)
     _log_level(p)
 
     p = subcommand(subparsers, "notify", notify, help="deliver results to the targets that asked for them",
@@ -45,7 +46,14 @@ def add(subparsers: Any) -> None:
                                "stopped, or with --burst until nothing is due (for cron).")
     p.add_argument("--handler", required=True, metavar="MODULE:FUNCTION", help="deliver(target, note)")
     p.add_argument("--burst", action="store_true", help="stop as soon as nothing is due")
+    _lease_duration(p)
     _log_level(p)
+
+
+def _lease_duration(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lease-duration", type=float, default=30.0, metavar="S",
+                   help="seconds without heartbeats before another process may take over this one's jobs "
+                        "(default 30; across hosts at least what `fsjobstore verify --peer` reports, MULTIHOST.md)")
 
 
 def _log_level(p: argparse.ArgumentParser) -> None:
@@ -95,7 +103,8 @@ def worker(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.handlers} is neither a Worker with handlers nor a non-empty dict of them")
         queues = args.queues
     _configure_logging(args.log_level)
-    with JobStore(args.dir, create=False, durable=False if getattr(args, "no_fsync", False) else None) as store:
+    with JobStore(args.dir, create=False, durable=False if getattr(args, "no_fsync", False) else None,
+                  lease_duration=args.lease_duration) as store:
         run = Worker(store, handlers, concurrency=args.concurrency, mode="threads" if args.threads else "processes",
                      queues=queues, grace=args.grace, name=args.name)
         run.run(count=args.max_jobs, duration=args.max_seconds, burst=args.burst)
@@ -105,7 +114,7 @@ def worker(args: argparse.Namespace) -> int:
 def notify(args: argparse.Namespace) -> int:
     deliver = load(args.handler)
     _configure_logging(args.log_level)
-    with JobStore(args.dir, create=False) as store:
+    with JobStore(args.dir, create=False, lease_duration=args.lease_duration) as store:
         runner = Deliverer(store, deliver)
         delivered, failed = runner.run(burst=args.burst)
     logging.getLogger("fsjobstore.worker").info("delivered %d, will retry %d", delivered, failed)
