@@ -140,3 +140,9 @@ def test_verify_peer_says_what_it_waits_for_and_leaves_nothing_when_no_leader_ca
     assert done.returncode == 1
     assert "--wait-for-peer` on the other host" in done.stdout + done.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_a_mistyped_option_shows_the_usage_of_the_command_it_was_given_to(tmp_path: Path) -> None:
+    done = cli("get", str(tmp_path), "some-id", "--jsn")
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: fsjobstore get ") and "unrecognized arguments: --jsn" in done.stderr

@@ -51,8 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
     sub: argparse.ArgumentParser = args.parser
+    if extra:  # argparse would blame the top-level parser: show the usage of the command that was typed
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
     bind(args, sub)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="fsjobstore: %(levelname)s: %(message)s")
