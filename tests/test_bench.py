@@ -157,3 +157,17 @@ def test_the_w7_verdict_holds_the_rate_per_job_to_80_percent_of_the_bare_loop() 
     assert "- [ ] W7 Worker (processes), 2 worker(s): 7,900 jobs/s per job = 79%" in text
     assert "- [ ] W7 Worker (threads), 1 worker(s): 9,000 jobs/s per job = 90%" in text  # but a duplicate
     assert "1 duplicates, 0 losses, 0 left" in text
+
+
+def test_the_w8_cpu_breakdown_and_the_threads_bare_loop_run(tmp_path: Path) -> None:
+    import subprocess
+
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "w8_cpu.py")
+    done = subprocess.run([sys.executable, bench, "--jobs", "40", "--workers", "1,2", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and all(line.endswith("0 duplicates, 0 lost") for line in lines)
+    assert os.listdir(tmp_path) == []  # its scratch is removed
+    rate, dups, lost, _ = _runtime_cells.bare_threads_drain(str(tmp_path / "t"), 60, 3)
+    assert rate > 0 and (dups, lost) == (0, 0)
