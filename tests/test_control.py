@@ -423,3 +423,19 @@ def test_claims_go_on_when_control_paused_was_removed_by_hand(open_store: Callab
     os.rmdir(os.path.join(store.path, "control", "paused"))
     lease = store.pull_work()
     assert lease is not None and store.paused() == frozenset()
+
+
+def test_a_stream_of_commits_rings_the_done_bell_at_most_every_25_ms(open_store: Callable[..., JobStore]) -> None:
+    """Each ring is a rename: through FUSE, one per commit was a round trip per job."""
+    store = open_store(durable=False, doorbell=True)
+    for i in range(300):
+        store.create(i)
+    started = time.monotonic()
+    while (lease := store.pull_work()) is not None:
+        lease.fulfill(None)
+    elapsed = time.monotonic() - started
+    time.sleep(0.1)  # the last ring goes out
+    bells = os.listdir(os.path.join(store.path, "control", "doorbell"))
+    done = [int(name.rsplit(".", 1)[1], 16) for name in bells if ".done." in name]
+    assert len(done) == 1
+    assert done[0] <= elapsed / 0.025 + 2, (done[0], elapsed)
