@@ -146,3 +146,13 @@ def test_a_mistyped_option_shows_the_usage_of_the_command_it_was_given_to(tmp_pa
     done = cli("get", str(tmp_path), "some-id", "--jsn")
     assert done.returncode == 2
     assert done.stderr.startswith("usage: fsjobstore get ") and "unrecognized arguments: --jsn" in done.stderr
+
+
+def test_init_says_whether_it_made_a_store_or_found_one(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    first = cli("init", root)
+    assert first.returncode == 0 and first.stdout.startswith("a new store is ready at ")
+    again = cli("init", root)
+    assert again.returncode == 0 and "is already a store (durable=True)" in again.stdout
+    weaker = cli("init", root, "--no-fsync")
+    assert weaker.returncode == 2 and "asks for less" in weaker.stderr

@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-from .. import Job, JobState, JobStore, WaitTimeout, verify, verify_across_hosts
+from .. import Job, JobState, JobStore, StoreNotFound, WaitTimeout, verify, verify_across_hosts
 from . import _render as render
 from ._args import FAILED, OK, TIMED_OUT, UsageError, subcommand
 
@@ -107,8 +107,17 @@ def init(args: argparse.Namespace) -> int:
     if isinstance(group, str) and group.isdigit():
         group = int(group)
     durable = not getattr(args, "no_fsync", False)
+    try:  # say so when there was one already: init is idempotent, but a typo in DIR is not
+        with JobStore(args.dir, create=False) as store:
+            if store.durable == durable and (group is None or store.group is not None):
+                print(f"{store.path} is already a store (durable={store.durable}"
+                      + (f", shared with gid {store.group})" if store.group is not None else ")"))
+                return OK
+    except StoreNotFound:
+        pass
+    # A new store, or one that differs from what was asked: opening it as asked makes it or says why not.
     with JobStore(args.dir, create=True, durable=durable, group=group) as store:
-        print(f"a store is ready at {store.path} (durable={store.durable}"
+        print(f"a new store is ready at {store.path} (durable={store.durable}"
               + (f", shared with gid {store.group})" if store.group is not None else ")"))
     return OK
 

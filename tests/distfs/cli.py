@@ -198,4 +198,6 @@ def up() -> int:
         with contextlib.suppress(KeyboardInterrupt):
             while True:
                 signal.pause()
+        print("stopping: unmounting, stopping glusterd, removing the bed's files", flush=True)
+    print("stopped", flush=True)
     return 0
