@@ -156,3 +156,11 @@ def test_init_says_whether_it_made_a_store_or_found_one(tmp_path: Path) -> None:
     assert again.returncode == 0 and "is already a store (durable=True)" in again.stdout
     weaker = cli("init", root, "--no-fsync")
     assert weaker.returncode == 2 and "asks for less" in weaker.stderr
+
+
+def test_create_says_when_it_made_the_store_so_a_typo_in_dir_shows(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    first = cli("create", root, '{"n": 1}')
+    assert first.returncode == 0 and first.stderr == f"fsjobstore: made a new store at {root}\n"
+    second = cli("create", root, '{"n": 2}')
+    assert second.returncode == 0 and second.stderr == "" and len(second.stdout.strip()) == 32

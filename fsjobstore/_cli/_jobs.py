@@ -92,7 +92,15 @@ def add(subparsers: Any) -> None:
 
 
 def open_store(args: argparse.Namespace, *, create: bool = False) -> JobStore:
-    return JobStore(args.dir, create=create, durable=False if getattr(args, "no_fsync", False) else None)
+    durable = False if getattr(args, "no_fsync", False) else None
+    try:
+        return JobStore(args.dir, create=False, durable=durable)
+    except StoreNotFound:
+        if not create:
+            raise
+    store = JobStore(args.dir, create=True, durable=durable)
+    print(f"fsjobstore: made a new store at {store.path}", file=sys.stderr)  # a typo in DIR shows
+    return store
 
 
 def json_arg(text: str, what: str) -> Any:
