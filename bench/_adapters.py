@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from typing import Any
 
 
@@ -265,3 +266,35 @@ def fill(cls: type[Adapter], path: str, n: int, durable: bool) -> None:
             q.put(i)
     finally:
         q.close()
+
+
+def take_until_idle(q: Adapter, start: Any) -> tuple[list[int], float, int]:
+    """The drains' loop: wait for ``start``, take items until two empty looks in a row (others
+    may still be committing); (items taken, monotonic end, errors). Used by W2/W4's worker
+    processes and by W7's bare loop in threads."""
+    taken: list[int] = []
+    errors = 0
+    start.wait()
+    idle = 0
+    while idle < 2:
+        try:
+            i = q.take()
+        except Exception:  # lock contention in SQLite peers ("database is locked"): count, retry
+            errors += 1
+            time.sleep(0.001)
+            continue
+        if i is None:
+            idle += 1
+            continue
+        idle = 0
+        taken.append(i)
+    return taken, time.monotonic(), errors
+
+
+def tally(results: list[tuple[list[int], float, int]], n: int, t0: float) -> tuple[float, int, int, int]:
+    """(items/s, duplicates, losses, errors) of a drain of items 0 .. n-1 that started at ``t0``,
+    from what each of its workers returned (``take_until_idle``)."""
+    counts = Counter(i for taken, _, _ in results for i in taken)
+    dups = sum(c - 1 for c in counts.values() if c > 1)
+    lost = sum(1 for i in range(n) if i not in counts)
+    return n / (max(f for _, f, _ in results) - t0), dups, lost, sum(e for _, _, e in results)

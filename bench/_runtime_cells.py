@@ -24,12 +24,11 @@ import queue
 import statistics
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 import _raw
-from _adapters import Adapter, FsJobStore, fill, has_durable_mode
+from _adapters import Adapter, FsJobStore, fill, has_durable_mode, take_until_idle, tally
 from _report import checks, ratio, table
 
 from fsjobstore import JobContext, JobStore, Worker
@@ -128,43 +127,27 @@ def _run_worker(d: str, concurrency: int, mode: Any, durable: bool, handler: Han
 
 
 def _bare_threads(d: str, threads: int, start: Any, out: Any) -> None:
-    """W2's bare loop, in ``threads`` threads of this one process sharing one store."""
-    store = JobStore(d, durable=False)
-    taken: list[list[int]] = [[] for _ in range(threads)]
-    ends = [0.0] * threads
-
-    def loop(k: int) -> None:
-        start.wait()
-        idle = 0
-        while idle < 2:  # as W2's: two empty looks in a row
-            lease = store.pull_work(timeout=0)
-            if lease is None:
-                idle += 1
-                continue
-            idle = 0
-            lease.fulfill(b"")
-            taken[k].append(int(lease.request["i"]))
-        ends[k] = time.monotonic()
-
-    pool = [threading.Thread(target=loop, args=(k,)) for k in range(threads)]
+    """W2's bare loop (``take_until_idle``), in ``threads`` threads of this one process sharing
+    one store; puts one result for them all, as one worker of W2 would."""
+    q = FsJobStore(d, False)
+    results: list[tuple[list[int], float, int]] = []
+    pool = [threading.Thread(target=lambda: results.append(take_until_idle(q, start))) for _ in range(threads)]
     for t in pool:
         t.start()
     for t in pool:
         t.join()
-    store.close()
-    out.put(([i for t in taken for i in t], max(ends), 0))
+    q.close()
+    out.put(([i for taken, _, _ in results for i in taken], max(f for _, f, _ in results),
+             sum(e for _, _, e in results)))
 
 
 def bare_threads_drain(d: str, n: int, threads: int) -> tuple[float, int, int, int]:
-    """(jobs/s, duplicates, losses, 0): W2's bare loop in ``threads`` threads of one process,
-    timed as W2 times its processes (from the start signal to the last thread's end)."""
+    """(jobs/s, duplicates, losses, errors): W2's bare loop in ``threads`` threads of one
+    process, timed as W2 times its processes (from the start signal to the last thread's end)."""
     fill(FsJobStore, d, n, False)
     os.sync()
     t0, results = _raw.run_together(_bare_threads, [(d, threads)])
-    taken, finished, _ = results[0]
-    counts = Counter(taken)
-    return (n / (finished - t0), sum(c - 1 for c in counts.values() if c > 1),
-            sum(1 for i in range(n) if i not in counts), 0)
+    return tally(results, n, t0)
 
 
 def summarise(results: list[tuple[float, int, int, int]]) -> tuple[float, int, int, int]:

@@ -27,7 +27,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _raw
 import _runtime_cells
-from _adapters import ADAPTERS, Adapter, fill, has_durable_mode
+from _adapters import ADAPTERS, Adapter, fill, has_durable_mode, take_until_idle, tally
 from _report import checks, ratio, table
 
 CTX = mp.get_context("fork")
@@ -79,24 +78,8 @@ def paired_create(d: str, n: int, durable: bool, block: int = 250) -> tuple[floa
 
 
 def _drain_worker(cls: type[Adapter], d: str, durable: bool, start: Any, out: Any) -> None:
-    taken: list[int] = []
-    errors = 0
     q = cls(d, durable)
-    start.wait()
-    idle = 0
-    while idle < 2:  # stop after two empty looks in a row (others may still be committing)
-        try:
-            i = q.take()
-        except Exception:  # lock contention in SQLite peers ("database is locked"): count, retry
-            errors += 1
-            time.sleep(0.001)
-            continue
-        if i is None:
-            idle += 1
-            continue
-        idle = 0
-        taken.append(i)
-    finished = time.monotonic()
+    taken, finished, errors = take_until_idle(q, start)
     q.close()
     out.put((taken, finished, errors))
 
@@ -106,11 +89,7 @@ def w2_drain(cls: type[Adapter], d: str, n: int, workers: int, durable: bool) ->
     fill(cls, d, n, durable)
     os.sync()  # the fill's write-back must not land inside the drain
     t0, results = _raw.run_together(_drain_worker, [(cls, d, durable)] * workers)
-    counts = Counter(i for taken, _, _ in results for i in taken)
-    dups = sum(c - 1 for c in counts.values() if c > 1)
-    lost = sum(1 for i in range(n) if i not in counts)
-    elapsed = max(f for _, f, _ in results) - t0
-    return n / elapsed, dups, lost, sum(e for _, _, e in results)
+    return tally(results, n, t0)
 
 
 def _wake_worker(cls: type[Adapter], d: str, n: int, durable: bool, idle_for: float, poll: float, ready: Any,
