@@ -50,12 +50,7 @@ class Heart:
             return  # the common case, every pull after the first: no lock taken
         core = self._core
         core.ensure_owner()  # in a heartbeat-only store this starts the thread itself (keep_beating)
-        with core.mutex:
-            first = self.thread is None and not core.closed
-            if first:
-                self.thread = threading.Thread(target=self._run, name=f"fsjobstore-heartbeat-{core.pid}",
-                                               daemon=True)
-        if not first:
+        if not self._claim_thread():
             self._first_pass.wait(60)  # another thread of ours is making the first pass
             return
         self._first_recovery()
@@ -64,12 +59,18 @@ class Heart:
     def keep_beating(self) -> None:
         """Start the thread without waiting for its first recovery pass, which it makes itself
         (a create must not wait for one); a later first pull waits for that pass."""
+        if self._claim_thread():
+            self._start_threads()
+
+    def _claim_thread(self) -> bool:
+        """Make the heartbeat thread (not yet started) if there is none; True for the one caller
+        that made it, and so starts it."""
         core = self._core
         with core.mutex:
             if self.thread is not None or core.closed:
-                return
+                return False
             self.thread = threading.Thread(target=self._run, name=f"fsjobstore-heartbeat-{core.pid}", daemon=True)
-            self._start_threads()
+            return True
 
     def _start_threads(self) -> None:
         core = self._core
