@@ -118,16 +118,18 @@ def init(args: argparse.Namespace) -> int:
     try:  # say so when there was one already: init is idempotent, but a typo in DIR is not
         with JobStore(args.dir, create=False) as store:
             if store.durable == durable and (group is None or store.group is not None):
-                print(f"{store.path} is already a store (durable={store.durable}"
-                      + (f", shared with gid {store.group})" if store.group is not None else ")"))
+                print(f"{store.path} is already a store {_settings(store)}")
                 return OK
     except StoreNotFound:
         pass
     # A new store, or one that differs from what was asked: opening it as asked makes it or says why not.
     with JobStore(args.dir, create=True, durable=durable, group=group) as store:
-        print(f"a new store is ready at {store.path} (durable={store.durable}"
-              + (f", shared with gid {store.group})" if store.group is not None else ")"))
+        print(f"a new store is ready at {store.path} {_settings(store)}")
     return OK
+
+
+def _settings(store: JobStore) -> str:
+    return f"(durable={store.durable}" + (f", shared with gid {store.group})" if store.group is not None else ")")
 
 
 def create(args: argparse.Namespace) -> int:
