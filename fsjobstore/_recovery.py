@@ -230,17 +230,10 @@ def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job
 
 def _finish_final(core: Core, notifier: Notifier, mine: str, job_id: str, state: str, counts: dict[str, int]) -> None:
     """The holder appended its whole result line and died (or hung) before the rename that
-    publishes it: publish it. Its fsync may not have happened yet, so we make the data durable
-    before the name, as the holder would have."""
+    publishes it: publish it."""
     tree = core.tree
-    if tree.durable:
-        fd = sc.open(mine, os.O_RDONLY | fs.O_NOFOLLOW | fs.O_CLOEXEC)
-        try:
-            sc.fsync(fd)
-        finally:
-            sc.close_read(fd)
     try:
-        tree.publish_final(mine, job_id, state)
+        tree.publish_found_result(mine, job_id, state)
     except FileExistsError:  # a result exists already: ours was a stray copy
         core.drop(mine)
         counts["duplicates_dropped"] += 1

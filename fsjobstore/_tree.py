@@ -90,6 +90,19 @@ class Tree:
         fs.sync_applied(os.path.dirname(dst), durable=self.durable)
         return dst
 
+    def publish_found_result(self, path: str, job_id: str, state: str) -> str:
+        """Publish a file that already ends in a whole result line nobody published: its holder
+        died, hung or lost power between the append and the rename. Its fsync may not have
+        happened, so the data is made durable before the name, as the holder would have.
+        Raises as :meth:`publish_final` does."""
+        if self.durable:
+            fd = sc.open(path, os.O_RDONLY | fs.O_NOFOLLOW | fs.O_CLOEXEC)
+            try:
+                sc.fsync(fd)
+            finally:
+                sc.close_read(fd)
+        return self.publish_final(path, job_id, state)
+
     def dest_path(self, record: Record, dest: str) -> str:
         lay = self.layout
         if dest == "pending":

@@ -108,7 +108,7 @@ class Work:
             tree.quarantine(active, f"file content names job {record.id!r} in queue {record.queue!r}")
             return None
         if parsed.final is not None:
-            tree.quarantine(active, f"a queued job file already holds a {parsed.final} result")
+            self._finish_found_result(active, record, parsed.final)
             return None
         lease = WorkLease(self, record, token, on_compromised, size=parsed.complete, clean=not parsed.torn)
         if record.timeout is not None:
@@ -116,6 +116,23 @@ class Work:
         with self._mutex:
             self._held[token] = lease
         return lease
+
+    def _finish_found_result(self, active: str, record: Record, state: str) -> None:
+        """A queued file that already ends in a whole result line is a commit whose renames a
+        power cut undid (its claim's rename back into the queue too: nothing fsyncs a claim).
+        The result stands, so it is published, as recovery publishes a dead holder's; running
+        the job again would make a second result for it."""
+        try:
+            self._core.tree.publish_found_result(active, record.id, state)
+        except FileExistsError:
+            # A result exists already: this was a second copy (a restored backup). Kept aside.
+            self._core.tree.quarantine(active, f"a second copy of job {record.id}, which is already final")
+            return
+        except FileNotFoundError:
+            return  # RACE: taken over in the instant since our claim; the recoverer finishes it
+        log.warning("job %s was queued with its %s result already written (a power cut undid the renames of "
+                    "its commit); it is published as %s", record.id, state, state)
+        self._notifier.after_final(record.id)
 
     def _limit(self, lease: WorkLease, seconds: float) -> None:
         """Give the attempt ``seconds`` from now: locally (``lease.deadline``, on the monotonic

@@ -27,6 +27,7 @@ from faultkit import (
     Scenario,
     check_store,
     die_now,
+    drain_survivors,
     full_cycle,
     hooked,
 )
@@ -98,6 +99,7 @@ def sweep(name: str, durable: bool) -> dict[str, object]:
                 store.recover()
                 problems += [f"{name} N={n}: {p}" for p in check_store(root, ctx, settled=True)]
                 problems += [f"{name} N={n}: {p}" for p in full_cycle(store)]
+                problems += [f"{name} N={n}: {p}" for p in drain_survivors(store, root, ctx)]
             if code == 0:
                 return {"scenario": name, "crash_points": n - 1, "problems": problems}
         finally:

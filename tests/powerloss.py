@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from faultkit import Ctx, _dead_owner, check_store, full_cycle, hooked
+from faultkit import Ctx, _dead_owner, check_store, drain_survivors, full_cycle, hooked
 from internals import freeze
 
 from fsjobstore import JobStore
@@ -152,48 +152,37 @@ def crash_states(snap: Snapshot, log: list[tuple[Any, ...]]) -> Any:
 
 def materialize(snap: Snapshot, log: list[tuple[Any, ...]], k: int, prefix: int, mode: str, dest: str,
                 old_root: str) -> None:
-    dirs = set(snap.dirs)
-    names = dict(snap.names)
+    # Two views of the names: ``live``, every name operation the program made (which inode a
+    # write, truncate or fsync reached), and ``names``, the surviving prefix (what the disk
+    # links). A rename that did not survive still moved nothing: the data written through its
+    # new name is in the inode the old name links, as on a real disk.
+    dirs, live_dirs = set(snap.dirs), set(snap.dirs)
+    names, live = dict(snap.names), dict(snap.names)
     inodes = {n: Inode(d, d) for n, d in snap.inodes.items()}
     next_ino = max(inodes, default=0) + 1
     applied = 0
     for entry in log[:k]:
         op = entry[0]
         if op in META:
-            if applied >= prefix:
-                # Names past the surviving prefix are lost; their data goes on being written to
-                # inodes the disk does not link anywhere, which is what we model by skipping.
-                applied += 1
-                continue
-            applied += 1
+            ino = None
             if op == "create":
-                names[entry[1]] = next_ino
-                inodes[next_ino] = Inode()
+                ino = next_ino  # a create that did not survive made an inode no name links
+                inodes[ino] = Inode()
                 next_ino += 1
-            elif op == "rename":
-                if entry[1] in names:
-                    names[entry[2]] = names.pop(entry[1])
-                elif entry[1] in dirs:  # a directory moved (quarantine): move its subtree
-                    _move_dir(dirs, names, entry[1], entry[2])
-            elif op == "link":
-                if entry[1] in names:
-                    names[entry[2]] = names[entry[1]]
-            elif op == "unlink":
-                names.pop(entry[1], None)
-            elif op == "mkdir":
-                dirs.add(entry[1])
-            elif op == "rmdir":
-                dirs.discard(entry[1])
+            _apply(entry, live, live_dirs, ino)
+            if applied < prefix:
+                _apply(entry, names, dirs, ino)
+            applied += 1
         elif op == "write":
-            ino = _live_inode(entry, names)
+            ino = live.get(entry[1])
             if ino is not None:
                 inodes[ino].write(entry[2], entry[3])
         elif op == "truncate":
-            ino = _live_inode(entry, names)
+            ino = live.get(entry[1])
             if ino is not None:
                 inodes[ino].current = inodes[ino].current[:entry[2]]
         elif op == "fsync_file":
-            ino = names.get(entry[1])
+            ino = live.get(entry[1])
             if ino is not None:
                 inodes[ino].durable = inodes[ino].current
     os.makedirs(dest)
@@ -222,10 +211,26 @@ def materialize(snap: Snapshot, log: list[tuple[Any, ...]], k: int, prefix: int,
         os.chmod(_rebase(d, old_root, dest), 0o700)
 
 
-def _live_inode(entry: tuple[Any, ...], names: dict[str, int]) -> int | None:
-    # A write goes to the inode its path names at that moment; when the name did not survive,
-    # the data lands in an inode the disk links nowhere, and does not matter.
-    return names.get(entry[1])
+def _apply(entry: tuple[Any, ...], names: dict[str, int], dirs: set[str], created: int | None) -> None:
+    """One name operation on one view of the names (``created``: the inode a create made)."""
+    op = entry[0]
+    if op == "create":
+        assert created is not None
+        names[entry[1]] = created
+    elif op == "rename":
+        if entry[1] in names:
+            names[entry[2]] = names.pop(entry[1])
+        elif entry[1] in dirs:  # a directory moved (quarantine): move its subtree
+            _move_dir(dirs, names, entry[1], entry[2])
+    elif op == "link":
+        if entry[1] in names:
+            names[entry[2]] = names[entry[1]]
+    elif op == "unlink":
+        names.pop(entry[1], None)
+    elif op == "mkdir":
+        dirs.add(entry[1])
+    elif op == "rmdir":
+        dirs.discard(entry[1])
 
 
 def _move_dir(dirs: set[str], names: dict[str, int], src: str, dst: str) -> None:
@@ -305,6 +310,7 @@ def check_all(log: list[tuple[Any, ...]], snap: Snapshot, old_root: str, *, limi
                     store.recover()
                     problems += [f"{where}: {p}" for p in check_store(dest, ctx, settled=True)]
                     problems += [f"{where}: {p}" for p in full_cycle(store)]
+                    problems += [f"{where}: {p}" for p in drain_survivors(store, dest, ctx)]
             except Exception as exc:  # any failure to open or recover is a finding
                 problems.append(f"{where}: {type(exc).__name__}: {exc}")
             shutil.rmtree(dest, ignore_errors=True)

@@ -4,6 +4,7 @@ with nothing acknowledged lost and nothing torn read; and the checker notices a 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import powerloss
 import pytest
@@ -12,8 +13,12 @@ from fsjobstore import _fsops, _skeleton
 
 
 @pytest.fixture(autouse=True)
-def _quiet() -> None:
-    logging.getLogger("fsjobstore").setLevel(logging.CRITICAL)
+def _quiet() -> Iterator[None]:
+    logger = logging.getLogger("fsjobstore")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    yield
+    logger.setLevel(level)  # later tests' caplog must still see warnings
 
 
 def test_every_power_cut_state_of_a_durable_run_recovers_with_nothing_acknowledged_lost() -> None:
@@ -53,3 +58,30 @@ def test_the_not_durable_checker_catches_a_store_marker_written_without_fsync(mo
     monkeypatch.setattr(_skeleton, "_looks_like_store", lambda layout: False)  # no second chance
     report = powerloss.run_not_durable()
     assert any("StoreNotFound" in p or "StoreFormatError" in p for p in report["problems"]), report["problems"][:3]
+
+
+def test_data_written_through_a_rename_that_did_not_survive_is_in_the_file_the_old_name_links(tmp_path: object) -> None:
+    import os
+
+    root = str(tmp_path)
+    a, b = os.path.join(root, "a"), os.path.join(root, "b")
+    snap = powerloss.Snapshot(dirs={root}, names={a: 1}, inodes={1: b"record\n"})
+    log = [("rename", a, b), ("write", b, 7, b"result\n"), ("fsync_file", b)]
+    dest = os.path.join(root, "cut")
+    powerloss.materialize(snap, log, len(log), 0, "lost", dest, root)  # the rename is lost, the data is not
+    assert sorted(os.listdir(dest)) == ["a"]
+    with open(os.path.join(dest, "a"), "rb") as fh:
+        assert fh.read() == b"record\nresult\n"
+
+
+def test_the_checker_catches_a_claim_that_quarantines_a_queued_file_holding_its_result(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fsjobstore import _work
+
+    def quarantine_it(self: _work.Work, active: str, record: object, state: str) -> None:
+        self._core.tree.quarantine(active, f"a queued job file already holds a {state} result")
+
+    monkeypatch.setattr(_work.Work, "_finish_found_result", quarantine_it)
+    report = powerloss.run()
+    assert any("after a drain: acknowledged job" in p for p in report["problems"]), report["problems"][:5]

@@ -6,6 +6,7 @@ way the kernel does it when a process dies: its flock is released and its files 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -393,3 +394,33 @@ def test_a_result_line_a_power_cut_lost_is_never_read_as_a_result_even_after_a_r
         Path(path).write_bytes(first_line)  # the rename reached the disk, the appended line did not
         with pytest.raises(CorruptJob, match="holds no result"):
             store.get(job.id)  # not "fulfilled" with a null value
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_queued_file_that_already_holds_its_result_is_published_when_claimed_not_run_again(
+    tmp_path: Any, durable: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What a power cut can leave: the result line reached the disk, the renames of the claim
+    # and of the commit did not, so the file is back in the queue with its result appended.
+    caplog.set_level(logging.WARNING, logger="fsjobstore")
+    path = str(tmp_path / "s")
+    with JobStore(path, durable=durable) as store:
+        job = store.create({"n": 1})
+        store.queue(job.id, "target")
+        [queued] = names(store, "jobs/pending/default")
+        lease = store.pull_work()
+        assert lease is not None
+        lease.fulfill({"answer": 42})
+        os.rename(os.path.join(path, "jobs", "fulfilled", f"{job.id}.json"),
+                  os.path.join(path, "jobs", "pending", "default", queued))
+        os.unlink(os.path.join(path, "jobs", "notify", f"{job.id}.json"))
+    with JobStore(path) as store:  # the next boot
+        later = store.create({"n": 2})
+        lease = store.pull_work()
+        assert lease is not None and lease.id == later.id  # the finished job is not handed out again
+        got = store.get(job.id)
+        assert got.state is JobState.FULFILLED and got.value == {"answer": 42} and got.attempts == 1
+        assert names(store, "quarantine") == []
+        note = store.pull_notification()
+        assert note is not None and note.id == job.id  # its target still hears of it
+        assert "power cut" in caplog.text
