@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Literal
 
-from . import InvalidRequest, JobStore, NotificationLease
+from . import InvalidQueueName, InvalidRequest, JobStore, NotificationLease
 from ._runtime._board import Board
 from ._runtime._processes import ProcessPool
 from ._runtime._slot import Handler, JobContext, WorkerShutdown
@@ -56,9 +56,9 @@ class RunSummary:
 
 def _check_queue(queue: object, what: str) -> str:
     """A queue name the store accepts (FORMAT.md, "Names"), checked before any process starts:
-    a bad one would otherwise fail in every child, at every pull."""
+    a bad one would otherwise fail in every child, at every pull. The same error as the store's."""
     if not isinstance(queue, str) or not _QUEUE_NAME.fullmatch(queue):
-        raise InvalidRequest(f"{what}: {queue!r} is not a queue name: use up to 64 ASCII letters, digits, "
+        raise InvalidQueueName(f"{what}: {queue!r} is not a queue name: use up to 64 ASCII letters, digits, "
                              "'_' and '-' (not first), with no dots, slashes or spaces")
     return queue
 

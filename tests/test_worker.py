@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 import worker_tasks as tasks
 
-from fsjobstore import InvalidRequest, JobState, JobStore, Worker
+from fsjobstore import InvalidQueueName, InvalidRequest, JobState, JobStore, Worker
 from fsjobstore.worker import Deliverer
 
 MODES = ["threads", "processes"]
@@ -150,10 +150,12 @@ def test_bad_worker_arguments_name_the_problem(fast: JobStore) -> None:
     with pytest.raises(InvalidRequest, match="not callable"):
         Worker(fast, {"echo": "not a function"})  # type: ignore[dict-item]
     for bad in ("my.queue", "with space", "", "-first"):
-        with pytest.raises(InvalidRequest, match="is not a queue name"):
+        with pytest.raises(InvalidQueueName, match="is not a queue name"):
             Worker(fast, {bad: tasks.echo})
-        with pytest.raises(InvalidRequest, match="is not a queue name"):
+        with pytest.raises(InvalidQueueName, match="is not a queue name"):
             Worker(fast, {"echo": tasks.echo}, queues=[bad])
+        with pytest.raises(InvalidQueueName):  # the error the store raises for the same name
+            fast.create({}, queue=bad)
 
 
 @pytest.mark.parametrize("mode", MODES)
