@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
@@ -171,3 +172,41 @@ def test_the_w8_cpu_breakdown_and_the_threads_bare_loop_run(tmp_path: Path) -> N
     assert os.listdir(tmp_path) == []  # its scratch is removed
     rate, dups, lost, _ = _runtime_cells.bare_threads_drain(str(tmp_path / "t"), 60, 3)
     assert rate > 0 and (dups, lost) == (0, 0)
+
+
+def test_the_w8_references_are_shown_but_never_count_as_ours_or_as_a_peer() -> None:
+    class Canned:
+        repeat = 1
+
+        def rotate(self, fns: dict[Any, Any]) -> dict[Any, list[Any]]:
+            out: dict[Any, list[Any]] = {}
+            for key in fns:
+                if key == _runtime_cells.W8_FLOOR:
+                    out[key] = [(90_000.0, 0, 0, 0)]
+                elif key == _runtime_cells.W8_NO_FSYNC:
+                    out[key] = [_runtime_cells.Drained(100 / 80_000, 0, 0, 0)]  # 80,000 jobs/s
+                elif key.startswith("fsjobstore"):
+                    out[key] = [_runtime_cells.Drained(100 / 2_000, 0, 0, 0)]
+                else:
+                    out[key] = [(3_000.0, 0, 0, 0)]
+            return out
+
+    figures: dict[str, Any] = {}
+    text = _runtime_cells.w8(Canned(), 100, {"huey-sqlite": _adapters.HueySqlite}, peers.w2_drain, figures)
+    assert "| reference: floor, bare syscalls with fsync " in text and "90,000" in text
+    assert all(not k[0].startswith("reference") for k in figures["W8"])
+    verdict = peers.verdicts(figures, {"fsjobstore": _adapters.FsJobStore}, (100,), (1, 2))
+    assert "W8 fsjobstore worker best: 2,000 jobs/s" in verdict and "peer: 3,000 jobs/s (huey-sqlite" in verdict
+
+
+def test_the_w8_ceiling_script_runs_both_variants_and_the_peer_exactly_once(tmp_path: Path) -> None:
+    import subprocess
+
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "w8_ceiling.py")
+    done = subprocess.run([sys.executable, bench, "--jobs", "30", "--rounds", "1", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    cells = [line for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert len(cells) == 2 * 6 + 5 and all(line.endswith("(0/0)") for line in cells)
+    assert done.stdout.count("best of ") == 3
+    assert os.listdir(tmp_path) == []
