@@ -2,7 +2,7 @@
 less often, against huey-sqlite's durable drain, in one run.
 
     python bench/w8_ceiling.py                       # 6,000 jobs a cell, 3 rounds, about 8 minutes
-    python bench/w8_ceiling.py --jobs 2000 --rounds 1
+    python bench/w8_ceiling.py --jobs 2000 --rounds 1 --no-peer
 
 Each fsjobstore cell fills a store made with durable=True, syncs the disk, then forks P
 processes of T threads, each running W2's bare loop (``pull_work`` + ``fulfill(b"")``) until
@@ -73,7 +73,13 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=6000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", help="where to run (default: a temp dir under the current directory)")
+    ap.add_argument("--no-peer", action="store_true", help="fsjobstore's cells only (no huey-sqlite)")
     args = ap.parse_args()
+    if not args.no_peer:
+        try:
+            import huey  # noqa: F401
+        except ImportError:
+            ap.error("huey is not installed: pip install -e '.[bench]', or run with --no-peer")
     base = tempfile.mkdtemp(prefix="w8ceil-", dir=args.dir or ".")
     cells: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
     k = 0
@@ -84,7 +90,7 @@ def main() -> int:
                     k += 1
                     cells.setdefault((f"fsjobstore bare loop, {variant}", f"{p}x{t}"), []).append(
                         fsjobstore_drain(os.path.join(base, str(k)), args.jobs, p, t, off))
-            for w in HUEY_WORKERS:
+            for w in () if args.no_peer else HUEY_WORKERS:
                 k += 1
                 rate, dups, lost, _ = w2_drain(HueySqlite, os.path.join(base, str(k)), args.jobs, w, True)
                 cells.setdefault(("huey-sqlite (fsync=True)", f"{w}x1"), []).append((rate, dups, lost))

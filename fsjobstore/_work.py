@@ -121,18 +121,30 @@ class Work:
         """A queued file that already ends in a whole result line is a commit whose renames a
         power cut undid (its claim's rename back into the queue too: nothing fsyncs a claim).
         The result stands, so it is published, as recovery publishes a dead holder's; running
-        the job again would make a second result for it."""
+        the job again would make a second result for it. Nothing here fails the pull."""
+        tree = self._core.tree
         try:
-            self._core.tree.publish_found_result(active, record.id, state)
+            tree.publish_found_result(active, record.id, state)
         except FileExistsError:
             # A result exists already: this was a second copy (a restored backup). Kept aside.
-            self._core.tree.quarantine(active, f"a second copy of job {record.id}, which is already final")
+            tree.quarantine(active, f"a second copy of job {record.id}, which is already final")
             return
         except FileNotFoundError:
             return  # RACE: taken over in the instant since our claim; the recoverer finishes it
-        log.warning("job %s was queued with its %s result already written (a power cut undid the renames of "
-                    "its commit); it is published as %s", record.id, state, state)
-        self._notifier.after_final(record.id)
+        except StorageError as exc:
+            # Not applied: recovery publishes it from active/ once this process is gone, as it
+            # does any claim that ends in a whole result line. Applied: it is in its final
+            # directory, only not known durable.
+            log.warning("job %s was queued with its result already written; publishing it: %s", record.id, exc)
+            if not exc.applied:
+                return
+        else:
+            log.warning("job %s was queued with its %s result already written (a power cut undid the renames of "
+                        "its commit); it is published as %s", record.id, state, state)
+        try:
+            self._notifier.after_final(record.id)
+        except StorageError as exc:  # every recovery pass restores missing index entries
+            log.warning("job %s is published but its notification was not indexed: %s", record.id, exc)
 
     def _limit(self, lease: WorkLease, seconds: float) -> None:
         """Give the attempt ``seconds`` from now: locally (``lease.deadline``, on the monotonic

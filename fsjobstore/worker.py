@@ -59,7 +59,7 @@ def _check_queue(queue: object, what: str) -> str:
     a bad one would otherwise fail in every child, at every pull. The same error as the store's."""
     if not isinstance(queue, str) or not _QUEUE_NAME.fullmatch(queue):
         raise InvalidQueueName(f"{what}: {queue!r} is not a queue name: use up to 64 ASCII letters, digits, "
-                             "'_' and '-' (not first), with no dots, slashes or spaces")
+                               "'_' and '-' (not first), with no dots, slashes or spaces")
     return queue
 
 

@@ -424,3 +424,35 @@ def test_a_queued_file_that_already_holds_its_result_is_published_when_claimed_n
         note = store.pull_notification()
         assert note is not None and note.id == job.id  # its target still hears of it
         assert "power cut" in caplog.text
+
+
+def test_a_fault_publishing_a_found_result_does_not_fail_the_pull_and_recovery_finishes_it(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from fsjobstore import StorageError
+
+    path = str(tmp_path / "s")
+    with JobStore(path) as store:
+        job = store.create({"n": 1})
+        [queued] = names(store, "jobs/pending/default")
+        lease = store.pull_work()
+        assert lease is not None
+        lease.fulfill("done")
+        os.rename(os.path.join(path, "jobs", "fulfilled", f"{job.id}.json"),
+                  os.path.join(path, "jobs", "pending", "default", queued))
+    worker = JobStore(path)
+
+    def eio(*args: Any) -> str:
+        raise StorageError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(_tree.Tree, "publish_found_result", eio)
+    assert worker.pull_work() is None  # no exception, and the job is not run again
+    monkeypatch.undo()
+    assert len(names(worker, "jobs/active")) == 1
+    die(worker)
+    with JobStore(path) as rescuer:
+        assert rescuer.recover().commits_finished == 1
+        got = rescuer.get(job.id)
+        assert got.state is JobState.FULFILLED and got.value == "done"
