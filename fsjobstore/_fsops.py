@@ -117,30 +117,40 @@ def write_at(path: str, offset: int, data: bytes, *, durable: bool, clean: bool)
             sc.fsync(fd)
     except BaseException:
         with contextlib.suppress(OSError):
-            sc.ftruncate(fd, offset)
+            _truncate(fd, offset, durable=durable)
         with contextlib.suppress(OSError):
             sc.close(fd)
         raise
     try:
         sc.close(fd)
     except OSError:
-        cut_back(path, offset)
+        cut_back(path, offset, durable=durable)
         raise
 
 
-def cut_back(path: str, offset: int) -> bool:
-    """Truncate ``path`` to ``offset`` bytes (undoing an appended line); False if that failed."""
+def cut_back(path: str, offset: int, *, durable: bool) -> bool:
+    """Truncate ``path`` to ``offset`` bytes (undoing an appended line), durably if ``durable``;
+    False if that failed."""
     try:
         fd = sc.open(path, os.O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
     except OSError:
         return False
     try:
-        sc.ftruncate(fd, offset)
+        _truncate(fd, offset, durable=durable)
         return True
     except OSError:
         return False
     finally:
         sc.close_read(fd)
+
+
+def _truncate(fd: int, offset: int, *, durable: bool) -> None:
+    # Durably: the line being cut off may already be on disk (its fsync can have run before the
+    # step that failed), and a power cut must not bring back a result the caller was told was not
+    # committed (a claim of a file that ends in a whole result line publishes it).
+    sc.ftruncate(fd, offset)
+    if durable:
+        sc.fsync(fd)
 
 
 def rename_into(src: str, dst: str, *, durable: bool) -> None:

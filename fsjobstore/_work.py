@@ -267,10 +267,12 @@ class Work:
             raise self._lost(lease) from None
         except StorageError as exc:
             if not exc.applied:
-                # Nothing moved. Cut the line back so a release or a retry starts clean; if even
-                # that fails, a line that is not followed by the rename is what a crash leaves,
-                # and readers and recovery already handle it.
-                fs.cut_back(active, lease._size)
+                # Nothing moved. Cut the line back, durably, so a release or a retry starts clean
+                # and no power cut brings the line back. RACE: if even that fails, the file is
+                # what a crash between the append and the rename leaves, and recovery (or, after
+                # a power cut, a claim) may publish the line: a double fault can turn this
+                # "nothing happened" into a commit, never into a lost job.
+                fs.cut_back(active, lease._size, durable=core.durable)
                 lease._committing = False
                 lease._clean = False
                 raise

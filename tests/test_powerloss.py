@@ -85,3 +85,50 @@ def test_the_checker_catches_a_claim_that_quarantines_a_queued_file_holding_its_
     monkeypatch.setattr(_work.Work, "_finish_found_result", quarantine_it)
     report = powerloss.run()
     assert any("after a drain: acknowledged job" in p for p in report["problems"]), report["problems"][:5]
+
+
+def test_a_commit_the_caller_was_told_failed_is_never_published_by_a_later_power_cut(tmp_path: object) -> None:
+    import errno
+    import os
+
+    from faultkit import hooked
+    from internals import freeze
+
+    from fsjobstore import JobState, JobStore, StorageError
+
+    class FailPublishOnce:
+        def __init__(self, rec: powerloss.Recorder) -> None:
+            self.rec, self.armed = rec, True
+
+        def before(self, op: str, args: tuple[object, ...]) -> None:
+            self.rec.before(op, args)
+            if self.armed and op == "rename" and "/jobs/fulfilled/" in str(args[1]):
+                self.armed = False
+                raise OSError(errno.EIO, "injected")
+
+        def after(self, op: str, args: tuple[object, ...], result: object) -> None:
+            self.rec.after(op, args, result)
+
+    root = os.path.join(str(tmp_path), "store")
+    store = JobStore(root, durable=True, lease_duration=3600)
+    job = store.create({"n": 1}).id
+    snap = powerloss.snapshot(root)
+    rec = powerloss.Recorder(root)
+    with hooked(FailPublishOnce(rec)), pytest.raises(StorageError) as told:
+        store.fulfill(job, "not committed")  # by id: the append is fsynced, the rename fails, the job is released
+    assert not told.value.applied
+    freeze(store)
+    checked = 0
+    for k, prefix, mode in powerloss.crash_states(snap, rec.log):
+        if k != len(rec.log):
+            continue  # the cuts after the caller heard "nothing happened"
+        dest = os.path.join(str(tmp_path), f"cut{prefix}.{mode}")
+        powerloss.materialize(snap, rec.log, k, prefix, mode, dest, root)
+        with JobStore(dest, lease_duration=3600) as after:
+            after.recover()
+            while (lease := after.pull_work()) is not None:
+                lease.fulfill("run again")
+            got = after.get(job)
+            assert got.state is JobState.FULFILLED and got.value == "run again", (prefix, mode, got)
+        checked += 1
+    assert checked >= 3

@@ -456,3 +456,23 @@ def test_a_fault_publishing_a_found_result_does_not_fail_the_pull_and_recovery_f
         assert rescuer.recover().commits_finished == 1
         got = rescuer.get(job.id)
         assert got.state is JobState.FULFILLED and got.value == "done"
+
+
+def test_cancelling_a_queued_job_that_already_holds_its_result_says_it_is_final_not_corrupt(tmp_path: Any) -> None:
+    from fsjobstore import InvalidState
+
+    path = str(tmp_path / "s")
+    with JobStore(path) as store:
+        job = store.create({"n": 1})
+        [queued] = names(store, "jobs/pending/default")
+        lease = store.pull_work()
+        assert lease is not None
+        lease.fulfill("done")
+        os.rename(os.path.join(path, "jobs", "fulfilled", f"{job.id}.json"),
+                  os.path.join(path, "jobs", "pending", "default", queued))
+    with JobStore(path) as store:
+        with pytest.raises(InvalidState, match="already fulfilled"):
+            store.cancel(job.id)
+        got = store.get(job.id)
+        assert got.state is JobState.FULFILLED and got.value == "done"
+        assert names(store, "quarantine") == []
