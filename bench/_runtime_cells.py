@@ -129,10 +129,11 @@ def _run_worker(d: str, concurrency: int, mode: Any, durable: bool, handler: Han
     store.close()
 
 
-def _bare_threads(d: str, threads: int, start: Any, out: Any) -> None:
+def bare_threads(d: str, threads: int, durable: bool, start: Any, out: Any) -> None:
     """W2's bare loop (``take_until_idle``), in ``threads`` threads of this one process sharing
-    one store; puts one result for them all, as one worker of W2 would."""
-    q = FsJobStore(d, False)
+    one store opened with ``durable``; puts one result for them all, as one worker of W2 would.
+    A target of ``_raw.run_together`` (bench/w8_ceiling.py runs it in several processes)."""
+    q = FsJobStore(d, durable)
     results: list[tuple[list[int], float, int]] = []
     pool = [threading.Thread(target=lambda: results.append(take_until_idle(q, start))) for _ in range(threads)]
     for t in pool:
@@ -149,7 +150,7 @@ def bare_threads_drain(d: str, n: int, threads: int) -> tuple[float, int, int, i
     process, timed as W2 times its processes (from the start signal to the last thread's end)."""
     fill(FsJobStore, d, n, False)
     os.sync()
-    t0, results = _raw.run_together(_bare_threads, [(d, threads)])
+    t0, results = _raw.run_together(bare_threads, [(d, threads, False)])
     return tally(results, n, t0)
 
 

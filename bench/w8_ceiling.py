@@ -28,14 +28,14 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _raw
-from _adapters import FsJobStore, HueySqlite, fill, take_until_idle, tally
+from _adapters import FsJobStore, HueySqlite, fill, tally
+from _runtime_cells import bare_threads
 from peers import w2_drain
 
 LAYOUTS = ((1, 1), (4, 1), (8, 1), (16, 1), (2, 4), (4, 4))  # (processes, threads in each)
@@ -47,16 +47,7 @@ def _worker(d: str, threads: int, no_dir_fsync: bool, start: Any, out: Any) -> N
         from fsjobstore import _fsops
 
         _fsops.sync_applied = lambda path, *, durable: None  # type: ignore[assignment]  # the unsafe variant
-    q = FsJobStore(d, True)
-    results: list[tuple[list[int], float, int]] = []
-    pool = [threading.Thread(target=lambda: results.append(take_until_idle(q, start))) for _ in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    q.close()
-    out.put(([i for taken, _, _ in results for i in taken], max(f for _, f, _ in results),
-             sum(e for _, _, e in results)))
+    bare_threads(d, threads, True, start, out)
 
 
 def fsjobstore_drain(d: str, n: int, processes: int, threads: int, no_dir_fsync: bool) -> tuple[float, int, int]:

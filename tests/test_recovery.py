@@ -396,6 +396,25 @@ def test_a_result_line_a_power_cut_lost_is_never_read_as_a_result_even_after_a_r
             store.get(job.id)  # not "fulfilled" with a null value
 
 
+def result_back_in_queue(path: str, value: Any, *, durable: bool = True, target: str | None = None) -> str:
+    """Make the state a power cut can leave (nothing fsyncs a claim): a job fulfilled with
+    ``value`` whose commit's and claim's renames were undone, so its file is back in its queue
+    with the result line appended. Returns the job's id."""
+    with JobStore(path, durable=durable) as store:
+        job = store.create({"n": 1})
+        if target is not None:
+            store.queue(job.id, target)
+        [queued] = names(store, "jobs/pending/default")
+        lease = store.pull_work()
+        assert lease is not None
+        lease.fulfill(value)
+        os.rename(os.path.join(path, "jobs", "fulfilled", f"{job.id}.json"),
+                  os.path.join(path, "jobs", "pending", "default", queued))
+        if target is not None:
+            os.unlink(os.path.join(path, "jobs", "notify", f"{job.id}.json"))
+    return job.id
+
+
 @pytest.mark.parametrize("durable", [True, False])
 def test_a_queued_file_that_already_holds_its_result_is_published_when_claimed_not_run_again(
     tmp_path: Any, durable: bool, caplog: pytest.LogCaptureFixture
@@ -404,25 +423,16 @@ def test_a_queued_file_that_already_holds_its_result_is_published_when_claimed_n
     # and of the commit did not, so the file is back in the queue with its result appended.
     caplog.set_level(logging.WARNING, logger="fsjobstore")
     path = str(tmp_path / "s")
-    with JobStore(path, durable=durable) as store:
-        job = store.create({"n": 1})
-        store.queue(job.id, "target")
-        [queued] = names(store, "jobs/pending/default")
-        lease = store.pull_work()
-        assert lease is not None
-        lease.fulfill({"answer": 42})
-        os.rename(os.path.join(path, "jobs", "fulfilled", f"{job.id}.json"),
-                  os.path.join(path, "jobs", "pending", "default", queued))
-        os.unlink(os.path.join(path, "jobs", "notify", f"{job.id}.json"))
+    job_id = result_back_in_queue(path, {"answer": 42}, durable=durable, target="target")
     with JobStore(path) as store:  # the next boot
         later = store.create({"n": 2})
         lease = store.pull_work()
         assert lease is not None and lease.id == later.id  # the finished job is not handed out again
-        got = store.get(job.id)
+        got = store.get(job_id)
         assert got.state is JobState.FULFILLED and got.value == {"answer": 42} and got.attempts == 1
         assert names(store, "quarantine") == []
         note = store.pull_notification()
-        assert note is not None and note.id == job.id  # its target still hears of it
+        assert note is not None and note.id == job_id  # its target still hears of it
         assert "power cut" in caplog.text
 
 
@@ -434,14 +444,7 @@ def test_a_fault_publishing_a_found_result_does_not_fail_the_pull_and_recovery_f
     from fsjobstore import StorageError
 
     path = str(tmp_path / "s")
-    with JobStore(path) as store:
-        job = store.create({"n": 1})
-        [queued] = names(store, "jobs/pending/default")
-        lease = store.pull_work()
-        assert lease is not None
-        lease.fulfill("done")
-        os.rename(os.path.join(path, "jobs", "fulfilled", f"{job.id}.json"),
-                  os.path.join(path, "jobs", "pending", "default", queued))
+    job_id = result_back_in_queue(path, "done")
     worker = JobStore(path)
 
     def eio(*args: Any) -> str:
@@ -454,7 +457,7 @@ def test_a_fault_publishing_a_found_result_does_not_fail_the_pull_and_recovery_f
     die(worker)
     with JobStore(path) as rescuer:
         assert rescuer.recover().commits_finished == 1
-        got = rescuer.get(job.id)
+        got = rescuer.get(job_id)
         assert got.state is JobState.FULFILLED and got.value == "done"
 
 
@@ -462,17 +465,10 @@ def test_cancelling_a_queued_job_that_already_holds_its_result_says_it_is_final_
     from fsjobstore import InvalidState
 
     path = str(tmp_path / "s")
-    with JobStore(path) as store:
-        job = store.create({"n": 1})
-        [queued] = names(store, "jobs/pending/default")
-        lease = store.pull_work()
-        assert lease is not None
-        lease.fulfill("done")
-        os.rename(os.path.join(path, "jobs", "fulfilled", f"{job.id}.json"),
-                  os.path.join(path, "jobs", "pending", "default", queued))
+    job_id = result_back_in_queue(path, "done")
     with JobStore(path) as store:
         with pytest.raises(InvalidState, match="already fulfilled"):
-            store.cancel(job.id)
-        got = store.get(job.id)
+            store.cancel(job_id)
+        got = store.get(job_id)
         assert got.state is JobState.FULFILLED and got.value == "done"
         assert names(store, "quarantine") == []
