@@ -115,7 +115,7 @@ def inotify_round_trip(base: str, n: int = 200, gap: float = 0.02) -> float:
 
 
 # -- the floor of a rename-claim design: what one claim+complete costs in bare syscalls ---------
-def _floor_worker(names: list[str], pend: str, act: str, done: str, durable: bool,
+def _floor_worker(names: list[str], pend: str, act: str, done: str, durable: bool, burn_us: float,
                   start: mp.synchronize.Event, out: mp.Queue) -> None:  # type: ignore[name-defined,type-arg]
     dfd = os.open(done, os.O_RDONLY | os.O_DIRECTORY)
     line = b'{"result":"fulfilled"}\n'
@@ -125,6 +125,10 @@ def _floor_worker(names: list[str], pend: str, act: str, done: str, durable: boo
         os.rename(os.path.join(pend, name), claimed)
         fd = os.open(claimed, os.O_RDWR)
         size = len(os.read(fd, 65536))
+        if burn_us:  # CPU a job costs beyond these syscalls (bench/w8_budget.py): spin, never sleep
+            until = time.perf_counter() + burn_us / 1e6
+            while time.perf_counter() < until:
+                pass
         os.pwrite(fd, line, size)
         if durable:
             os.fsync(fd)
@@ -135,12 +139,13 @@ def _floor_worker(names: list[str], pend: str, act: str, done: str, durable: boo
     out.put(time.monotonic())
 
 
-def drain_floor(base: str, n: int, workers: int, *, durable: bool) -> float:
+def drain_floor(base: str, n: int, workers: int, *, durable: bool, burn_us: float = 0.0) -> float:
     """Claims+completes per second, by ``workers`` processes, in bare syscalls: rename the job file
     into active/, open, read, append a result, (fsync,) close, rename it into done/ (, fsync that
     directory). That is the least any design costs that claims a job by renaming its file and
     publishes the result by renaming it again, as fsjobstore does. It does no parsing, no checks
-    and no fencing, and each worker owns a share of the names, so it never contends."""
+    and no fencing, and each worker owns a share of the names, so it never contends. ``burn_us``:
+    spin that many microseconds of CPU in each job, between the read and the append."""
     pend, act, done = (os.path.join(base, x) for x in ("pending", "active", "done"))
     for d in (pend, act, done):
         os.makedirs(d)
@@ -150,7 +155,8 @@ def drain_floor(base: str, n: int, workers: int, *, durable: bool) -> float:
         with open(os.path.join(pend, name), "wb") as fh:
             fh.write(_DATA * 4)  # about as long as a job file
     os.sync()  # as the queues' drains do after their fill: the write-back must not land inside the drain
-    t0, finished = run_together(_floor_worker, [(names[k::workers], pend, act, done, durable) for k in range(workers)])
+    t0, finished = run_together(_floor_worker, [(names[k::workers], pend, act, done, durable, burn_us)
+                                                   for k in range(workers)])
     return n / (max(finished) - t0)
 
 

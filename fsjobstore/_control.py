@@ -72,26 +72,20 @@ class Control:
     def paused_for_claim(self) -> frozenset[str]:
         """The paused queues as a claim needs them, for one stat instead of a listing (a listing
         is 4-5 system calls: round trips each on a network filesystem). Listed again when the
-        directory's stat changed, when it had changed less than PAUSED_RECHECK before the last
-        listing (a change in the same clock tick leaves the mtime as it was), and at least every
-        PAUSED_RECHECK seconds. So another process's pause stops this process's next claim on a
-        local filesystem, and within a second where attributes are cached (FORMAT.md, "Transitions": claim)."""
-        sig, mtime = self._paused_stat()
-        # Real clocks, not the store's injectable ones: this compares with the filesystem's mtime.
-        seen, now = self._paused_seen, time.monotonic()
+        directory's stat changed, when it had not settled (``_fsops.SETTLE``) before the last
+        listing, and at least every PAUSED_RECHECK seconds. So another process's pause stops
+        this process's next claim on a local filesystem, and within a second where attributes
+        are cached (FORMAT.md, "Transitions": claim)."""
+        sig, settled = self._paused_stat()
+        seen, now = self._paused_seen, time.monotonic()  # real time: attribute caches age in it
         if seen is not None and seen[0] == sig and now < seen[1]:
             return seen[2]
         names = self.paused()
-        settled = time.time() - mtime >= PAUSED_RECHECK
         self._paused_seen = (sig, now + PAUSED_RECHECK if settled else now, names)
         return names
 
-    def _paused_stat(self) -> tuple[tuple[int, int, int], float]:
-        try:
-            st = sc.lstat(self._layout.paused)
-        except FileNotFoundError:  # removed by hand: nothing is paused (as paused() reads it)
-            return (0, 0, 0), 0.0
-        return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino), st.st_mtime
+    def _paused_stat(self) -> tuple[tuple[int, int, int], bool]:
+        return fs.dir_signature(self._layout.paused)
 
     # -- cancel requests -------------------------------------------------------------------------
     def request_cancel(self, job_id: str, reason: str | None) -> None:

@@ -256,6 +256,25 @@ def ensure_dir(path: str, *, durable: bool, mode: int = DIR_MODE) -> None:
         fsync_dir(os.path.dirname(path))
 
 
+# A directory's mtime moves on every entry added or removed, but in clock ticks (a few ms), so a
+# change in the tick of a listing can leave it as it was. A cache keyed by the stat is only
+# trusted for a directory whose mtime was already SETTLE seconds old when it was listed: any
+# later change then shows as a new mtime (git's "racily clean" rule).
+SETTLE = 1.0
+
+
+def dir_signature(path: str) -> tuple[tuple[int, int, int], bool]:
+    """A directory's (mtime_ns, ctime_ns, inode), and whether its last change was SETTLE
+    seconds ago or more, for one stat; a missing directory is ((0, 0, 0), True). Take it
+    *before* the listing it vouches for: a change in between then shows as a different stat."""
+    try:
+        st = sc.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return (0, 0, 0), True
+    # Real wall time, not a store's injectable clock: it is compared with the filesystem's.
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino), time.time() - st.st_mtime >= SETTLE
+
+
 def scan_names(path: str) -> list[str]:
     """Names in a directory, or [] if it does not exist."""
     try:

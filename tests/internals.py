@@ -5,7 +5,10 @@ else goes through the API.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from fsjobstore import JobStore
@@ -81,7 +84,9 @@ def pretend_paused_dir_unchanged(store: JobStore, changed_at: float) -> None:
     """Make this store see control/paused/ with one stat from now on, last changed at
     ``changed_at`` (epoch seconds): as when a change lands in the clock tick of a listing, or an
     attribute cache hides it."""
-    store._control._paused_stat = lambda: ((1, 1, 1), changed_at)  # type: ignore[method-assign]
+    from fsjobstore._fsops import SETTLE
+
+    store._control._paused_stat = lambda: ((1, 1, 1), time.time() - changed_at >= SETTLE)  # type: ignore[method-assign]
 
 
 def count_lost_races(monkeypatch: Any) -> list[int]:
@@ -97,3 +102,25 @@ def count_lost_races(monkeypatch: Any) -> list[int]:
 
     monkeypatch.setattr(QueueIndex, "lost", counted)
     return count
+
+
+@contextlib.contextmanager
+def count_listings(directory: str) -> Iterator[list[int]]:
+    """Count (in ``[0]``) the listings of ``directory`` any store in this process makes inside."""
+    from fsjobstore import _syscalls
+
+    count = [0]
+
+    class Hook:
+        def before(self, op: str, args: tuple[Any, ...]) -> None:
+            if op == "listdir" and args[0] == directory:
+                count[0] += 1
+
+        def after(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+            pass
+
+    _syscalls.set_hook(Hook())
+    try:
+        yield count
+    finally:
+        _syscalls.set_hook(None)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from conftest import FakeWall, files_under, in_background
-from internals import count_lost_races, owner
+from internals import count_listings, count_lost_races, owner
 
 from fsjobstore import (
     InvalidJobId,
@@ -479,6 +480,46 @@ def test_a_store_sees_its_own_job_in_a_new_queue_at_once(open_store: Callable[..
     job = s.create("x", queue="brand-new")
     lease = s.pull_work()
     assert lease is not None and lease.id == job.id
+
+
+def _settle(directory: str) -> None:
+    """Make a directory look last changed a minute ago, as a queue emptied long since does."""
+    then = time.time() - 60
+    os.utime(directory, (then, then))
+
+
+def test_a_claim_passes_over_an_empty_queue_with_a_stat_not_a_listing(open_store: Callable[..., JobStore]) -> None:
+    s = open_store(durable=False, poll_interval=3600.0, watch=False)
+    s.create("x", queue="images")
+    lease = s.pull_work()
+    assert lease is not None
+    lease.fulfill(b"")  # images is empty now
+    images = os.path.join(s.path, "jobs", "pending", "images")
+    _settle(images)
+    for i in range(20):
+        s.create(i)
+    with count_listings(images) as listings:
+        for _ in range(20):
+            lease = s.pull_work(timeout=0)
+            assert lease is not None and lease.queue == "default"
+            lease.fulfill(b"")
+    assert listings[0] <= 1  # once, to see it empty; then its stat says it still is
+
+
+def test_a_job_another_process_puts_in_a_queue_seen_empty_is_claimed_at_once(
+        open_store: Callable[..., JobStore]) -> None:
+    a = open_store(durable=False, poll_interval=3600.0, watch=False)  # no inotify; the next rescan is an hour away
+    b = open_store(durable=False)
+    b.create("x", queue="images")
+    lease = a.pull_work()
+    assert lease is not None
+    lease.fulfill(b"")
+    _settle(os.path.join(a.path, "jobs", "pending", "images"))
+    assert a.pull_work(timeout=0) is None  # listed: empty, and settled, so its stat is trusted
+    assert a.pull_work(timeout=0) is None  # the stat alone
+    job = b.create("y", queue="images")
+    lease = a.pull_work(timeout=0)
+    assert lease is not None and lease.id == job.id  # the directory's stat changed: listed again
 
 
 def test_a_heartbeat_too_slow_for_the_lease_is_refused(tmp_path: Path) -> None:

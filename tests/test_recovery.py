@@ -299,6 +299,39 @@ def test_a_planted_file_named_like_a_copy_does_not_make_recovery_drop_the_job(pa
     assert lease is not None and lease.id == job.id
 
 
+def test_workers_started_together_after_a_boot_make_one_deep_pass_not_one_each(tmp_path: Any) -> None:
+    """The first pass marks the boot before it reads a single size, so a process that starts
+    while it sweeps skips the sweep (it used to mark after: every worker a supervisor started
+    together read the size of every queued job)."""
+    root = str(tmp_path / "fast")
+    with JobStore(root, durable=False) as store:
+        for i in range(5):
+            store.create({"i": i})
+    qdir = os.path.join(root, "jobs", "pending", "default")
+    control = os.path.join(root, "control")
+    seen: list[tuple[str, list[str]]] = []
+
+    class Watch:
+        def before(self, op: str, args: tuple[Any, ...]) -> None:
+            if op == "stat" and isinstance(args[0], str) and args[0].startswith(qdir + os.sep):
+                seen.append((args[0], [n for n in os.listdir(control) if n.startswith("boot-")]))
+
+        def after(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+            pass
+
+    _syscalls.set_hook(Watch())
+    try:
+        with JobStore(root) as first:
+            assert first.pull_work(queues=["elsewhere"]) is None  # its first pass: deep this boot
+            sizes_read = len(seen)
+            with JobStore(root) as second:  # starts after the marker: reads no size
+                assert second.pull_work(queues=["elsewhere"]) is None
+    finally:
+        _syscalls.set_hook(None)
+    assert sizes_read == 5 and len(seen) == 5
+    assert all(markers for _, markers in seen)  # the boot was marked before the first size was read
+
+
 def test_the_first_pull_after_a_boot_looks_for_jobs_a_power_cut_emptied_once(tmp_path: Any) -> None:
     root = str(tmp_path / "fast")
 
