@@ -256,11 +256,13 @@ def ensure_dir(path: str, *, durable: bool, mode: int = DIR_MODE) -> None:
         fsync_dir(os.path.dirname(path))
 
 
-# A directory's mtime moves on every entry added or removed, but in clock ticks (a few ms), so a
-# change in the tick of a listing can leave it as it was. A cache keyed by the stat is only
-# trusted for a directory whose mtime was already SETTLE seconds old when it was listed: any
-# later change then shows as a new mtime (git's "racily clean" rule).
-SETTLE = 1.0
+# A directory's mtime moves on every entry added or removed, but in clock ticks (a few ms; whole
+# seconds on some filesystems, two on vfat), so a change in the tick of a listing can leave it as
+# it was. A cache keyed by the stat is only trusted for a directory whose mtime was already
+# SETTLE seconds old when it was listed: any later change then shows as a new mtime (git's
+# "racily clean" rule). Attribute caches (NFS, FUSE) and a server clock behind ours can still
+# hide a change: callers also list again at least every poll interval.
+SETTLE = 2.0
 
 
 def dir_signature(path: str) -> tuple[tuple[int, int, int], bool]:

@@ -3,8 +3,10 @@
 Listing a directory of 100,000 entries costs tens of milliseconds; doing it per claim would make
 a claim slower the deeper the queue. We keep only the ``limit`` smallest names (the next jobs to
 run, since names sort by priority then creation) and list again when they run out, when the
-cached view is older than ``rescan_interval``, or never sooner. Arrivals reported by the waker
-are merged in at once, so a new urgent job does not wait for the next listing.
+cached view is older than ``rescan_interval``, or never sooner. A queue found empty is listed
+again only when its directory's stat changed (see ``_fsops.SETTLE``) or the interval passed.
+Arrivals reported by the waker are merged in at once, so a new urgent job does not wait for the
+next listing.
 
 The index is only a hint: a name in it may already be claimed by another process (the claim's
 rename then fails with ENOENT and we move on), and the directory stays the truth.

@@ -68,12 +68,8 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     # What the store promises decides, not what this process does: a process that fsyncs in a
     # store that does not still meets the files others wrote without fsync.
     emptiable = not core.settings.store_durable
-    if deep is None:  # a process's first pass: deep once per boot of this host (see _sweep_emptied)
-        deep = emptiable and _claim_boot_sweep(core)
-    elif deep and emptiable:
-        _claim_boot_sweep(core)  # an explicit deep pass counts as this boot's too
-    if deep and emptiable:
-        _sweep_emptied(core, counts)
+    if emptiable and deep is not False:  # None: a process's first pass, deep once per boot (_deep_pass)
+        _deep_pass(core, counts, explicit=deep is True)
     overdue = _sweep_deadlines(core, notifier, control, me, counts)
     _sweep_active(core, notifier, control, me, overdue, counts)
     _sweep_tmp(core, me, counts)
@@ -276,8 +272,8 @@ def _quarantine_job(core: Core, path: str, reason: str, exc: Exception, counts: 
 
 
 def _boot_marker(core: Core) -> str:
-    """``control/boot-<id>``: a deep pass was made since this host booted. A power cut means a
-    boot, so one deep pass per boot finds what it emptied; every later process skips it."""
+    """``control/boot-<id>``: this boot's deep pass was made. A power cut means a boot, so one
+    deep pass per boot finds what it emptied; every later process skips it."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as fh:
             boot = fh.read().strip().replace("-", "")
@@ -286,27 +282,59 @@ def _boot_marker(core: Core) -> str:
     return os.path.join(core.layout.control, f"boot-{boot[:32]}")
 
 
-def _claim_boot_sweep(core: Core) -> bool:
-    """True if this process is the one to make this boot's deep pass: it created the boot's
-    marker. The marker is created *before* the sweep, so the workers a supervisor starts
-    together do not each read the size of every queued job (16 children on a 10,000-job
-    backlog: 160,000 stats) when one sweep is enough. RACE: a process that dies mid-sweep
-    leaves the rest unswept this boot; that is safe, because a claim that meets an empty file
-    quarantines it with the same reason (only statistics() counts it as queued till then)."""
+def _deep_pass(core: Core, counts: dict[str, int], *, explicit: bool) -> None:
+    """Make the deep pass: always when ``explicit``, else once per boot of this host. The
+    process making it holds ``control/boot.lock`` (flock) meanwhile, and marks the boot only
+    when it is done: workers started together make one pass, not one each (16 children on a
+    10,000-job backlog read 160,000 sizes), and a pass cut short (its process exited or died,
+    or the pass failed) is made again by the next process that starts."""
     marker = _boot_marker(core)
-    if marker.endswith("-unknown"):
-        return True  # no boot id: every first pass is deep
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | fs.O_NOFOLLOW | fs.O_CLOEXEC
+    known = not marker.endswith("-unknown")
+    if not explicit and known and sc.lexists(marker):
+        return  # made since this host booted
+    lock = _sweep_lock(core) if known else _NO_LOCK
+    if lock is None and not explicit:
+        return  # another process is making it right now
     try:
-        sc.close(sc.open(marker, flags, core.tree.perms.file_mode))
-    except FileExistsError:
-        return False  # swept (or being swept) since this host booted
+        if not explicit and known and sc.lexists(marker):
+            return  # made while we waited for the lock
+        _sweep_emptied(core, counts)
+        if known:
+            _mark_boot(core, marker)
+    finally:
+        if lock is not None and lock != _NO_LOCK:
+            sc.close_read(lock)  # releases the flock
+
+
+_NO_LOCK = -1  # control/boot.lock cannot be opened (a read-only control/): sweep without it
+
+
+def _sweep_lock(core: Core) -> int | None:
+    """A descriptor holding ``control/boot.lock`` (flock); None if another process holds it;
+    ``_NO_LOCK`` if it cannot be opened or locked. Where locks do not exclude (some network
+    filesystems), two processes may both make the pass: it is idempotent, only repeated."""
+    flags = os.O_RDWR | os.O_CREAT | fs.O_NOFOLLOW | fs.O_CLOEXEC
+    try:
+        fd = sc.open(os.path.join(core.layout.control, "boot.lock"), flags, core.tree.perms.file_mode)
     except OSError:
-        return True  # cannot mark (a read-only control/, a fault): sweep, as before markers
+        return _NO_LOCK
+    try:
+        if sc.try_lock(fd):
+            return fd
+        held = True
+    except OSError:
+        held = False
+    sc.close_read(fd)
+    return None if held else _NO_LOCK
+
+
+def _mark_boot(core: Core, marker: str) -> None:
     for name in fs.scan_names(core.layout.control):
         if name.startswith("boot-") and name != os.path.basename(marker):  # earlier boots' markers
             fs.unlink_quietly(os.path.join(core.layout.control, name))
-    return True
+    flags = os.O_WRONLY | os.O_CREAT | fs.O_NOFOLLOW | fs.O_CLOEXEC
+    with contextlib.suppress(OSError):
+        sc.close(sc.open(marker, flags, core.tree.perms.file_mode))
 
 
 def _sweep_emptied(core: Core, counts: dict[str, int]) -> None:

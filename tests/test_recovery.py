@@ -6,6 +6,7 @@ way the kernel does it when a process dies: its flock is released and its files 
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import threading
@@ -299,37 +300,46 @@ def test_a_planted_file_named_like_a_copy_does_not_make_recovery_drop_the_job(pa
     assert lease is not None and lease.id == job.id
 
 
-def test_workers_started_together_after_a_boot_make_one_deep_pass_not_one_each(tmp_path: Any) -> None:
-    """The first pass marks the boot before it reads a single size, so a process that starts
-    while it sweeps skips the sweep (it used to mark after: every worker a supervisor started
-    together read the size of every queued job)."""
+def test_a_process_starting_while_another_makes_the_boot_pass_skips_it_and_a_pass_cut_short_is_made_again(
+        tmp_path: Any) -> None:
+    """Workers started together make one deep pass, not one each: the one making it holds
+    control/boot.lock, and marks the boot only when done, so a pass whose process went away
+    first is made by the next one."""
     root = str(tmp_path / "fast")
     with JobStore(root, durable=False) as store:
         for i in range(5):
             store.create({"i": i})
     qdir = os.path.join(root, "jobs", "pending", "default")
     control = os.path.join(root, "control")
-    seen: list[tuple[str, list[str]]] = []
+    sizes_read = [0]
 
     class Watch:
         def before(self, op: str, args: tuple[Any, ...]) -> None:
             if op == "stat" and isinstance(args[0], str) and args[0].startswith(qdir + os.sep):
-                seen.append((args[0], [n for n in os.listdir(control) if n.startswith("boot-")]))
+                sizes_read[0] += 1
 
         def after(self, op: str, args: tuple[Any, ...], result: Any) -> None:
             pass
 
+    def markers() -> list[str]:
+        return [n for n in os.listdir(control) if n.startswith("boot-")]
+
+    sweeper = os.open(os.path.join(control, "boot.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(sweeper, fcntl.LOCK_EX)  # another process is making this boot's pass
     _syscalls.set_hook(Watch())
     try:
-        with JobStore(root) as first:
-            assert first.pull_work(queues=["elsewhere"]) is None  # its first pass: deep this boot
-            sizes_read = len(seen)
-            with JobStore(root) as second:  # starts after the marker: reads no size
-                assert second.pull_work(queues=["elsewhere"]) is None
+        with JobStore(root) as second:
+            assert second.pull_work(queues=["elsewhere"]) is None  # its first pass
+        assert sizes_read[0] == 0 and markers() == []  # skipped, and not marked
+        os.close(sweeper)  # that process exited before it finished
+        with JobStore(root) as third:
+            assert third.pull_work(queues=["elsewhere"]) is None
+        assert sizes_read[0] == 5 and markers() != []  # made again, and marked once done
+        with JobStore(root) as fourth:
+            assert fourth.pull_work(queues=["elsewhere"]) is None
+        assert sizes_read[0] == 5  # once per boot
     finally:
         _syscalls.set_hook(None)
-    assert sizes_read == 5 and len(seen) == 5
-    assert all(markers for _, markers in seen)  # the boot was marked before the first size was read
 
 
 def test_the_first_pull_after_a_boot_looks_for_jobs_a_power_cut_emptied_once(tmp_path: Any) -> None:
