@@ -158,6 +158,16 @@ def test_init_says_whether_it_made_a_store_or_found_one(tmp_path: Path) -> None:
     assert weaker.returncode == 2 and "asks for less" in weaker.stderr
 
 
+def test_init_refuses_a_directory_that_holds_other_files_with_exit_4_and_leaves_them_alone(tmp_path: Path) -> None:
+    root = tmp_path / "photos"
+    root.mkdir()
+    (root / "cat.jpg").write_bytes(b"meow")
+    done = cli("init", str(root))
+    assert done.returncode == 4 and done.stderr.startswith("fsjobstore init: refused: ") and "not empty" in done.stderr
+    assert "Traceback" not in done.stderr and sorted(p.name for p in root.iterdir()) == ["cat.jpg"]
+    assert cli("stats", str(root)).returncode == 3  # reading it: there is no store there
+
+
 def test_create_says_when_it_made_the_store_so_a_typo_in_dir_shows(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
     first = cli("create", root, '{"n": 1}')

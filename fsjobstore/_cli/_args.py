@@ -26,7 +26,8 @@ EXIT_CODES = f"""exit codes:
        wait: the job failed or was cancelled)
   {USAGE}    bad arguments or input; nothing was changed
   {NOT_FOUND}    not found: no such job, or no store at DIR
-  {REFUSED}    refused: the id is taken, the job is in the wrong state, or a lease was lost
+  {REFUSED}    refused: the id is taken, the job is in the wrong state, a lease was lost, or
+       init was pointed at a directory that holds other files
   {TIMED_OUT}    wait: the job did not end within --timeout
   {INTERRUPTED}  interrupted (Ctrl-C)
 """

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import Job, JobState, JobStore, StoreNotFound, WaitTimeout, verify, verify_across_hosts
 from . import _render as render
-from ._args import FAILED, OK, TIMED_OUT, UsageError, subcommand
+from ._args import FAILED, OK, REFUSED, TIMED_OUT, UsageError, subcommand
 
 
 def add(subparsers: Any) -> None:
@@ -123,8 +123,12 @@ def init(args: argparse.Namespace) -> int:
     except StoreNotFound:
         pass
     # A new store, or one that differs from what was asked: opening it as asked makes it or says why not.
-    with JobStore(args.dir, create=True, durable=durable, group=group) as store:
-        print(f"a new store is ready at {store.path} {_settings(store)}")
+    try:
+        with JobStore(args.dir, create=True, durable=durable, group=group) as store:
+            print(f"a new store is ready at {store.path} {_settings(store)}")
+    except StoreNotFound as exc:  # a directory holding other files: refused, not "not found"
+        print(f"fsjobstore init: refused: {exc}", file=sys.stderr)
+        return REFUSED
     return OK
 
 
