@@ -65,13 +65,16 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
         if what == "other" and _looks_like_store(layout):
             doc = _readopt(layout, durable)
         elif what == "other":
+            if not create:  # only reading: say what is there, not why we would not make one
+                raise StoreNotFound(f"{root} holds other files and no {MARKER}: it is not a store (check the path)")
             raise StoreNotFound(
                 f"{root} is not empty and holds no {MARKER}, so it is not a store; refusing to make "
                 "one among other files (choose a new or an empty directory)"
             )
         elif not create:
             empty = " (the directory is empty)" if what == "empty" else ""
-            raise StoreNotFound(f"there is no store at {root}{empty}")
+            raise StoreNotFound(f"there is no store at {root}{empty}; check the path, or make one "
+                                "(fsjobstore init DIR, or JobStore(path) in Python)")
         else:
             doc = _initialise(layout, durable=True if durable is None else durable, gid=wanted_gid)
     config = _config(layout, doc, durable)

@@ -67,9 +67,11 @@ def test_read_commands_never_make_a_store(tmp_path: Path) -> None:
     busy = tmp_path / "project"
     busy.mkdir()
     (busy / "notes.txt").write_text("mine")
-    refused = cli("create", str(busy), "1")
-    assert refused.returncode == 3 and "is not empty and holds no fsjobstore.json" in refused.stderr
+    refused = cli("create", str(busy), "1")  # it would make a store: refused, as init is
+    assert refused.returncode == 4 and "is not empty and holds no fsjobstore.json" in refused.stderr
     assert sorted(os.listdir(busy)) == ["notes.txt"]
+    read = cli("stats", str(busy))
+    assert read.returncode == 3 and "it is not a store (check the path)" in read.stderr
 
 
 def test_version_options_after_the_command_stdin_values_and_the_env_dir(tmp_path: Path) -> None:
@@ -166,6 +168,8 @@ def test_init_refuses_a_directory_that_holds_other_files_with_exit_4_and_leaves_
     assert done.returncode == 4 and done.stderr.startswith("fsjobstore init: refused: ") and "not empty" in done.stderr
     assert "Traceback" not in done.stderr and sorted(p.name for p in root.iterdir()) == ["cat.jpg"]
     assert cli("stats", str(root)).returncode == 3  # reading it: there is no store there
+    a_file = root / "cat.jpg"
+    assert cli("init", str(a_file)).returncode == 4 and a_file.read_bytes() == b"meow"
 
 
 def test_create_says_when_it_made_the_store_so_a_typo_in_dir_shows(tmp_path: Path) -> None:

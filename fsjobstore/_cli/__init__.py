@@ -25,6 +25,7 @@ from ._args import (
     REFUSED,
     USAGE,
     Parser,
+    Refused,
     UsageError,
     bind,
 )
@@ -70,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return OK
+    except Refused as exc:
+        print(f"fsjobstore {args.command}: refused: {exc}", file=sys.stderr)
+        return REFUSED
     except UsageError as exc:
         sub.print_usage(sys.stderr)
         print(f"fsjobstore {args.command}: error: {exc}", file=sys.stderr)

@@ -27,7 +27,7 @@ EXIT_CODES = f"""exit codes:
   {USAGE}    bad arguments or input; nothing was changed
   {NOT_FOUND}    not found: no such job, or no store at DIR
   {REFUSED}    refused: the id is taken, the job is in the wrong state, a lease was lost, or
-       init was pointed at a directory that holds other files
+       init or create was pointed at a file or a directory that holds other files
   {TIMED_OUT}    wait: the job did not end within --timeout
   {INTERRUPTED}  interrupted (Ctrl-C)
 """
@@ -45,6 +45,11 @@ class Parser(argparse.ArgumentParser):
 
 class UsageError(Exception):
     """Bad input found after parsing (a JSON argument that is not JSON, say)."""
+
+
+class Refused(Exception):
+    """A command that makes a store was pointed at a file, or at a directory of other files:
+    :data:`REFUSED`, not "not found", since the user named it on purpose."""
 
 
 def subcommand(subparsers: Any, name: str, handler: Handler, *, help: str, example: str,

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import Job, JobState, JobStore, StoreNotFound, WaitTimeout, verify, verify_across_hosts
 from . import _render as render
-from ._args import FAILED, OK, REFUSED, TIMED_OUT, UsageError, subcommand
+from ._args import FAILED, OK, TIMED_OUT, Refused, UsageError, subcommand
 
 
 def add(subparsers: Any) -> None:
@@ -98,9 +98,18 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> JobStore:
     except StoreNotFound:
         if not create:
             raise
-    store = JobStore(args.dir, create=True, durable=durable)
+    store = make_store(args.dir, durable=durable)
     print(f"fsjobstore: made a new store at {store.path}", file=sys.stderr)  # a typo in DIR shows
     return store
+
+
+def make_store(path: str, **options: Any) -> JobStore:
+    """Open the store at ``path``, making it if needed; a file or a directory of other files
+    there is :class:`Refused` (exit 4), not "not found" (3), since the user named it."""
+    try:
+        return JobStore(path, create=True, **options)
+    except StoreNotFound as exc:
+        raise Refused(str(exc)) from None
 
 
 def json_arg(text: str, what: str) -> Any:
@@ -123,12 +132,8 @@ def init(args: argparse.Namespace) -> int:
     except StoreNotFound:
         pass
     # A new store, or one that differs from what was asked: opening it as asked makes it or says why not.
-    try:
-        with JobStore(args.dir, create=True, durable=durable, group=group) as store:
-            print(f"a new store is ready at {store.path} {_settings(store)}")
-    except StoreNotFound as exc:  # a directory holding other files: refused, not "not found"
-        print(f"fsjobstore init: refused: {exc}", file=sys.stderr)
-        return REFUSED
+    with make_store(args.dir, durable=durable, group=group) as store:
+        print(f"a new store is ready at {store.path} {_settings(store)}")
     return OK
 
 
