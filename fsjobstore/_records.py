@@ -69,7 +69,10 @@ class Job:
     the JSON value it was given as. ``error`` is the last failure's text (for a cancelled job,
     the reason). ``history`` lists the earlier lives of a job that was retried after it failed
     or was cancelled (oldest first), each a dict with ``state``, ``attempts``, ``error`` and
-    ``finished_at``.
+    ``finished_at``. For a final job whose ``waiting`` targets have not all been delivered to,
+    ``delivery_attempts`` counts the deliveries that left targets waiting (they are retried with
+    backoff, without limit, until a notifier delivers or ``unqueue`` removes them) and
+    ``delivery_error`` is the last one's error.
     """
 
     id: str
@@ -91,6 +94,8 @@ class Job:
     logs: tuple[LogLine, ...] = field(default=())  # every attempt's log lines, oldest first
     logs_dropped: int = 0  # the oldest lines, removed to keep each attempt's log small
     cancel_requested: bool = False  # a running job that was asked to stop
+    delivery_attempts: int = 0  # final, targets waiting: deliveries so far that left them waiting
+    delivery_error: str | None = None  # ... and the last one's error
 
     def result(self) -> Any:
         """The value of a fulfilled job; raises :class:`JobFailed` (with the error) for a failed

@@ -315,8 +315,10 @@ class JobStore:
             waiting = tuple(t for _, t, _ in tree.read_targets(job_id))
             progress, logs, dropped = read_runs(self._core, job_id)
             requested = loc.state is JobState.ACTIVE and self._control.cancel_requested(job_id)
+            entry = tree.read_notify_entry(job_id) if waiting and loc.state.is_final else None
             return record.snapshot(loc.state, waiting, progress=progress, logs=logs, logs_dropped=dropped,
-                                   cancel_requested=requested)
+                                   cancel_requested=requested, delivery_attempts=entry.attempts if entry else 0,
+                                   delivery_error=entry.error if entry else None)
         raise JobNotFound(f"job {job_id!r} kept moving while being read")
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:

@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _fsops as fs
 from . import _syscalls as sc
@@ -35,6 +35,16 @@ class Location:
     path: str
     token: str | None = None  # for ACTIVE: the claim token in the name
     kind: str | None = None  # for ACTIVE: json | commit | recover
+
+
+class NotifyEntry(NamedTuple):
+    """``jobs/notify/<id>.json``: when the next delivery is due, how many deliveries so far
+    left targets waiting, and the last one's error."""
+
+    not_before: float
+    attempts: int
+    error: str | None
+
 
 
 class Tree:
@@ -247,18 +257,20 @@ class Tree:
         self.write_new(tmp_path, dumps(doc) + b"\n")
         self.rename_into(tmp_path, self.layout.notify_path(job_id))
 
-    def read_notify_entry(self, job_id: str) -> tuple[float, int] | None:
-        """(not_before, attempts), or None if there is no usable entry. An unusable one (not a
+    def read_notify_entry(self, job_id: str) -> NotifyEntry | None:
+        """The job's notify entry, or None if there is no usable one. An unusable one (not a
         regular file, not our JSON) is quarantined; the caller decides whether to write anew."""
         path = self.layout.notify_path(job_id)
         try:
             doc = loads(fs.read_regular(path, 64 * 1024))
-            not_before, attempts = doc["not_before"], doc["attempts"]
+            not_before, attempts, error = doc["not_before"], doc["attempts"], doc.get("error")
             if isinstance(not_before, bool) or not isinstance(not_before, int | float):
                 raise ValueError("not_before is not a number")
             if isinstance(attempts, bool) or not isinstance(attempts, int):
                 raise ValueError("attempts is not an integer")
-            return float(not_before), attempts
+            if error is not None and not isinstance(error, str):
+                raise ValueError("error is not a string")
+            return NotifyEntry(float(not_before), attempts, error)
         except FileNotFoundError:
             return None
         except (fs.Unreadable, ValueError, TypeError, KeyError) as exc:

@@ -172,6 +172,23 @@ def test_init_refuses_a_directory_that_holds_other_files_with_exit_4_and_leaves_
     assert cli("init", str(a_file)).returncode == 4 and a_file.read_bytes() == b"meow"
 
 
+def test_get_shows_a_failing_delivery_and_its_error(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    with JobStore(root) as store:
+        job = store.create({"n": 1})
+        store.queue(job.id, "mailto:ops@example.com")
+        lease = store.pull_work()
+        assert lease is not None
+        lease.fulfill("done")
+        note = store.pull_notification()
+        assert note is not None
+        note.done([], error="SMTPServerDisconnected: smtp down")
+    text = cli("get", root, job.id)
+    assert text.returncode == 0 and "1 failed attempt(s)" in text.stdout and "smtp down" in text.stdout
+    doc = json.loads(cli("get", root, job.id, "--json").stdout)
+    assert doc["delivery_attempts"] == 1 and doc["delivery_error"] == "SMTPServerDisconnected: smtp down"
+
+
 def test_create_says_when_it_made_the_store_so_a_typo_in_dir_shows(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
     first = cli("create", root, '{"n": 1}')

@@ -94,6 +94,29 @@ def test_partial_delivery_keeps_the_rest_for_later_after_a_backoff(open_store: C
     assert s.pull_notification() is None
 
 
+def test_get_shows_how_often_delivery_to_the_waiting_targets_failed_and_why(
+        open_store: Callable[..., JobStore]) -> None:
+    wall = FakeWall()
+    s = open_store(wall_clock=wall, backoff=lambda attempt: 10.0)
+    job = s.create("x")
+    s.queue(job.id, "down")
+    _finish(s)
+    assert (s.get(job.id).delivery_attempts, s.get(job.id).delivery_error) == (0, None)  # none tried yet
+    for attempt in (1, 2):
+        note = s.pull_notification()
+        assert note is not None
+        note.done([], error=f"connection refused ({attempt})")
+        wall.advance(11)
+    got = s.get(job.id)
+    assert got.waiting == ("down",) and got.delivery_attempts == 2
+    assert got.delivery_error == "connection refused (2)" and got.to_dict()["delivery_error"] == got.delivery_error
+    note = s.pull_notification()
+    assert note is not None
+    note.done(["down"])
+    got = s.get(job.id)
+    assert got.waiting == () and (got.delivery_attempts, got.delivery_error) == (0, None)
+
+
 def test_a_new_target_during_delivery_is_not_held_back_by_the_backoff(open_store: Callable[..., JobStore]) -> None:
     wall = FakeWall()
     s = open_store(wall_clock=wall, backoff=lambda attempt: 100.0)

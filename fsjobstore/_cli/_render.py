@@ -56,6 +56,8 @@ def print_job(job: Job) -> None:
         ("value", value_text(job)),
         ("error", job.error),
         ("waiting", ", ".join(json.dumps(t, ensure_ascii=False) for t in job.waiting) or None),
+        ("delivery", f"{job.delivery_attempts} failed attempt(s), retried with backoff; last error: "
+                     f"{job.delivery_error}" if job.delivery_attempts else None),
         ("history", f"{len(job.history)} earlier life(s): see --json" if job.history else None),
         ("cancel", "requested" if job.cancel_requested else None),
         ("progress", None if job.progress is None else _progress(job)),
