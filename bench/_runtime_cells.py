@@ -17,11 +17,13 @@ reads ``request["i"]`` and keeps it), so the exactly-once check sees every run:
 
 from __future__ import annotations
 
+import argparse
 import mmap
 import multiprocessing as mp
 import os
 import queue
 import statistics
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -302,3 +304,21 @@ def verdict_lines(f: dict[str, Any]) -> list[tuple[bool, str]]:
                             f"peer: {theirs[0]:,.0f} jobs/s ({theirs[1][0]}, {theirs[1][1]}): "
                             f"{'met' if ok else 'not met'}"))
     return out
+
+
+def w8_script(doc: str | None, prefix: str) -> tuple[argparse.Namespace, str]:
+    """The command line bench/w8_ceiling.py and bench/w8_budget.py share (--jobs, --rounds,
+    --dir, --no-peer, with a clear error when huey is missing), and the fresh directory under
+    --dir that a run works in: (the arguments, that directory)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=6000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dir", help="where to run (default: a temp dir under the current directory)")
+    ap.add_argument("--no-peer", action="store_true", help="fsjobstore's cells only (no huey-sqlite)")
+    args = ap.parse_args()
+    if not args.no_peer:
+        try:
+            import huey  # noqa: F401
+        except ImportError:
+            ap.error("huey is not installed: pip install -e '.[bench]', or run with --no-peer")
+    return args, tempfile.mkdtemp(prefix=prefix, dir=args.dir or ".")

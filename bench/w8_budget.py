@@ -24,13 +24,11 @@ CPU per job under that. bench/w8_cpu.py breaks the runtime's CPU down by worker 
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import shutil
 import statistics
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -58,18 +56,7 @@ def _cpu_per_job(run: Callable[[], float], n: int) -> tuple[float, float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--jobs", type=int, default=6000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", help="where to run (default: a temp dir under the current directory)")
-    ap.add_argument("--no-peer", action="store_true", help="no huey-sqlite cells")
-    args = ap.parse_args()
-    if not args.no_peer:
-        try:
-            import huey  # noqa: F401
-        except ImportError:
-            ap.error("huey is not installed: pip install -e '.[bench]', or run with --no-peer")
-    base = tempfile.mkdtemp(prefix="w8budget-", dir=args.dir or ".")
+    args, base = rc.w8_script(__doc__, "w8budget-")
     n, k = args.jobs, 0
     cells: dict[tuple[str, int], list[tuple[float, float]]] = {}
 

@@ -22,12 +22,10 @@ is left is the CPU each job costs (bench/w8_cpu.py).
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _raw
 from _adapters import FsJobStore, HueySqlite, fill, tally
-from _runtime_cells import bare_threads
+from _runtime_cells import bare_threads, w8_script
 from peers import w2_drain
 
 LAYOUTS = ((1, 1), (4, 1), (8, 1), (16, 1), (2, 4), (4, 4))  # (processes, threads in each)
@@ -60,18 +58,7 @@ def fsjobstore_drain(d: str, n: int, processes: int, threads: int, no_dir_fsync:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--jobs", type=int, default=6000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", help="where to run (default: a temp dir under the current directory)")
-    ap.add_argument("--no-peer", action="store_true", help="fsjobstore's cells only (no huey-sqlite)")
-    args = ap.parse_args()
-    if not args.no_peer:
-        try:
-            import huey  # noqa: F401
-        except ImportError:
-            ap.error("huey is not installed: pip install -e '.[bench]', or run with --no-peer")
-    base = tempfile.mkdtemp(prefix="w8ceil-", dir=args.dir or ".")
+    args, base = w8_script(__doc__, "w8ceil-")
     cells: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
     k = 0
     try:

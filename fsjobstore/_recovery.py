@@ -289,18 +289,19 @@ def _deep_pass(core: Core, counts: dict[str, int], *, explicit: bool) -> None:
     10,000-job backlog read 160,000 sizes), and a pass cut short (its process exited or died,
     or the pass failed) is made again by the next process that starts."""
     marker = _boot_marker(core)
-    known = not marker.endswith("-unknown")
-    if not explicit and known and sc.lexists(marker):
+    if marker.endswith("-unknown"):  # no boot id: nothing to mark, so every first pass is deep
+        _sweep_emptied(core, counts)
+        return
+    if not explicit and sc.lexists(marker):
         return  # made since this host booted
-    lock = _sweep_lock(core) if known else _NO_LOCK
+    lock = _sweep_lock(core)
     if lock is None and not explicit:
         return  # another process is making it right now
     try:
-        if not explicit and known and sc.lexists(marker):
+        if not explicit and sc.lexists(marker):
             return  # made while we waited for the lock
         _sweep_emptied(core, counts)
-        if known:
-            _mark_boot(core, marker)
+        _mark_boot(core, marker)
     finally:
         if lock is not None and lock != _NO_LOCK:
             sc.close_read(lock)  # releases the flock

@@ -46,7 +46,6 @@ class NotifyEntry(NamedTuple):
     error: str | None
 
 
-
 class Tree:
     def __init__(self, layout: Layout, *, durable: bool, record_cap: int, target_cap: int,
                  perms: fs.Perms = fs.PRIVATE) -> None:
