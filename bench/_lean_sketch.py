@@ -11,6 +11,16 @@ Each process owns a share of the names (no claimer ever loses a race), nothing c
 record's other fields, there is no lease object, no heartbeat, no worker runtime, no fault
 handling, and the directories are not fsynced after the claim's rename (the store does not
 either). It is not a store: the jobs it drains keep no deadline, progress or notification.
+
+Two switches put back, one at a time, what a store cannot leave out; each uses fsjobstore's own
+(private) code, so the row measures exactly what the store pays for it:
+
+* ``shared``: the names come from the store's pending index (``fsjobstore._pending.QueueIndex``:
+  a listing, claims from its front, a random point after a lost race, a new listing after
+  several), as in any queue whose workers do not know each other: every process claims from the
+  one directory and some claims are lost to others.
+* ``strict``: the claimed file is read as the store reads it (``fsjobstore._records.Record.parse``:
+  every field checked, a torn tail told apart) instead of one ``json.loads`` and three checks.
 """
 
 from __future__ import annotations
@@ -25,32 +35,53 @@ from typing import Any
 import _raw
 from _adapters import FsJobStore, fill
 
+from fsjobstore._pending import QueueIndex
+from fsjobstore._records import Record
+
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 
 
-def _worker(root: str, k: int, workers: int, start: Any, out: Any) -> None:
+def _worker(root: str, k: int, workers: int, shared: bool, strict: bool, start: Any, out: Any) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     renameat2 = libc.renameat2
     renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     pend, act, ful = (f"{root}/jobs/{x}" for x in ("pending/default", "active", "fulfilled"))
     cancel, targets, paused = f"{root}/control/cancel", f"{root}/targets", f"{root}/control/paused"
     owner, tokens = os.urandom(8).hex(), itertools.count(1)
-    names = sorted(os.listdir(pend))[k::workers]
+    index = QueueIndex(pend, 16384, 1.0, time.monotonic, _bad_name) if shared else None
+    names = iter(sorted(os.listdir(pend))[k::workers])
     loads, dumps = json.loads, json.dumps
     start.wait()
-    for name in names:
+    while True:
         os.lstat(paused)
+        name = next(names, None) if index is None else index.pop()
+        if name is None:
+            break
         job_id = name.split(".")[2]
         token = f"{owner}-{next(tokens):x}"
         claimed = f"{act}/{job_id}.{token}.json"
-        os.rename(f"{pend}/{name}", claimed)
+        try:
+            os.rename(f"{pend}/{name}", claimed)
+        except FileNotFoundError:
+            if index is None:
+                raise
+            index.lost(name)
+            continue
+        if index is not None:
+            index.won()
         fd = os.open(claimed, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         data = os.read(fd, 65536)
         os.close(fd)
         end = data.find(b"\n")
-        doc = loads(data[: end + 1])
-        if doc["id"] != job_id or doc["queue"] != "default" or data.rfind(b"\n") != end:
+        if strict:
+            parsed = Record.parse(data)
+            doc = {"id": parsed.record.id, "queue": parsed.record.queue, "attempts": parsed.record.attempts}
+            done = parsed.final is not None
+        else:
+            doc = loads(data[: end + 1])
+            done = data.rfind(b"\n") != end
+        if doc["id"] != job_id or doc["queue"] != "default" or done:
             raise ValueError(f"{claimed}: not the job its name says, or already final")
         try:  # noqa: SIM105  (contextlib.suppress costs more, and this is the least Python)
             os.lstat(f"{cancel}/{job_id}.json")
@@ -75,12 +106,16 @@ def _worker(root: str, k: int, workers: int, start: Any, out: Any) -> None:
     out.put(time.monotonic())
 
 
-def drain(root: str, n: int, workers: int) -> float:
+def _bad_name(name: str) -> None:
+    raise ValueError(f"a name the sketch does not expect in the queue: {name!r}")
+
+
+def drain(root: str, n: int, workers: int, *, shared: bool = False, strict: bool = False) -> float:
     """Fill a durable store with ``n`` jobs (fsjobstore's create), sync, and drain it with the
     sketch in ``workers`` processes; jobs per second. Raises if any job is left or missing."""
     fill(FsJobStore, root, n, True)
     os.sync()
-    t0, finished = _raw.run_together(_worker, [(root, k, workers) for k in range(workers)])
+    t0, finished = _raw.run_together(_worker, [(root, k, workers, shared, strict) for k in range(workers)])
     done = len(os.listdir(f"{root}/jobs/fulfilled"))
     if done != n:
         raise RuntimeError(f"the sketch fulfilled {done} of {n} jobs")

@@ -1,6 +1,6 @@
 """W8's CPU budget: how much CPU a durable job may cost and still drain as fast as huey-sqlite.
 
-    python bench/w8_budget.py                         # 6,000 jobs a cell, 3 rounds, about 6 minutes
+    python bench/w8_budget.py                         # 6,000 jobs a cell, 3 rounds, about 9 minutes
     python bench/w8_budget.py --jobs 2000 --rounds 1 --no-peer
 
 Three things in rotation, in one run, so they share the disk's mood:
@@ -13,6 +13,10 @@ Three things in rotation, in one run, so they share the disk's mood:
   fsjobstore's layout does (parse and check the record, a token, the paused, cancel and targets
   stats, the result line), with every fsync, each process owning its share of the names. A
   bound, not a store: what the store could reach if it were that lean and never contended.
+  Three more rows put back, with the store's own code, what no store can leave out: **+ shared
+  names** (every process claims from the one directory through the store's pending index, so
+  some claims are lost to others, as in any queue whose workers do not know each other), **+
+  strict parse** (the claimed file read as the store reads it, every field checked), and both.
 * **fsjobstore Worker**: W8's cell (bench/_runtime_cells.runtime_drain, processes) at the same
   counts, with its CPU per job (user + system of the worker and its children).
 * **huey-sqlite**: W4's durable drain at 1, 2, 4, 8 and 16 processes (skipped with --no-peer).
@@ -41,6 +45,8 @@ from _adapters import HueySqlite
 from peers import w2_drain
 
 BURNS = (0, 50, 100, 150, 200, 300)  # microseconds of CPU added to each job of the floor
+SKETCHES = (("lean sketch (a bound)", False, False), ("sketch + shared names", True, False),
+            ("sketch + strict parse", False, True), ("sketch + shared + strict", True, True))
 WORKERS = (4, 8, 16)
 HUEY_WORKERS = (1, 2, 4, 8, 16)
 
@@ -74,7 +80,9 @@ def main() -> int:
                 for burn in BURNS:
                     cell(f"floor + {burn} us", w,
                          lambda d, w=w, burn=burn: _raw.drain_floor(d, n, w, durable=True, burn_us=burn))
-                cell("lean sketch (a bound)", w, lambda d, w=w: _lean_sketch.drain(os.path.join(d, "store"), n, w))
+                for label, shared, strict in SKETCHES:
+                    cell(label, w, lambda d, w=w, shared=shared, strict=strict: _lean_sketch.drain(
+                        os.path.join(d, "store"), n, w, shared=shared, strict=strict))
                 cell("fsjobstore Worker (processes)", w, lambda d, w=w: _runtime(d, n, w))
             for w in () if args.no_peer else HUEY_WORKERS:
                 cell("huey-sqlite (fsync=True)", w, lambda d, w=w: w2_drain(HueySqlite, d, n, w, True)[0])

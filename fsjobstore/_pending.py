@@ -29,16 +29,18 @@ from ._layout import PENDING_RE, SCHEDULED_RE, Layout, prio_value
 from ._records import Record
 from ._tree import Tree
 
-# After losing a name to another process, a claimer drops the next few names of that priority
-# from its index instead of trying them one by one: the winner takes names in the same order and
-# is about to take those. Processes with the same sorted view otherwise lose every other claim to
-# each other (measured on the GlusterFS bed with two workers: one failed rename, a round trip, per
-# job). The drop doubles with each race lost in a row (we are inside a stretch others took) up to
-# DROP_MAX. Dropped names are hints forgotten, not jobs: the next listing (when the index runs
-# dry, and every rescan interval) brings back any nobody took.
-SKIP = 16
-DROP_MAX = 256
+# Several processes claiming from one queue list the same names in the same order, so in lockstep
+# they would lose every other claim to each other (measured on the GlusterFS bed with two workers:
+# one failed rename, a round trip, per job; with 16 processes on ext4, 3,557 lost races for 6,000
+# jobs). So a claimer walks its index from a cursor: at the head while it wins (one claimer keeps
+# exact priority-then-FIFO order), and after a lost race from a random point of the head's
+# priority, where others are unlikely to be. The names it passed stay in the index and are tried
+# when the cursor wraps. Order across several claimers is thereby approximate within one
+# priority, never across priorities. After LOSSES_RELIST races lost in a row the index is mostly
+# names others took, and one listing (the truth) costs less than trying them one by one.
+LOSSES_RELIST = 8
 _PRIO = 7  # a pending name starts with its 7-digit priority field (_layout.PENDING_RE)
+_SORT_UP_TO = 16  # a listing up to this many times the index's size is sorted whole: faster than a heap
 
 
 class QueueIndex:
@@ -50,7 +52,9 @@ class QueueIndex:
         self._clock = clock
         self._on_bad_name = on_bad_name
         self._names: list[str] = []  # sorted: the next jobs to run first
+        self._at = 0  # the cursor: where the next pop takes a name
         self._losses = 0  # races lost in a row
+        self._contended = False  # lost a race since the last listing
         self._known: set[str] = set()
         self._truncated = False
         self._ceiling = ""  # when truncated: the largest name we kept
@@ -63,24 +67,26 @@ class QueueIndex:
         self._mutex = threading.Lock()
 
     def _refill(self) -> None:
-        # Only the names we keep are checked against the grammar: at 100,000 pending, matching
-        # every name cost more than listing them (PERFORMANCE.md). A bad name further back is
-        # checked, and quarantined, once a later listing brings it to the front.
+        # Names are checked against the grammar when popped, not here: a listing may be made
+        # many times before its names are all claimed (PERFORMANCE.md: at 100,000 pending,
+        # matching every name cost more than listing them).
         sig, settled = fs.dir_signature(self.directory)  # before the listing it vouches for
         names = fs.scan_names(self.directory)
-        front = heapq.nsmallest(self._limit, names)
-        kept = []
-        for name in front:
-            if PENDING_RE.match(name):
-                kept.append(name)
-            elif not name.startswith("."):
-                self._on_bad_name(name)
+        if len(names) <= self._limit * _SORT_UP_TO:
+            names.sort()
+            front = names[: self._limit]
+        else:
+            front = heapq.nsmallest(self._limit, names)  # sorted too
         self._truncated = len(names) > len(front)
         self._ceiling = front[-1] if front else ""
-        self._names = kept  # nsmallest returns a sorted list
-        self._known = set(kept)
+        self._names = front
+        self._known = set(front)
         self._listed_at = self._clock()
-        self._empty_sig = sig if settled and not kept else None
+        self._empty_sig = sig if settled and not front else None
+        # A claimer that was losing races starts anywhere in the head's priority (see above).
+        self._at = self._random_point() if self._contended else 0
+        self._contended = False
+        self._losses = 0
 
     def add(self, name: str) -> None:
         """Merge an arrival reported by the waker."""
@@ -89,8 +95,13 @@ class QueueIndex:
         with self._mutex:
             if name in self._known or (self._truncated and name > self._ceiling):
                 return  # the next listing will find it in order
-            bisect.insort(self._names, name)
+            at = bisect.bisect_left(self._names, name)
+            self._names.insert(at, name)
             self._known.add(name)
+            if at == 0:
+                self._at = 0  # a new head (a more urgent job, or an older one given back): next
+            elif at <= self._at:
+                self._at += 1  # the cursor stays on the name it was on
 
     def peek(self) -> str | None:
         with self._mutex:
@@ -98,29 +109,44 @@ class QueueIndex:
             return self._names[0] if self._names else None
 
     def pop(self) -> str | None:
+        """The next name to try to claim, or None; names not of the grammar are reported as bad
+        (and passed over) here, so every name returned matches ``PENDING_RE``."""
         with self._mutex:
             self._maybe_refill()
-            if not self._names:
-                return None
-            name = self._names.pop(0)  # a list of at most a few thousand: a fast memmove
-            self._known.discard(name)
-            return name
+            names = self._names
+            while names:
+                at = self._at
+                if at >= len(names) or names[at][:_PRIO] != names[0][:_PRIO]:
+                    at = self._at = 0  # past the head's priority: wrap to the passed-over names
+                name = names.pop(at)  # a list of at most a few thousand: a fast memmove
+                self._known.discard(name)
+                if PENDING_RE.match(name):
+                    return name
+                if not name.startswith("."):  # a dot name is a temp file of a writer, not ours
+                    self._on_bad_name(name)
+            return None
 
     def won(self) -> None:
         """The name just popped was ours."""
         self._losses = 0
 
     def lost(self, name: str) -> None:
-        """``name``, just popped, was claimed by another process first: drop the next 1 to
-        SKIP names of its priority (doubling with each loss in a row, see SKIP)."""
+        """``name``, just popped, was claimed by another process first: move the cursor to a
+        random point of the head's priority, or relist after LOSSES_RELIST losses in a row."""
         with self._mutex:
             self._losses += 1
-            drop = random.randint(1, min(SKIP << min(self._losses - 1, 4), DROP_MAX))
-            names, prio, k = self._names, name[:_PRIO], 0
-            while k < drop and k < len(names) and names[k][:_PRIO] == prio:
-                self._known.discard(names[k])
-                k += 1
-            del names[:k]
+            self._contended = True
+            if self._losses >= LOSSES_RELIST:
+                self._listed_at = float("-inf")
+            else:
+                self._at = self._random_point()
+
+    def _random_point(self) -> int:
+        names = self._names
+        if not names:
+            return 0
+        end = bisect.bisect_left(names, names[0][:_PRIO] + "/")  # "/" sorts right after "."
+        return random.randrange(end)
 
     def _maybe_refill(self) -> None:
         if self._clock() - self._listed_at >= self._rescan or (not self._names and not self._still_empty()):
@@ -206,7 +232,7 @@ class Pending:
             def bad_name(name: str, directory: str = directory) -> None:
                 self._tree.quarantine(os.path.join(directory, name), "unrecognised name in a pending queue")
 
-            index = QueueIndex(directory, 2048, rescan_interval=self._poll, clock=self._clock, on_bad_name=bad_name)
+            index = QueueIndex(directory, 16384, rescan_interval=self._poll, clock=self._clock, on_bad_name=bad_name)
             self._indexes[queue] = index
         return index
 

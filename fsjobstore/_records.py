@@ -176,17 +176,8 @@ class Record:
         """The line a final commit appends to the claimed file (see FORMAT.md, "Job file"):
         what changed, and the final state it names. Together with the first line it reads
         back as this record."""
-        doc: dict[str, Any] = {
-            "result": state,
-            "attempts": self.attempts,
-            "error": self.error,
-            "finished_at": self.finished_at,
-            "committed_by": self.committed_by,
-            "not_before": self.not_before,
-            # A fulfilled job always says what its value is, even JSON null.
-            "value": encode_value(self.value) if state == "fulfilled" else None,
-        }
-        return dumps(doc, what="job result") + b"\n"
+        return result_line(state, self.attempts, self.error, self.finished_at, self.committed_by,
+                           self.not_before, self.value)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Record:
@@ -286,6 +277,23 @@ _RESULT_FIELDS = frozenset({"attempts", "error", "finished_at", "committed_by", 
 # Control characters other than tab/newline/CR become 6-byte \uXXXX escapes in JSON; without
 # them, escaping at most doubles the text ('"' and '\\'), so records stay under the read cap.
 _ESCAPES_BADLY = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def result_line(state: str, attempts: int, error: str | None, finished_at: float | None,
+                committed_by: str | None, not_before: float | None, value: Any) -> bytes:
+    """A result line (:meth:`Record.result_bytes`), from its fields: a commit of the usual
+    kind (fulfil) writes it without building the new record first."""
+    doc: dict[str, Any] = {
+        "result": state,
+        "attempts": attempts,
+        "error": error,
+        "finished_at": finished_at,
+        "committed_by": committed_by,
+        "not_before": not_before,
+        # A fulfilled job always says what its value is, even JSON null.
+        "value": encode_value(value) if state == "fulfilled" else None,
+    }
+    return dumps(doc, what="job result") + b"\n"
 
 
 def _first_line(text: str | None) -> str:

@@ -277,6 +277,18 @@ def lstat(path: str) -> os.stat_result:
 
 
 def lexists(path: str) -> bool:
+    if _hook is None:
+        # A commit asks this three times (a pause, a cancel request, targets), and the answer
+        # is almost always no: _call's layers around a raised FileNotFoundError cost more
+        # than the system call. Any other error takes the full path below (ESTALE is asked
+        # again there, and faults are translated).
+        try:
+            os.lstat(path)
+            return True
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError:
+            pass
     try:
         lstat(path)
     except (FileNotFoundError, NotADirectoryError):

@@ -28,7 +28,7 @@ from ._errors import InvalidRequest, InvalidState, JobCancelled, LeaseLost, Stor
 from ._handles import OnCompromised, WorkLease
 from ._layout import PENDING_RE
 from ._notify import Notifier
-from ._records import FINAL_STATES, Record
+from ._records import FINAL_STATES, Record, result_line
 from ._runs import RunLog
 from ._values import error_text, result_value, retry_delay
 
@@ -172,7 +172,8 @@ class Work:
         reason = self._control.cancel_reason(record.id)
         if reason is not None and kind not in ("cancel", "withdraw"):
             asked, kind, payload = kind, "cancel", reason
-            self._commit_final(lease, active, *self._next_record(record, token, "cancel", payload, False, None))
+            new, dest = self._next_record(record, token, "cancel", payload, False, None)
+            self._commit_final(lease, active, record.id, new.result_bytes(dest), dest)
             log.info("job %s was cancelled while it ran; its %s became the cancel", record.id, asked)
             if asked != "release":
                 raise JobCancelled(f"job {record.id} was cancelled ({reason}); it was not committed as asked")
@@ -180,9 +181,16 @@ class Work:
         if kind == "release":
             self._release(lease, active)
             return
+        if kind == "fulfill":
+            # The usual commit, on every job: its line is written straight from the claimed
+            # record's fields, without building the record it reads back as.
+            value = result_value(payload, core.settings.max_value_bytes)
+            line = result_line("fulfilled", record.attempts + 1, record.error, core.wall(), token, None, value)
+            self._commit_final(lease, active, record.id, line, "fulfilled")
+            return
         new, dest = self._next_record(record, token, kind, payload, retry, delay)
         if dest in FINAL_STATES:
-            self._commit_final(lease, active, new, dest)
+            self._commit_final(lease, active, record.id, new.result_bytes(dest), dest)
             return
         tmp = lay.commit_tmp_path(token, record.id, dest)
         fs.unlink_quietly(tmp)  # a failed earlier attempt of this very commit may have left it
@@ -204,7 +212,7 @@ class Work:
             # RACE: we were judged hung after fencing, and a recoverer finished our commit from
             # our own temp file. That is our result; anything else is someone else's.
             fs.unlink_quietly(tmp)
-            if not self._published_by(token, new, dest):
+            if not self._published_by(token, core.tree.dest_path(new, dest)):
                 raise self._lost(lease) from None
         except StorageError as exc:
             if not exc.applied:
@@ -234,7 +242,7 @@ class Work:
         self._finish(lease)
         core.pending.note_published(record, "pending")
 
-    def _commit_final(self, lease: WorkLease, active: str, new: Record, dest: str) -> None:
+    def _commit_final(self, lease: WorkLease, active: str, job_id: str, line: bytes, dest: str) -> None:
         """A result is final: append it to the claimed file as one line, then move that file
         into its final directory with one rename that never replaces a result.
 
@@ -245,7 +253,7 @@ class Work:
         core = self._core
         lease._committing = True
         try:
-            fs.write_at(active, lease._size, new.result_bytes(dest), durable=core.durable, clean=lease._clean)
+            fs.write_at(active, lease._size, line, durable=core.durable, clean=lease._clean)
         except FileNotFoundError:
             raise self._lost(lease) from None
         except OSError:
@@ -253,17 +261,17 @@ class Work:
             lease._clean = False
             raise
         try:
-            core.tree.publish_final(active, new.id, dest)
+            core.tree.publish_final(active, job_id, dest)
         except FileNotFoundError:
             # RACE: we were judged hung and a recoverer moved our claim. If it saw our whole
             # result line it published that (our commit stands); otherwise it requeued the job
             # from the record line and ours is void.
-            if not self._published_by(lease.token, new, dest):
+            if not self._published_by(lease.token, core.layout.final_path(dest, job_id)):
                 raise self._lost(lease) from None
         except FileExistsError:
             # A result exists already, so this claim was a second copy of a job that is final:
             # a restored backup, a hand-made copy. It is kept aside, and nothing was committed.
-            core.tree.quarantine(active, f"a second copy of job {new.id}, which is already final")
+            core.tree.quarantine(active, f"a second copy of job {job_id}, which is already final")
             raise self._lost(lease) from None
         except StorageError as exc:
             if not exc.applied:
@@ -276,22 +284,22 @@ class Work:
                 lease._committing = False
                 lease._clean = False
                 raise
-            self._committed_final(lease, new, dest)
+            self._committed_final(lease, job_id, dest)
             raise
-        self._committed_final(lease, new, dest)
+        self._committed_final(lease, job_id, dest)
 
-    def _committed_final(self, lease: WorkLease, new: Record, dest: str) -> None:
+    def _committed_final(self, lease: WorkLease, job_id: str, dest: str) -> None:
         self._finish(lease)
         if dest == "cancelled":
             # Honoured. RACE: a request written after the commit looked for one is too late; it
             # is left for recovery (_sweep_cancels), so a plain commit unlinks nothing.
-            self._control.clear_cancel(new.id)
+            self._control.clear_cancel(job_id)
         try:
-            self._notifier.after_final(new.id)
+            self._notifier.after_final(job_id)
         except StorageError as exc:
             # The result is committed and durable; only its notify index entry is missing,
             # and every recovery pass restores those (_recovery._sweep_targets).
-            log.warning("job %s is committed but its notification was not indexed: %s", new.id, exc)
+            log.warning("job %s is committed but its notification was not indexed: %s", job_id, exc)
 
     def _committed(self, lease: WorkLease, committing: str, new: Record, dest: str) -> None:
         self._core.drop(committing)
@@ -313,12 +321,9 @@ class Work:
 
     def _next_record(self, record: Record, token: str, kind: str, payload: Any, retry: bool,
                      delay: float | None) -> tuple[Record, str]:
+        """The record a commit of ``kind`` (fail, cancel or withdraw) leaves, and its state."""
         settings = self._core.settings
         now = self._core.wall()
-        if kind == "fulfill":
-            value = result_value(payload, settings.max_value_bytes)
-            return dataclasses.replace(record, value=value, attempts=record.attempts + 1, finished_at=now,
-                                       committed_by=token, not_before=None), "fulfilled"
         error = error_text(payload)
         attempts = record.attempts + 1
         if kind in ("cancel", "withdraw"):  # withdraw: cancelled before any attempt ran
@@ -333,10 +338,10 @@ class Work:
         return dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
                                    finished_at=now, not_before=None), "failed"
 
-    def _published_by(self, token: str, record: Record, dest: str) -> bool:
-        tree = self._core.tree
+    def _published_by(self, token: str, path: str) -> bool:
+        """Whether the job file at ``path`` holds a commit of claim ``token``."""
         try:
-            return tree.read_record(tree.dest_path(record, dest)).committed_by == token
+            return self._core.tree.read_record(path).committed_by == token
         except (FileNotFoundError, fs.Unreadable, ValueError):
             return False
 

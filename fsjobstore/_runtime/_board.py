@@ -4,7 +4,8 @@ Each child writes its own slot (what it runs, until when); the supervisor writes
 (stop, paused) and reads the slots. No locks on the hot path: a slot is written under a
 sequence counter (odd while writing), and a reader retries until it reads the same even count
 before and after, so it never acts on half of one job and half of another. The job budget
-(``run(count=...)``) is the one thing children change together, under a fork-shared lock.
+(``run(count=...)``) is the one thing children change together, under a fork-shared lock; a run
+without one never takes it.
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ class Board:
         return bool(self._flags()[1])
 
     def take(self) -> bool:
+        if self._flags()[2] < 0:
+            # No budget (the usual run): nothing to count, and nothing ever sets one later, so
+            # no lock; with 16 children, taking a shared lock per job was a futex round each.
+            return True
         with self._lock:
             stop, paused, budget = self._flags()
             if budget == 0:
@@ -86,6 +91,8 @@ class Board:
             return True
 
     def give_back(self) -> None:
+        if self._flags()[2] < 0:
+            return
         with self._lock:
             stop, paused, budget = self._flags()
             if budget >= 0:
