@@ -49,7 +49,7 @@ def _worker(root: str, k: int, workers: int, shared: bool, strict: bool, start: 
     pend, act, ful = (f"{root}/jobs/{x}" for x in ("pending/default", "active", "fulfilled"))
     cancel, targets, paused = f"{root}/control/cancel", f"{root}/targets", f"{root}/control/paused"
     owner, tokens = os.urandom(8).hex(), itertools.count(1)
-    index = QueueIndex(pend, 16384, 1.0, time.monotonic, _bad_name) if shared else None
+    index = QueueIndex(pend, 4096, 1.0, time.monotonic, _bad_name) if shared else None
     names = iter(sorted(os.listdir(pend))[k::workers])
     loads, dumps = json.loads, json.dumps
     start.wait()

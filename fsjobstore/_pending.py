@@ -33,11 +33,15 @@ from ._tree import Tree
 # they would lose every other claim to each other (measured on the GlusterFS bed with two workers:
 # one failed rename, a round trip, per job; with 16 processes on ext4, 3,557 lost races for 6,000
 # jobs). So a claimer walks its index from a cursor: at the head while it wins (one claimer keeps
-# exact priority-then-FIFO order), and after a lost race from a random point of the head's
-# priority, where others are unlikely to be. The names it passed stay in the index and are tried
-# when the cursor wraps. Order across several claimers is thereby approximate within one
-# priority, never across priorities. After LOSSES_RELIST races lost in a row the index is mostly
-# names others took, and one listing (the truth) costs less than trying them one by one.
+# exact priority-then-FIFO order), and after a lost race from a random point among the first
+# JUMP_WINDOW names of the head's priority, where others are unlikely to be. The names it passed
+# stay in the index and are tried when the cursor wraps; meanwhile the other claimers, jumping
+# into the same window, take them. Order across several claimers is thereby approximate within
+# one priority (a job runs at most about JUMP_WINDOW places late, as with the drop of up to 256
+# names this replaced), never across priorities. After LOSSES_RELIST races lost in a row the
+# index is mostly names others took, and one listing (the truth) costs less than trying them
+# one by one.
+JUMP_WINDOW = 256
 LOSSES_RELIST = 8
 _PRIO = 7  # a pending name starts with its 7-digit priority field (_layout.PENDING_RE)
 _SORT_UP_TO = 16  # a listing up to this many times the index's size is sorted whole: faster than a heap
@@ -79,10 +83,14 @@ class QueueIndex:
             front = heapq.nsmallest(self._limit, names)  # sorted too
         self._truncated = len(names) > len(front)
         self._ceiling = front[-1] if front else ""
+        # Dot names (a writer's temp file, an NFS silly-rename) are never jobs; they sort
+        # together, before every digit, so one slice drops them.
+        del front[bisect.bisect_left(front, "."):bisect.bisect_left(front, "/")]
         self._names = front
         self._known = set(front)
         self._listed_at = self._clock()
-        self._empty_sig = sig if settled and not front else None
+        self._drop_bad_head()
+        self._empty_sig = sig if settled and not self._names else None
         # A claimer that was losing races starts anywhere in the head's priority (see above).
         self._at = self._random_point() if self._contended else 0
         self._contended = False
@@ -106,7 +114,18 @@ class QueueIndex:
     def peek(self) -> str | None:
         with self._mutex:
             self._maybe_refill()
+            self._drop_bad_head()  # a bad name must not make this queue look due, or urgent
             return self._names[0] if self._names else None
+
+    def _drop_bad_head(self) -> None:
+        """Report (to be quarantined) and forget names not of the grammar at the front."""
+        names = self._names
+        while names and not PENDING_RE.match(names[0]):
+            name = names.pop(0)
+            self._known.discard(name)
+            self._at = max(self._at - 1, 0)
+            if not name.startswith("."):
+                self._on_bad_name(name)
 
     def pop(self) -> str | None:
         """The next name to try to claim, or None; names not of the grammar are reported as bad
@@ -118,7 +137,7 @@ class QueueIndex:
                 at = self._at
                 if at >= len(names) or names[at][:_PRIO] != names[0][:_PRIO]:
                     at = self._at = 0  # past the head's priority: wrap to the passed-over names
-                name = names.pop(at)  # a list of at most a few thousand: a fast memmove
+                name = names.pop(at)  # a list of at most 4,096: a memmove of under a microsecond
                 self._known.discard(name)
                 if PENDING_RE.match(name):
                     return name
@@ -146,7 +165,7 @@ class QueueIndex:
         if not names:
             return 0
         end = bisect.bisect_left(names, names[0][:_PRIO] + "/")  # "/" sorts right after "."
-        return random.randrange(end)
+        return random.randrange(min(end, JUMP_WINDOW))
 
     def _maybe_refill(self) -> None:
         if self._clock() - self._listed_at >= self._rescan or (not self._names and not self._still_empty()):
@@ -232,7 +251,7 @@ class Pending:
             def bad_name(name: str, directory: str = directory) -> None:
                 self._tree.quarantine(os.path.join(directory, name), "unrecognised name in a pending queue")
 
-            index = QueueIndex(directory, 16384, rescan_interval=self._poll, clock=self._clock, on_bad_name=bad_name)
+            index = QueueIndex(directory, 4096, rescan_interval=self._poll, clock=self._clock, on_bad_name=bad_name)
             self._indexes[queue] = index
         return index
 
