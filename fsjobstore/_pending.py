@@ -29,20 +29,22 @@ from ._layout import PENDING_RE, SCHEDULED_RE, Layout, prio_value
 from ._records import Record
 from ._tree import Tree
 
-# Several processes claiming from one queue list the same names in the same order, so in lockstep
-# they would lose every other claim to each other (measured on the GlusterFS bed with two workers:
-# one failed rename, a round trip, per job; with 16 processes on ext4, 3,557 lost races for 6,000
-# jobs). So a claimer walks its index from a cursor: at the head while it wins (one claimer keeps
-# exact priority-then-FIFO order), and after a lost race from a random point among the first
-# JUMP_WINDOW names of the head's priority, where others are unlikely to be. The names it passed
-# stay in the index and are tried when the cursor wraps; meanwhile the other claimers, jumping
-# into the same window, take them. Order across several claimers is thereby approximate within
-# one priority (a job runs at most about JUMP_WINDOW places late, as with the drop of up to 256
-# names this replaced), never across priorities. After LOSSES_RELIST races lost in a row the
-# index is mostly names others took, and one listing (the truth) costs less than trying them
-# one by one.
-JUMP_WINDOW = 256
-LOSSES_RELIST = 8
+# After losing a name to another process, a claimer drops the next few names of that priority
+# from its index instead of trying them one by one: the winner takes names in the same order and
+# is about to take those. Processes with the same sorted view otherwise lose every other claim to
+# each other (measured on the GlusterFS bed with two workers: one failed rename, a round trip, per
+# job). The drop doubles with each race lost in a row (we are inside a stretch others took) up to
+# DROP_MAX. Dropped names are hints forgotten, not jobs: the next listing (when the index runs
+# dry, and every rescan interval) brings back any nobody took, at the front, so a job runs at
+# most a few hundred places late.
+#
+# Tried on 2026-11-24 and not kept (PERFORMANCE.md, "W8 blocked"): keeping the passed names and
+# going on from a random point of the priority after a lost race. With 16 processes it lost 5x
+# fewer races and drained ~15% faster, but it ran jobs in nearly random order (p99 lateness
+# ~2,400 places of 4,000 with 8 processes, against ~220 here); bounding the jump kept most of
+# that disorder or lost the gain.
+SKIP = 16
+DROP_MAX = 256
 _PRIO = 7  # a pending name starts with its 7-digit priority field (_layout.PENDING_RE)
 _SORT_UP_TO = 16  # a listing up to this many times the index's size is sorted whole: faster than a heap
 
@@ -56,9 +58,7 @@ class QueueIndex:
         self._clock = clock
         self._on_bad_name = on_bad_name
         self._names: list[str] = []  # sorted: the next jobs to run first
-        self._at = 0  # the cursor: where the next pop takes a name
         self._losses = 0  # races lost in a row
-        self._contended = False  # lost a race since the last listing
         self._known: set[str] = set()
         self._truncated = False
         self._ceiling = ""  # when truncated: the largest name we kept
@@ -91,10 +91,6 @@ class QueueIndex:
         self._listed_at = self._clock()
         self._drop_bad_head()
         self._empty_sig = sig if settled and not self._names else None
-        # A claimer that was losing races starts anywhere in the head's priority (see above).
-        self._at = self._random_point() if self._contended else 0
-        self._contended = False
-        self._losses = 0
 
     def add(self, name: str) -> None:
         """Merge an arrival reported by the waker."""
@@ -103,13 +99,8 @@ class QueueIndex:
         with self._mutex:
             if name in self._known or (self._truncated and name > self._ceiling):
                 return  # the next listing will find it in order
-            at = bisect.bisect_left(self._names, name)
-            self._names.insert(at, name)
+            bisect.insort(self._names, name)
             self._known.add(name)
-            if at == 0:
-                self._at = 0  # a new head (a more urgent job, or an older one given back): next
-            elif at <= self._at:
-                self._at += 1  # the cursor stays on the name it was on
 
     def peek(self) -> str | None:
         with self._mutex:
@@ -123,7 +114,6 @@ class QueueIndex:
         while names and not PENDING_RE.match(names[0]):
             name = names.pop(0)
             self._known.discard(name)
-            self._at = max(self._at - 1, 0)
             if not name.startswith("."):
                 self._on_bad_name(name)
 
@@ -134,10 +124,7 @@ class QueueIndex:
             self._maybe_refill()
             names = self._names
             while names:
-                at = self._at
-                if at >= len(names) or names[at][:_PRIO] != names[0][:_PRIO]:
-                    at = self._at = 0  # past the head's priority: wrap to the passed-over names
-                name = names.pop(at)  # a list of at most 4,096: a memmove of under a microsecond
+                name = names.pop(0)  # a list of at most 4,096: a memmove of under a microsecond
                 self._known.discard(name)
                 if PENDING_RE.match(name):
                     return name
@@ -150,22 +137,16 @@ class QueueIndex:
         self._losses = 0
 
     def lost(self, name: str) -> None:
-        """``name``, just popped, was claimed by another process first: move the cursor to a
-        random point of the head's priority, or relist after LOSSES_RELIST losses in a row."""
+        """``name``, just popped, was claimed by another process first: drop the next 1 to
+        SKIP names of its priority (doubling with each loss in a row, see SKIP)."""
         with self._mutex:
             self._losses += 1
-            self._contended = True
-            if self._losses >= LOSSES_RELIST:
-                self._listed_at = float("-inf")
-            else:
-                self._at = self._random_point()
-
-    def _random_point(self) -> int:
-        names = self._names
-        if not names:
-            return 0
-        end = bisect.bisect_left(names, names[0][:_PRIO] + "/")  # "/" sorts right after "."
-        return random.randrange(min(end, JUMP_WINDOW))
+            drop = random.randint(1, min(SKIP << min(self._losses - 1, 4), DROP_MAX))
+            names, prio, k = self._names, name[:_PRIO], 0
+            while k < drop and k < len(names) and names[k][:_PRIO] == prio:
+                self._known.discard(names[k])
+                k += 1
+            del names[:k]
 
     def _maybe_refill(self) -> None:
         if self._clock() - self._listed_at >= self._rescan or (not self._names and not self._still_empty()):

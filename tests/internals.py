@@ -125,10 +125,3 @@ def count_listings(directory: str) -> Iterator[list[int]]:
     finally:
         _syscalls.set_hook(None)
 
-
-def jump_as_far_as_allowed(monkeypatch: Any) -> None:
-    """Make every claimer that lost a race jump to the farthest point it may (the random
-    choice of where to go on from always picks the last one allowed)."""
-    from fsjobstore import _pending
-
-    monkeypatch.setattr(_pending.random, "randrange", lambda stop: stop - 1)

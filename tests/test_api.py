@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FakeWall, files_under, in_background
-from internals import count_listings, count_lost_races, jump_as_far_as_allowed, owner
+from internals import count_listings, count_lost_races, owner
 
 from fsjobstore import (
     InvalidJobId,
@@ -112,39 +112,6 @@ def test_after_a_lost_race_a_more_urgent_job_still_comes_first(open_store: Calla
     urgent = b.create("urgent", priority=-1)
     got = b.pull_work()
     assert got is not None and got.id == urgent.id
-
-
-def test_a_claimer_that_lost_a_race_still_claims_the_names_it_jumped_over_without_listing_again(
-        open_store: Callable[..., JobStore], monkeypatch: pytest.MonkeyPatch) -> None:
-    a = open_store(durable=False, watch=False, poll_interval=3600.0)
-    b = open_store(durable=False, watch=False, poll_interval=3600.0)
-    ids = [a.create(i).id for i in range(40)]
-    first = b.pull_work()  # b lists all 40 and takes the first
-    second = a.pull_work()  # a lists the other 39 and takes the next: b's index still holds it
-    assert first is not None and second is not None and (first.id, second.id) == (ids[0], ids[1])
-    lost = count_lost_races(monkeypatch)
-    taken = [first.id, second.id]
-    with count_listings(os.path.join(b.path, "jobs", "pending", "default")) as listings:
-        while (lease := b.pull_work(timeout=0)) is not None:
-            taken.append(lease.id)
-            lease.fulfill(b"")
-    assert lost[0] == 1  # the name a took; then a random point, and the rest in turn
-    assert sorted(taken) == sorted(ids)
-    # Every name it jumped over was still in its index: no listing until it ran dry (an index
-    # that dropped them would have listed again to find them).
-    assert listings[0] == 1
-
-
-def test_a_claimer_that_lost_a_race_jumps_no_further_than_256_names(
-        open_store: Callable[..., JobStore], monkeypatch: pytest.MonkeyPatch) -> None:
-    a = open_store(durable=False, watch=False, poll_interval=3600.0)
-    b = open_store(durable=False, watch=False, poll_interval=3600.0)
-    ids = [a.create(i).id for i in range(600)]
-    assert b.pull_work() is not None and a.pull_work() is not None  # b's index still holds a's
-    jump_as_far_as_allowed(monkeypatch)
-    lease = b.pull_work()  # loses the name a took, then jumps
-    assert lease is not None
-    assert ids.index(lease.id) == 2 + 255  # the last of the 256 names after the lost one: late by 255 at most
 
 
 def test_a_dot_file_in_an_empty_queue_does_not_stop_claims_from_the_next_queue(store: JobStore) -> None:
