@@ -212,3 +212,20 @@ def test_the_w8_ceiling_script_drains_each_layout_exactly_once_in_both_variants(
     assert sum("no directory fsync" in line for line in cells) == 6
     assert done.stdout.count("best of ") == 2
     assert os.listdir(tmp_path) == []
+
+
+def test_the_lean_sketch_drains_every_job_in_each_of_its_variants(tmp_path: Path) -> None:
+    import _lean_sketch
+
+    for k, (shared, strict) in enumerate([(False, False), (True, False), (False, True), (True, True)]):
+        # drain() raises unless every job ends in fulfilled/; with shared names, claims race
+        assert _lean_sketch.drain(str(tmp_path / str(k)), 40, 3, shared=shared, strict=strict) > 0
+
+
+def test_the_claim_order_bench_finds_one_claimer_exactly_in_order(tmp_path: Path) -> None:
+    import claim_order
+
+    rate, median, p99, worst = claim_order.measure(60, 1, str(tmp_path))
+    assert rate > 0 and (median, p99, worst) == (0, 0, 0)
+    _, _, _, worst = claim_order.measure(60, 3, str(tmp_path))  # several: roughly, and every job once
+    assert worst >= 0
