@@ -39,10 +39,10 @@ from ._tree import Tree
 # most a few hundred places late.
 #
 # Tried on 2026-11-24 and not kept (PERFORMANCE.md, "W8 blocked"): keeping the passed names and
-# going on from a random point of the priority after a lost race. With 16 processes it lost 5x
-# fewer races and drained ~15% faster, but it ran jobs in nearly random order (p99 lateness
-# ~2,400 places of 4,000 with 8 processes, against ~220 here); bounding the jump kept most of
-# that disorder or lost the gain.
+# going on from a random point of the priority after a lost race. It lost far fewer races with
+# 16 processes, but ran jobs in nearly random order (bench/claim_order.py: p99 2,854 places late
+# of 4,000 with 8 processes, against 268 here); bounded to the first 256 names, it lost races
+# at the front all the time and drained slower than this.
 SKIP = 16
 DROP_MAX = 256
 _PRIO = 7  # a pending name starts with its 7-digit priority field (_layout.PENDING_RE)
