@@ -47,6 +47,7 @@ SKIP = 16
 DROP_MAX = 256
 _PRIO = 7  # a pending name starts with its 7-digit priority field (_layout.PENDING_RE)
 _SORT_UP_TO = 16  # a listing up to this many times the index's size is sorted whole: faster than a heap
+INDEX_SIZE = 4096  # names of a queue a process keeps between listings
 
 
 class QueueIndex:
@@ -71,26 +72,35 @@ class QueueIndex:
         self._mutex = threading.Lock()
 
     def _refill(self) -> None:
-        # Names are checked against the grammar when popped, not here: a listing may be made
+        # Names are checked against the grammar when claimed, not here: a listing may be made
         # many times before its names are all claimed (PERFORMANCE.md: at 100,000 pending,
         # matching every name cost more than listing them).
         sig, settled = fs.dir_signature(self.directory)  # before the listing it vouches for
         names = fs.scan_names(self.directory)
+        # Dot names (a writer's temp file, an NFS silly-rename) are never jobs. They go before
+        # the front is taken: a front of dot files alone would hide the jobs behind it.
         if len(names) <= self._limit * _SORT_UP_TO:
             names.sort()
+            del names[bisect.bisect_left(names, "."):bisect.bisect_left(names, "/")]  # they sort together
             front = names[: self._limit]
         else:
+            names = [n for n in names if not n.startswith(".")]
             front = heapq.nsmallest(self._limit, names)  # sorted too
-        self._truncated = len(names) > len(front)
+        self._set_front(front, truncated=len(names) > len(front))
+        if not self._names and self._truncated:
+            # A whole front of bad names that could not be quarantined (too long to move, say)
+            # would hide every job behind it: hostile, and rare enough to check every name.
+            valid = sorted(n for n in names if PENDING_RE.match(n))
+            self._set_front(valid[: self._limit], truncated=len(valid) > self._limit)
+        self._listed_at = self._clock()
+        self._empty_sig = sig if settled and not self._names and not self._truncated else None
+
+    def _set_front(self, front: list[str], *, truncated: bool) -> None:
+        self._truncated = truncated
         self._ceiling = front[-1] if front else ""
-        # Dot names (a writer's temp file, an NFS silly-rename) are never jobs; they sort
-        # together, before every digit, so one slice drops them.
-        del front[bisect.bisect_left(front, "."):bisect.bisect_left(front, "/")]
         self._names = front
         self._known = set(front)
-        self._listed_at = self._clock()
         self._drop_bad_head()
-        self._empty_sig = sig if settled and not self._names else None
 
     def add(self, name: str) -> None:
         """Merge an arrival reported by the waker."""
@@ -105,17 +115,23 @@ class QueueIndex:
     def peek(self) -> str | None:
         with self._mutex:
             self._maybe_refill()
-            self._drop_bad_head()  # a bad name must not make this queue look due, or urgent
+            # A bad name must not make this queue look due, or urgent; if the names left were
+            # all bad, the directory may hold more.
+            if self._drop_bad_head() and not self._names:
+                self._maybe_refill()
             return self._names[0] if self._names else None
 
-    def _drop_bad_head(self) -> None:
-        """Report (to be quarantined) and forget names not of the grammar at the front."""
-        names = self._names
+    def _drop_bad_head(self) -> bool:
+        """Report (to be quarantined) and forget names not of the grammar at the front; True
+        if there were any."""
+        names, dropped = self._names, False
         while names and not PENDING_RE.match(names[0]):
             name = names.pop(0)
             self._known.discard(name)
+            dropped = True
             if not name.startswith("."):
                 self._on_bad_name(name)
+        return dropped
 
     def pop(self) -> str | None:
         """The next name to try to claim, or None; names not of the grammar are reported as bad
@@ -232,7 +248,8 @@ class Pending:
             def bad_name(name: str, directory: str = directory) -> None:
                 self._tree.quarantine(os.path.join(directory, name), "unrecognised name in a pending queue")
 
-            index = QueueIndex(directory, 4096, rescan_interval=self._poll, clock=self._clock, on_bad_name=bad_name)
+            index = QueueIndex(directory, INDEX_SIZE, rescan_interval=self._poll, clock=self._clock,
+                               on_bad_name=bad_name)
             self._indexes[queue] = index
         return index
 

@@ -125,3 +125,11 @@ def count_listings(directory: str) -> Iterator[list[int]]:
     finally:
         _syscalls.set_hook(None)
 
+
+
+def small_pending_index(monkeypatch: Any, size: int) -> None:
+    """Make every store opened from now on keep only ``size`` names of a queue between
+    listings (4,096 in use): a few files then stand for thousands."""
+    from fsjobstore import _pending
+
+    monkeypatch.setattr(_pending, "INDEX_SIZE", size)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FakeWall, files_under, in_background
-from internals import count_listings, count_lost_races, owner
+from internals import count_listings, count_lost_races, owner, small_pending_index
 
 from fsjobstore import (
     InvalidJobId,
@@ -138,6 +138,50 @@ def test_an_unrecognised_name_first_in_a_queue_does_not_beat_a_more_urgent_queue
     lease = s.pull_work()
     assert lease is not None and lease.id == urgent.id
     assert s.statistics().quarantined == 1
+
+
+def test_a_job_behind_a_front_of_dot_files_is_claimed(open_store: Callable[..., JobStore],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    small_pending_index(monkeypatch, 4)  # as if 4,096 dot files came first
+    s = open_store(durable=False, watch=False)
+    job = s.create("j")
+    for i in range(6):
+        with open(os.path.join(s.path, "jobs", "pending", "default", f".tmp{i}"), "w") as fh:
+            fh.write("x")
+    lease = s.pull_work()
+    assert lease is not None and lease.id == job.id
+
+
+def test_a_job_behind_a_front_of_bad_names_that_cannot_be_quarantined_is_claimed(
+        open_store: Callable[..., JobStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    small_pending_index(monkeypatch, 4)
+    s = open_store(durable=False, watch=False)
+    assert s.pull_work() is None  # the boot's recovery pass first: the files are planted after it
+    job = s.create("j")
+    for i in range(6):  # "-" sorts before every job name; too long to be renamed into quarantine/
+        with open(os.path.join(s.path, "jobs", "pending", "default", f"-{i}" + "x" * 250), "w") as fh:
+            fh.write("x")
+    lease = s.pull_work()
+    assert lease is not None and lease.id == job.id
+
+
+def test_a_queue_whose_indexed_names_turn_out_bad_is_listed_again_not_left_for_a_poll(
+        open_store: Callable[..., JobStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    small_pending_index(monkeypatch, 2)
+    s = open_store(durable=False, watch=False, poll_interval=30.0)
+    assert s.pull_work() is None
+    first, second = s.create("1", priority=0), s.create("2", priority=1)
+    queue = os.path.join(s.path, "jobs", "pending", "default")
+    head = sorted(os.listdir(queue))[0]
+    with open(os.path.join(queue, head[:8] + "zz"), "w") as fh:  # a bad name between the two jobs
+        fh.write("x")
+    lease = s.pull_work()  # lists: the first job and the bad name; the second is past the index
+    assert lease is not None and lease.id == first.id
+    lease.fulfill(b"")
+    started = time.monotonic()
+    lease = s.pull_work(timeout=30)
+    assert lease is not None and lease.id == second.id
+    assert time.monotonic() - started < 5  # at once, not after a poll_interval of 30 s
 
 
 def test_queues_are_separate_and_a_list_is_tried_in_order(store: JobStore) -> None:
