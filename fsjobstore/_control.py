@@ -137,8 +137,7 @@ class Control:
                 return path
             except FileNotFoundError:
                 pass  # swept as stale (we were slow): make it anew
-        fd = sc.open(path, os.O_WRONLY | os.O_CREAT | fs.O_NOFOLLOW | fs.O_CLOEXEC, self._tree.perms.file_mode)
-        sc.close(fd)
+        fs.touch(path, self._tree.perms.file_mode)
         return path
 
     def clear_deadline(self, path: str | None) -> None:

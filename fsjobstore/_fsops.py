@@ -98,6 +98,12 @@ def write_new(path: str, data: bytes, *, durable: bool, mode: int = FILE_MODE) -
         raise
 
 
+def touch(path: str, mode: int = FILE_MODE) -> None:
+    """Make ``path`` exist as a file: created empty if missing, left as it is otherwise (a
+    deadline, a doorbell, a boot marker: the name is what counts). Not fsynced."""
+    sc.close(sc.open(path, os.O_WRONLY | os.O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode))
+
+
 def write_at(path: str, offset: int, data: bytes, *, durable: bool, clean: bool) -> None:
     """Write ``data`` into the existing file ``path`` at ``offset`` and fsync it if durable.
     Unless the caller knows the file ends at ``offset`` (``clean``), anything past it is cut off

@@ -72,9 +72,9 @@ class QueueIndex:
         self._mutex = threading.Lock()
 
     def _refill(self) -> None:
-        # Names are checked against the grammar when claimed, not here: a listing may be made
-        # many times before its names are all claimed (PERFORMANCE.md: at 100,000 pending,
-        # matching every name cost more than listing them).
+        # Names are checked against the grammar when they reach the front (_drop_bad_head), not
+        # all here: a listing may be made many times before its names are all claimed
+        # (PERFORMANCE.md: at 100,000 pending, matching every name cost more than listing them).
         sig, settled = fs.dir_signature(self.directory)  # before the listing it vouches for
         names = fs.scan_names(self.directory)
         # Dot names (a writer's temp file, an NFS silly-rename) are never jobs. They go before
@@ -123,14 +123,14 @@ class QueueIndex:
 
     def _drop_bad_head(self) -> bool:
         """Report (to be quarantined) and forget names not of the grammar at the front; True
-        if there were any."""
+        if there were any. (Dot names never get this far: a listing leaves them out, and add()
+        takes only names of the grammar.)"""
         names, dropped = self._names, False
         while names and not PENDING_RE.match(names[0]):
             name = names.pop(0)
             self._known.discard(name)
             dropped = True
-            if not name.startswith("."):
-                self._on_bad_name(name)
+            self._on_bad_name(name)
         return dropped
 
     def pop(self) -> str | None:
@@ -138,15 +138,12 @@ class QueueIndex:
         (and passed over) here, so every name returned matches ``PENDING_RE``."""
         with self._mutex:
             self._maybe_refill()
-            names = self._names
-            while names:
-                name = names.pop(0)  # a list of at most 4,096: a memmove of under a microsecond
-                self._known.discard(name)
-                if PENDING_RE.match(name):
-                    return name
-                if not name.startswith("."):  # a dot name is a temp file of a writer, not ours
-                    self._on_bad_name(name)
-            return None
+            self._drop_bad_head()
+            if not self._names:
+                return None
+            name = self._names.pop(0)  # a list of at most 4,096: a memmove of under a microsecond
+            self._known.discard(name)
+            return name
 
     def won(self) -> None:
         """The name just popped was ours."""

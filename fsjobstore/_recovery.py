@@ -333,9 +333,8 @@ def _mark_boot(core: Core, marker: str) -> None:
     for name in fs.scan_names(core.layout.control):
         if name.startswith("boot-") and name != os.path.basename(marker):  # earlier boots' markers
             fs.unlink_quietly(os.path.join(core.layout.control, name))
-    flags = os.O_WRONLY | os.O_CREAT | fs.O_NOFOLLOW | fs.O_CLOEXEC
     with contextlib.suppress(OSError):
-        sc.close(sc.open(marker, flags, core.tree.perms.file_mode))
+        fs.touch(marker, core.tree.perms.file_mode)
 
 
 def _sweep_emptied(core: Core, counts: dict[str, int]) -> None:

@@ -114,14 +114,19 @@ def test_after_a_lost_race_a_more_urgent_job_still_comes_first(open_store: Calla
     assert got is not None and got.id == urgent.id
 
 
+def _plant(store: JobStore, queue: str, name: str) -> None:
+    """Put a file that is not a job into a queue's directory, as another program might."""
+    with open(os.path.join(store.path, "jobs", "pending", queue, name), "w") as fh:
+        fh.write("x")
+
+
 def test_a_dot_file_in_an_empty_queue_does_not_stop_claims_from_the_next_queue(store: JobStore) -> None:
     store.create("a", queue="alpha")
     lease = store.pull_work(queues="alpha")
     assert lease is not None
     lease.fulfill(b"")
     b = store.create("b", queue="beta")
-    with open(os.path.join(store.path, "jobs", "pending", "alpha", ".nfs000000000001"), "w") as fh:
-        fh.write("x")  # an NFS silly-rename, say: never a job, never moved
+    _plant(store, "alpha", ".nfs000000000001")  # an NFS silly-rename, say: never a job, never moved
     lease = store.pull_work(queues=["alpha", "beta"])
     assert lease is not None and lease.id == b.id
     assert os.path.exists(os.path.join(store.path, "jobs", "pending", "alpha", ".nfs000000000001"))
@@ -133,8 +138,7 @@ def test_an_unrecognised_name_first_in_a_queue_does_not_beat_a_more_urgent_queue
     assert s.pull_work() is None  # the boot's recovery pass first: the file is planted after it
     s.create("lazy", queue="alpha", priority=10)
     urgent = s.create("urgent", queue="beta", priority=-10)
-    with open(os.path.join(s.path, "jobs", "pending", "alpha", "#junk#"), "w") as fh:
-        fh.write("x")  # sorts before every job name
+    _plant(s, "alpha", "#junk#")  # sorts before every job name
     lease = s.pull_work()
     assert lease is not None and lease.id == urgent.id
     assert s.statistics().quarantined == 1
@@ -146,8 +150,7 @@ def test_a_job_behind_a_front_of_dot_files_is_claimed(open_store: Callable[..., 
     s = open_store(durable=False, watch=False)
     job = s.create("j")
     for i in range(6):
-        with open(os.path.join(s.path, "jobs", "pending", "default", f".tmp{i}"), "w") as fh:
-            fh.write("x")
+        _plant(s, "default", f".tmp{i}")
     lease = s.pull_work()
     assert lease is not None and lease.id == job.id
 
@@ -159,8 +162,7 @@ def test_a_job_behind_a_front_of_bad_names_that_cannot_be_quarantined_is_claimed
     assert s.pull_work() is None  # the boot's recovery pass first: the files are planted after it
     job = s.create("j")
     for i in range(6):  # "-" sorts before every job name; too long to be renamed into quarantine/
-        with open(os.path.join(s.path, "jobs", "pending", "default", f"-{i}" + "x" * 250), "w") as fh:
-            fh.write("x")
+        _plant(s, "default", f"-{i}" + "x" * 250)
     lease = s.pull_work()
     assert lease is not None and lease.id == job.id
 
