@@ -81,7 +81,7 @@ class Drained(NamedTuple):
 
 def exactly_once(counts: bytes, runs: int, fulfilled: int, left: int) -> tuple[int, int, int]:
     """(duplicates, losses, left) of a drain of ``len(counts)`` jobs. ``counts[i]``: how often a
-    handler ran job i; ``runs``: the attempts the worker reported (RunSummary done + failed: it
+    handler ran job i; ``runs``: the attempts the worker reported (RunSummary.attempts: it
     catches a duplicate whose two runs raced on one counter); ``fulfilled`` and ``left``: what the
     store holds afterwards."""
     n = len(counts)
@@ -126,7 +126,7 @@ def _run_worker(d: str, concurrency: int, mode: Any, durable: bool, handler: Han
     summary = Worker(store, {"default": handler}, concurrency=concurrency, mode=mode).run(burst=True)
     ended = time.monotonic()
     s = store.statistics()
-    out.put((ended, summary.jobs_done + summary.jobs_failed, s.fulfilled, s.pending + s.scheduled + s.active,
+    out.put((ended, summary.attempts, s.fulfilled, s.pending + s.scheduled + s.active,
              store.durable))
     store.close()
 

@@ -46,7 +46,7 @@ def run(root: str) -> None:
         #    `fsjobstore worker DIR --handler module:add --concurrency 2` does the same from a shell.
         summary = Worker(store, {"default": add}, concurrency=2).run(burst=True)
         by_worker = Counter(store.get(j).value["worker"] for j in ids)
-        print(f"worker: {summary.jobs_done} jobs done in {summary.seconds:.2f}s; "
+        print(f"worker: {summary.fulfilled} jobs fulfilled in {summary.seconds:.2f}s; "
               + ", ".join(f"process {w} fulfilled {n}" for w, n in sorted(by_worker.items())))
 
         # 3. A notifier delivers every result to the target that asked for it.

@@ -16,13 +16,16 @@ Built on fsjobstore's public API only, like any user's code would be (a test che
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import select
 import signal
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +35,7 @@ from typing import Any, Literal
 from . import InvalidQueueName, InvalidRequest, JobStore, NotificationLease
 from ._runtime._board import Board
 from ._runtime._processes import ProcessPool
-from ._runtime._slot import Handler, JobContext, WorkerShutdown
+from ._runtime._slot import Handler, JobContext, Tally, WorkerShutdown
 from ._runtime._threads import ThreadPool
 
 __all__ = ["Deliverer", "JobContext", "RunSummary", "Worker", "WorkerShutdown"]
@@ -46,12 +49,35 @@ Mode = Literal["processes", "threads"]
 
 @dataclass(frozen=True, slots=True)
 class RunSummary:
-    """What one :meth:`Worker.run` did."""
+    """What one :meth:`Worker.run` did: how each attempt it ran ended, how long it ran, and why
+    it stopped. Each attempt is counted once, under the first of these that applies."""
 
-    jobs_done: int  # attempts that ended other than failed: fulfilled, cancelled, lost
-    jobs_failed: int  # attempts that failed (retried or not) or timed out
+    fulfilled: int  # committed a value
+    retried: int  # failed (the handler raised, or its process died) and will run again after a backoff
+    failed: int  # failed for good: its last attempt, or a value that cannot be stored
+    cancelled: int  # ended cancelled (the handler stopped on a cancel request, or its process was killed)
+    timed_out: int  # ran past its time limit (then retried or failed, as attempts remain)
+    lost: int  # the lease was lost: another process took the job over; nothing was committed
+    given_back: int  # released when the worker stopped: back to pending, no attempt counted
     seconds: float
     stopped_by: str  # "burst", "count", "duration", "signal" or "stop"
+
+    @property
+    def attempts(self) -> int:
+        """Attempts that ended, given-back jobs left out."""
+        return self.fulfilled + self.retried + self.failed + self.cancelled + self.timed_out + self.lost
+
+    @classmethod
+    def _of(cls, tally: Tally, seconds: float, stopped_by: str) -> RunSummary:
+        fulfilled, retried, failed, cancelled, timed_out, lost, released = tally.as_tuple()
+        return cls(fulfilled, retried, failed, cancelled, timed_out, lost, released, seconds, stopped_by)
+
+    def __str__(self) -> str:
+        counts = [(self.fulfilled, "fulfilled"), (self.retried, "retried"), (self.failed, "failed"),
+                  (self.cancelled, "cancelled"), (self.timed_out, "timed out"), (self.lost, "lost"),
+                  (self.given_back, "given back")]
+        said = ", ".join(f"{n} {what}" for n, what in counts if n) or "no jobs"
+        return f"{said} in {self.seconds:.1f}s (stopped by {self.stopped_by})"
 
 
 def _check_queue(queue: object, what: str) -> str:
@@ -61,6 +87,35 @@ def _check_queue(queue: object, what: str) -> str:
         raise InvalidQueueName(f"{what}: {queue!r} is not a queue name: use up to 64 ASCII letters, digits, "
                                "'_' and '-' (not first), with no dots, slashes or spaces")
     return queue
+
+
+class _Bell:
+    """What the supervisor (or the thread pool's monitor) sleeps on between looks: a pipe that
+    anyone rings (a stop or pause, a signal handler, a slot thread, a child process starting a
+    job: all may write to a pipe), so an idle worker wakes only when something happened or a
+    known time (a deadline, a publish) comes, not every few milliseconds."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        weakref.finalize(self, _close_both, self._read, self._write)
+
+    def ring(self) -> None:
+        with contextlib.suppress(OSError):  # full: it has been rung already
+            os.write(self._write, b"\0")
+
+    def wait(self, timeout: float, fds: Sequence[int] = ()) -> None:
+        """Until rung, one of ``fds`` is readable, or ``timeout`` seconds pass."""
+        with contextlib.suppress(InterruptedError):
+            select.select([self._read, *fds], [], [], max(0.0, timeout))
+        with contextlib.suppress(OSError):
+            while os.read(self._read, 4096):
+                pass
+
+
+def _close_both(*fds: int) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 class _Gate:
@@ -136,7 +191,7 @@ class Worker:
         self._paused = threading.Event()
         self._stop = threading.Event()
         self._stop_now = threading.Event()
-        self._wake = threading.Event()
+        self._bell = _Bell()
 
     # -- handlers --------------------------------------------------------------------------------
     def handler(self, queue: str) -> Callable[[Handler], Handler]:
@@ -159,12 +214,12 @@ class Worker:
     def pause(self) -> None:
         """Take no new jobs until :meth:`resume` (running ones go on). SIGUSR1 does it too."""
         self._paused.set()
-        self._wake.set()
+        self._bell.ring()
 
     def resume(self) -> None:
         """Take jobs again. SIGUSR2 does it too."""
         self._paused.clear()
-        self._wake.set()
+        self._bell.ring()
 
     @property
     def paused(self) -> bool:
@@ -176,7 +231,7 @@ class Worker:
         self._stop.set()
         if now:
             self._stop_now.set()
-        self._wake.set()
+        self._bell.ring()
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, count: int | None = None, duration: float | None = None, burst: bool = False) -> RunSummary:
@@ -198,9 +253,9 @@ class Worker:
         started = time.monotonic()
         with self._signals():
             stopped_by = self._run(queues, count, duration, burst, started)
-        done, failed = self._counts()
-        log.info("worker %s stopped (%s): %d done, %d failed", self.name, stopped_by, done, failed)
-        return RunSummary(done, failed, time.monotonic() - started, stopped_by)
+        summary = RunSummary._of(self._pool.tally(), time.monotonic() - started, stopped_by)
+        log.info("worker %s stopped: %s", self.name, summary)
+        return summary
 
     def _run(self, queues: list[str], count: int | None, duration: float | None, burst: bool,
              started: float) -> str:
@@ -209,11 +264,12 @@ class Worker:
             gate = _Gate(count)
             self._gate = gate
             pool: ThreadPool | ProcessPool = ThreadPool(self.store, self._handlers, queues, gate, self.concurrency,
-                                                        burst=burst)
+                                                        burst=burst, ring=self._bell.ring)
         else:
             board = Board(self.concurrency, count)
             self._board = board
-            pool = ProcessPool(self.store, self._handlers, queues, board, self.concurrency, burst=burst)
+            pool = ProcessPool(self.store, self._handlers, queues, board, self.concurrency, burst=burst,
+                               ring=self._bell.ring)
         self._pool = pool
         self._apply_pause()  # before any slot starts: a worker paused before run() takes nothing
         unit = self.mode if self.concurrency > 1 else {"processes": "process", "threads": "thread"}[self.mode]
@@ -236,7 +292,7 @@ class Worker:
                     # claimed must not keep it going).
                     if not (burst and stop_began is None and idle_rounds < 2 and self._more_due(queues, count)):
                         break
-                    ended = sum(self._counts())
+                    ended = pool.tally().ended()
                     idle_rounds = idle_rounds + 1 if ended == round_start else 0
                     round_start = ended
                     pool.start()
@@ -263,8 +319,15 @@ class Worker:
                 if now >= next_publish:
                     self._publish()
                     next_publish = now + 1.0
-                self._wake.wait(0.02)
-                self._wake.clear()
+                # Sleep until something rings or the soonest thing we know of is due.
+                due = [pool.next_tick(now), next_publish - now]
+                if self.mode == "processes":
+                    due.append(next_recover - now)
+                if duration is not None and stop_began is None:
+                    due.append(started + duration - now)
+                if stop_began is not None:
+                    due.append(stop_began + self.grace - now)
+                self._bell.wait(min(due), pool.wait_fds())
         finally:
             if self.mode == "processes" and pool.alive():
                 self._finish_processes()
@@ -330,12 +393,10 @@ class Worker:
             log.warning("worker processes did not stop within 5 s of SIGTERM: killing them")
             self._pool.kill_all()
 
-    def _counts(self) -> tuple[int, int]:
-        return self._pool.counts()
-
     # -- the registry ------------------------------------------------------------------------------
     def _publish(self) -> None:
-        done, failed = self._counts()
+        t = RunSummary._of(self._pool.tally(), 0.0, "")
+        done, failed = t.fulfilled + t.cancelled, t.failed + t.retried + t.timed_out
         if isinstance(self._pool, ThreadPool):
             current = [{"id": lease.id, "queue": lease.queue, "attempt": lease.attempt, "started_at": at}
                        for lease, at in self._pool.running()]

@@ -27,7 +27,7 @@ def test_a_burst_runs_every_due_job_with_its_queues_handler_and_stores_the_value
     flaky = fast.create({}, queue="flaky").id
     fast.create({}, queue="nobody-handles-this")
     summary = Worker(fast, {"echo": tasks.echo, "flaky": tasks.flaky}, concurrency=3, mode=mode).run(burst=True)
-    assert summary.stopped_by == "burst" and summary.jobs_done == 13 and summary.jobs_failed == 1
+    assert summary.stopped_by == "burst" and (summary.fulfilled, summary.retried, summary.failed) == (13, 1, 0)
     assert [fast.get(i).value["echo"] for i in ids] == list(range(12))
     assert fast.get(flaky).result() == "fine" and fast.get(flaky).attempts == 2
     assert fast.statistics().pending_by_queue["nobody-handles-this"] == 1
@@ -38,7 +38,7 @@ def test_count_stops_after_that_many_jobs(fast: JobStore, mode: str) -> None:
     for i in range(10):
         fast.create({"n": i}, queue="echo")
     summary = Worker(fast, {"echo": tasks.echo}, concurrency=2, mode=mode).run(count=4)
-    assert summary.stopped_by == "count" and summary.jobs_done == 4
+    assert summary.stopped_by == "count" and summary.fulfilled == 4
     assert fast.statistics().fulfilled == 4 and fast.statistics().pending == 6
 
 
@@ -62,6 +62,7 @@ def test_a_stop_past_the_grace_gives_the_running_job_back_without_counting_an_at
     assert summary.stopped_by == "stop" and summary.seconds < 15
     got = fast.get(job.id)
     assert got.state is JobState.PENDING and got.attempts == 0
+    assert summary.given_back == 1 and summary.attempts == 0
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -72,7 +73,7 @@ def test_a_handler_past_its_time_limit_fails_that_attempt_and_the_job_is_retried
     assert time.monotonic() - started < 20
     got = fast.get(job.id)
     assert got.state is JobState.FULFILLED and got.value == "second time" and got.attempts == 2
-    assert summary.jobs_failed >= 1
+    assert summary.timed_out == 1 and summary.fulfilled == 1
 
 
 def test_a_thread_past_its_limit_is_fenced_and_its_late_value_discarded(fast: JobStore) -> None:

@@ -74,3 +74,26 @@ HANDLERS = {"echo": echo, "slow": slow, "hang": hang, "careful": careful, "flaky
 def unstorable(job: JobContext) -> Any:
     """Returns what JSON cannot hold."""
     return {1, 2, 3}
+
+
+def exits(job: JobContext) -> Any:
+    """Handler code that calls sys.exit(): a failed attempt, like any other exception."""
+    note(job, "ran")
+    raise SystemExit(3)
+
+
+def interrupts(job: JobContext) -> Any:
+    note(job, "ran")
+    raise KeyboardInterrupt
+
+
+def forks(job: JobContext) -> Any:
+    """Forks and returns in both processes: only the worker's own process may commit."""
+    pid = os.fork()
+    note(job, "forked-child" if pid == 0 else "forked-parent")
+    if pid:
+        os.waitpid(pid, 0)
+    return "forked"
+
+
+HOSTILE = {"exits": exits, "interrupts": interrupts, "forks": forks, "echo": echo}

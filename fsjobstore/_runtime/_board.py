@@ -16,10 +16,13 @@ import struct
 import time
 from dataclasses import dataclass
 
+from ._slot import OUTCOMES
+
 _FLAGS = struct.Struct("<iiq")  # stop, paused, budget left (-1: no limit)
-# seq, busy, attempt, started, deadline, pid, jobs done, jobs failed, id, queue, token
-_SLOT = struct.Struct("<qiiddiqq130s66s44s")
+# seq, busy, attempt, started, deadline, pid, one count per outcome (OUTCOMES' order), id, queue, token
+_SLOT = struct.Struct(f"<qiiddi{len(OUTCOMES)}q130s66s44s")
 _SLOT_SIZE = 512
+assert _SLOT.size <= _SLOT_SIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +33,7 @@ class SlotView:
     started: float  # monotonic (CLOCK_MONOTONIC is one clock for every process of a host)
     deadline: float  # monotonic; 0.0: no time limit
     pid: int
-    done: int  # jobs this slot's children finished (fulfilled or ended otherwise, not failed)
-    failed: int  # attempts that failed or timed out
+    counts: tuple[int, ...]  # attempts this slot's children ended, one count per outcome (OUTCOMES)
     job_id: str
     queue: str
     token: str
@@ -102,13 +104,13 @@ class Board:
     def _offset(self, index: int) -> int:
         return _FLAGS.size + index * _SLOT_SIZE
 
-    def write(self, index: int, *, busy: bool, pid: int, done: int, failed: int, job_id: str = "",
+    def write(self, index: int, *, busy: bool, pid: int, counts: tuple[int, ...], job_id: str = "",
               queue: str = "", token: str = "", attempt: int = 0, started: float = 0.0,
               deadline: float | None = None) -> None:
         off = self._offset(index)
         seq = struct.unpack_from("<q", self._map, off)[0]
         struct.pack_into("<q", self._map, off, seq + 1)  # odd: being written
-        _SLOT.pack_into(self._map, off, seq + 1, int(busy), attempt, started, deadline or 0.0, pid, done, failed,
+        _SLOT.pack_into(self._map, off, seq + 1, int(busy), attempt, started, deadline or 0.0, pid, *counts,
                         job_id.encode(), queue.encode(), token.encode())
         struct.pack_into("<q", self._map, off, seq + 2)  # even again: whole
 
@@ -119,9 +121,9 @@ class Board:
             if before % 2:
                 time.sleep(0)
                 continue
-            _, busy, attempt, started, deadline, pid, done, failed, job_id, queue, token = _SLOT.unpack_from(
+            _, busy, attempt, started, deadline, pid, *counts, job_id, queue, token = _SLOT.unpack_from(
                 self._map, off)
             if struct.unpack_from("<q", self._map, off)[0] == before:
-                return SlotView(before, bool(busy), attempt, started, deadline, pid, done, failed,
+                return SlotView(before, bool(busy), attempt, started, deadline, pid, tuple(counts),
                                 job_id.rstrip(b"\0").decode(), queue.rstrip(b"\0").decode(),
                                 token.rstrip(b"\0").decode())

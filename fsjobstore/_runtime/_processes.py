@@ -1,13 +1,20 @@
 """Process mode: ``concurrency`` child processes, each pulling and committing with its own copy
 of the store, watched by a supervisor that claims nothing itself.
 
-The supervisor stays single-threaded (so forking a child never copies a lock some other thread
-held) and reads the children's status board. A child whose job runs past its deadline, or whose
-job was cancelled, is killed (SIGKILL: no handler can ignore it) and started anew; its claim is
-then taken over by the supervisor's recovery pass, which counts the attempt as failed (timed
-out) or ends the job cancelled. Stopping: children finish their job and exit; past ``grace``
-they get SIGTERM, which gives their job back (released, no attempt counted); a child that
-still does not exit is killed and its claim recovered.
+The supervisor reads the children's status board. A child whose job runs past its deadline, or
+whose job was cancelled, is killed (SIGKILL: no handler can ignore it) and started anew; its
+claim is then taken over by the supervisor's recovery pass, which counts the attempt as failed
+(timed out) or ends the job cancelled. Stopping: children finish their job and exit; past
+``grace`` they get SIGTERM, which gives their job back (released, no attempt counted); a child
+that still does not exit is killed and its claim recovered.
+
+The supervisor is not always single-threaded: the store may run a heartbeat thread in it (a
+store opened with ``lock_takeover=False``), and the caller of ``Worker.run`` may have threads of
+its own. A child inherits only the forking thread, so a lock another thread held at that instant
+stays held in the child for good. :func:`fork_child` therefore forks with every logging
+handler's lock held (no thread is then half-way through writing a log line, which would leave
+the stream's own lock taken) and with every signal blocked until the child has installed its
+handlers; the store resets its own locks and threads in a forked child (``os.register_at_fork``).
 """
 
 from __future__ import annotations
@@ -19,15 +26,17 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
 
 from .. import JobStore, WorkLease
 from ._board import Board
 from ._restarts import Restarts
-from ._slot import Handler, WorkerShutdown, serve
+from ._slot import Handler, Tally, WorkerShutdown, serve
 
 log = logging.getLogger("fsjobstore.worker")
+
+CANCEL_POLL = 0.1  # seconds between looks at the cancel requests of running jobs
 
 
 class _ChildGate:
@@ -48,31 +57,32 @@ class _ChildGate:
 
 
 class _ChildReport:
-    """A child's slot on the board; its counters start where its predecessor's ended."""
+    """A child's slot on the board; its counters start where its predecessor's ended. Each job's
+    start (and each touch, which moves its deadline) rings the supervisor, which sleeps until
+    then: it must know the new deadline."""
 
-    def __init__(self, board: Board, index: int) -> None:
+    def __init__(self, board: Board, index: int, ring: Callable[[], None]) -> None:
         self._board = board
         self._index = index
+        self._ring = ring
         self._pid = os.getpid()
-        last = board.read(index)
-        self._done, self._failed = last.done, last.failed
-        board.write(index, busy=False, pid=self._pid, done=self._done, failed=self._failed)
+        self._tally = Tally(board.read(index).counts)
+        board.write(index, busy=False, pid=self._pid, counts=self._tally.as_tuple())
 
     def started(self, lease: WorkLease) -> None:
         self._write(lease)
+        self._ring()
 
     def touched(self, lease: WorkLease) -> None:
         self._write(lease)
+        self._ring()
 
     def finished(self, outcome: str) -> None:
-        if outcome in ("failed", "retrying", "timed-out"):
-            self._failed += 1
-        elif outcome != "released":
-            self._done += 1
-        self._board.write(self._index, busy=False, pid=self._pid, done=self._done, failed=self._failed)
+        self._tally.add(outcome)
+        self._board.write(self._index, busy=False, pid=self._pid, counts=self._tally.as_tuple())
 
     def _write(self, lease: WorkLease) -> None:
-        self._board.write(self._index, busy=True, pid=self._pid, done=self._done, failed=self._failed,
+        self._board.write(self._index, busy=True, pid=self._pid, counts=self._tally.as_tuple(),
                           job_id=lease.id, queue=lease.queue, token=lease.token, attempt=lease.attempt,
                           started=time.monotonic(), deadline=lease.deadline)
 
@@ -91,9 +101,48 @@ def _die_with(parent: int) -> None:
 _PR_SET_PDEATHSIG = 1
 
 
+@contextlib.contextmanager
+def _logging_quiet() -> Iterator[None]:
+    """Hold every logging handler's lock (in one order), so no other thread is writing a line."""
+    loggers = [logging.getLogger(), *(v for v in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(v, logging.Logger))]
+    handlers = sorted({id(h): h for lg in loggers for h in lg.handlers}.items())
+    held: list[logging.Handler] = []
+    try:
+        for _, handler in handlers:
+            handler.acquire()
+            held.append(handler)
+        yield
+    finally:
+        if os.getpid() == _supervisor_pid[0]:  # in the child, logging re-made these locks already
+            for handler in reversed(held):
+                handler.release()
+
+
+_supervisor_pid = [0]
+
+
+def fork_child(body: Callable[[], None]) -> int:
+    """Fork; the child runs ``body`` (which must not return) with every signal blocked until
+    it unblocks them. Returns the child's pid in the parent. See the module docstring."""
+    _supervisor_pid[0] = os.getpid()
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        with _logging_quiet():
+            pid = os.fork()
+        if pid == 0:
+            try:
+                body()
+            finally:
+                os._exit(1)  # body never returns; this is for a bug in it
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    return pid
+
+
 def _child(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str], board: Board, index: int,
-           burst: bool, parent: int) -> None:
-    """The body of a child process; never returns."""
+           burst: bool, parent: int, ring: Callable[[], None], unblocked: set[int | signal.Signals]) -> None:
+    """The body of a child process; never returns. Starts with every signal blocked."""
 
     def shutdown(signum: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -103,10 +152,11 @@ def _child(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[st
     for sig in (signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, shutdown)
+    signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
     _die_with(parent)
     code = 0
     try:
-        serve(store, handlers, queues, _ChildGate(board), _ChildReport(board, index), burst=burst)
+        serve(store, handlers, queues, _ChildGate(board), _ChildReport(board, index, ring), burst=burst)
     except WorkerShutdown:
         pass
     except BaseException:
@@ -123,16 +173,20 @@ def _child(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[st
 
 class ProcessPool:
     def __init__(self, store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str], board: Board,
-                 concurrency: int, *, burst: bool) -> None:
+                 concurrency: int, *, burst: bool, ring: Callable[[], None]) -> None:
         self._store = store
         self._handlers = handlers
         self._queues = queues
         self._board = board
         self._burst = burst
+        self._ring = ring
         self._pids: list[int | None] = [None] * concurrency
-        self._killed: dict[int, tuple[str, str]] = {}  # slot -> (why, job id)
-        self._extra_failed = 0  # attempts of killed children, which could not count them
+        self._pidfds: dict[int, int] = {}  # slot -> a descriptor readable once its child exits
+        self._killed: dict[int, tuple[str, str]] = {}  # slot -> (outcome, job id)
+        self._extra = Tally()  # attempts of killed children, which could not count them
+        self._crashed: list[str] = []  # jobs of children that died mid-job, to count once recovered
         self._restarts = Restarts()
+        self._next_cancel_look = 0.0
 
     def start(self) -> None:
         for i in range(len(self._pids)):
@@ -140,21 +194,45 @@ class ProcessPool:
 
     def _spawn(self, index: int) -> None:
         parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            _child(self._store, self._handlers, self._queues, self._board, index, self._burst, parent)
+        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the mask to restore in the child
+        pid = fork_child(lambda: _child(self._store, self._handlers, self._queues, self._board, index,
+                                        self._burst, parent, self._ring, unblocked))
         self._pids[index] = pid
+        with contextlib.suppress(OSError):  # no pidfd (an old kernel): the supervisor polls instead
+            self._pidfds[index] = os.pidfd_open(pid)
         self._restarts.born(index)
 
     def alive(self) -> bool:
         return any(pid is not None for pid in self._pids) or self._restarts.waiting()
+
+    def wait_fds(self) -> list[int]:
+        """Descriptors that become readable when the supervisor has something to do (a child exited)."""
+        return list(self._pidfds.values())
+
+    def next_tick(self, now: float) -> float:
+        """Seconds until the supervisor must look again if nothing rings: the nearest deadline of a
+        running job, a restart due, or the next look at cancel requests while jobs run."""
+        due: list[float] = [self._restarts.next_due() - now] if self._restarts.waiting() else []
+        if len(self._pidfds) < sum(pid is not None for pid in self._pids):
+            due.append(0.1)  # a child without a pidfd: look for its exit
+        for i, pid in enumerate(self._pids):
+            view = self._board.read(i)
+            if pid is None or not view.busy or i in self._killed:
+                continue
+            due.append(max(0.0, self._next_cancel_look - now))
+            if view.deadline:
+                due.append(view.deadline - now)
+        return max(0.0, min(due, default=3600.0))
 
     def tick(self, *, stopping: bool) -> None:
         """Reap children, kill the ones that overran or whose job was cancelled, start new ones.
         Raises WorkerFailing when children keep dying at start (see _restarts)."""
         now = time.monotonic()
         recover = False
-        for i in self._restarts.look(sum(self.counts()), stopping=stopping):
+        look_at_cancels = now >= self._next_cancel_look
+        if look_at_cancels:
+            self._next_cancel_look = now + CANCEL_POLL
+        for i in self._restarts.look(self.tally().ended(), stopping=stopping):
             self._spawn(i)
         for i, pid in enumerate(self._pids):
             if pid is None:
@@ -162,36 +240,53 @@ class ProcessPool:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 self._pids[i] = None
+                fd = self._pidfds.pop(i, None)
+                if fd is not None:
+                    os.close(fd)
                 recover |= self._exited(i, status, stopping)
                 continue
             view = self._board.read(i)
             if not view.busy or i in self._killed:
                 continue
-            why = None
+            outcome = why = None
             if view.deadline and now > view.deadline:
-                why = f"timed-out (killed {now - view.started:.1f}s after it started)"
-            elif self._store.cancel_requested(view.job_id):
-                why = "cancelled (its process was killed)"
+                outcome, why = "timed-out", f"ran past its time limit ({now - view.started:.1f}s)"
+            elif look_at_cancels and self._store.cancel_requested(view.job_id):
+                outcome, why = "cancelled", "was cancelled while it ran"
             # RACE: the child may have moved to another job since we read its slot; we check its
             # sequence count again right before the kill, and a move in the instant after that
             # costs the new job one attempt, like any crash (it is recovered and runs again).
-            if why is not None and self._board.read(i).seq == view.seq:
-                self._killed[i] = (why, view.job_id)
+            if outcome is not None and self._board.read(i).seq == view.seq:
+                self._killed[i] = (outcome, view.job_id)
                 os.kill(pid, signal.SIGKILL)
+                log.info("job %s queue=%s attempt=%d %s: %s; its process is killed", view.job_id, view.queue,
+                         view.attempt, outcome, why)
         if recover:
             self._store.recover()  # the claims of killed or crashed children: retried, failed or cancelled
+            self._count_crashed()
+
+    def _count_crashed(self) -> None:
+        """A child that died mid-job could not count its attempt: recovery has ended it now, and
+        the job's state says how (a crash after its commit was written leaves it fulfilled)."""
+        for job_id in self._crashed:
+            try:
+                state = self._store.get(job_id).state.value
+            except Exception:  # purged meanwhile, or unreadable: recovery has said why in the log
+                state = "lost"
+            self._extra.add(state if state in ("fulfilled", "failed", "cancelled", "lost") else "retrying")
+        self._crashed.clear()
 
     def _exited(self, index: int, status: int, stopping: bool) -> bool:
         killed = self._killed.pop(index, None)
         view = self._board.read(index)
         clean = os.waitstatus_to_exitcode(status) == 0 and killed is None
         if killed is not None:
-            why, job_id = killed
-            log.info("job %s queue=%s attempt=%d %s", job_id, view.queue, view.attempt, why)
-            self._extra_failed += 1
+            self._extra.add(killed[0])
         elif not clean:
             log.warning("worker process %d exited with %s%s; its job is recovered", view.pid or -1,
                         os.waitstatus_to_exitcode(status), f" while running job {view.job_id}" if view.busy else "")
+            if view.busy:
+                self._crashed.append(view.job_id)
         # A child exits cleanly only when told to (stop), when the run's budget is spent, or in a
         # burst when nothing is due: none of those wants a new one. A kill (ours) wants one at
         # once; a crash wants one after a delay that grows while children keep crashing at start.
@@ -210,9 +305,11 @@ class ProcessPool:
                             "started_at": time.time() - (time.monotonic() - view.started), "pid": view.pid})
         return out
 
-    def counts(self) -> tuple[int, int]:
-        views = [self._board.read(i) for i in range(len(self._pids))]
-        return sum(v.done for v in views), sum(v.failed for v in views) + self._extra_failed
+    def tally(self) -> Tally:
+        total = self._extra
+        for i in range(len(self._pids)):
+            total = total + Tally(self._board.read(i).counts)
+        return total
 
     def signal_busy(self, sig: int) -> None:
         for pid in self._pids:
@@ -226,4 +323,8 @@ class ProcessPool:
             if pid is not None:
                 os.waitpid(pid, 0)
                 self._pids[i] = None
+        for fd in self._pidfds.values():
+            os.close(fd)
+        self._pidfds.clear()
         self._store.recover()
+

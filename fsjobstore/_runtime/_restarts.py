@@ -59,3 +59,7 @@ class Restarts:
 
     def waiting(self) -> bool:
         return bool(self._due)
+
+    def next_due(self) -> float:
+        """When the soonest restart is due (on the clock given), or infinity."""
+        return min(self._due.values(), default=float("inf"))

@@ -8,6 +8,7 @@ of the runtime, uses fsjobstore's public API only.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -115,11 +116,41 @@ def serve(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str
         run_one(lease, handlers[lease.queue], reporter)
 
 
+OUTCOMES = ("fulfilled", "retrying", "failed", "cancelled", "timed-out", "lost", "released")
+"""What :func:`run_one` returns: how one attempt ended (RunSummary counts each)."""
+
+
+class Tally:
+    """How many attempts ended with each outcome, in :data:`OUTCOMES`' order."""
+
+    def __init__(self, counts: Sequence[int] = ()) -> None:
+        self.counts = list(counts) or [0] * len(OUTCOMES)
+
+    def add(self, outcome: str, n: int = 1) -> None:
+        self.counts[OUTCOMES.index(outcome)] += n
+
+    def __add__(self, other: Tally) -> Tally:
+        return Tally([a + b for a, b in zip(self.counts, other.counts, strict=True)])
+
+    def as_tuple(self) -> tuple[int, ...]:
+        return tuple(self.counts)
+
+    def ended(self) -> int:
+        """Attempts that ended, given-back ones included (a slot that ended one is working)."""
+        return sum(self.counts)
+
+
 def run_one(lease: WorkLease, handler: Handler, reporter: Reporter) -> str:
-    """Run ``handler`` on one leased job, commit the outcome, log one line; returns the outcome:
-    fulfilled, retrying, failed, cancelled, timed-out, lost or released."""
+    """Run ``handler`` on one leased job, commit the outcome, log one line; returns the outcome,
+    one of :data:`OUTCOMES`.
+
+    Anything the handler raises is a failed attempt, ``BaseException`` included: a handler's
+    ``sys.exit()`` or ``KeyboardInterrupt`` must not end the slot with its job given back
+    uncounted, or the job would run again at once, forever. The one exception is
+    :class:`WorkerShutdown`, the worker's own graceful stop, which gives the job back."""
     reporter.started(lease)
     started = time.monotonic()
+    pid = os.getpid()
     outcome, why = "lost", ""
     try:
         try:
@@ -127,16 +158,34 @@ def run_one(lease: WorkLease, handler: Handler, reporter: Reporter) -> str:
         except WorkerShutdown:
             outcome = _release(lease)
             raise
-        except Exception as exc:
+        except BaseException as exc:  # handler code is untrusted: see the docstring
+            _forked_by_handler(pid)
+            _drop_own_frame(exc)
             outcome = _fail(lease, exc)
             why = f": {type(exc).__name__}: {exc}"
         else:
+            _forked_by_handler(pid)
             outcome = _fulfil(lease, value)
     finally:
         log.info("job %s queue=%s attempt=%d %s (ran %.3fs)%s", lease.id, lease.queue, lease.attempt, outcome,
                  time.monotonic() - started, why)
         reporter.finished(outcome)
     return outcome
+
+
+def _forked_by_handler(pid: int) -> None:
+    """A handler that called ``os.fork()`` returns twice. The copy in the new process must not
+    commit (its parent does) nor go on taking jobs as a worker nobody supervises: it ends here,
+    at once, without running any cleanup it inherited."""
+    if os.getpid() != pid:
+        os._exit(0)
+
+
+def _drop_own_frame(exc: BaseException) -> None:
+    """The stored traceback starts at the handler, not at this module's call of it."""
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame.f_code is run_one.__code__ and tb.tb_next is not None:
+        exc.__traceback__ = tb.tb_next
 
 
 def _ended(lease: WorkLease) -> str | None:

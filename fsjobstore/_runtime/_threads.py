@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .. import JobStore, WorkLease
 from ._restarts import Restarts
-from ._slot import Gate, Handler, serve
+from ._slot import Gate, Handler, Tally, serve
+
+CANCEL_POLL = 0.1  # seconds between looks at the cancel requests of running jobs
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -24,44 +26,43 @@ log = logging.getLogger("fsjobstore.worker")
 class _Slot:
     """One slot's thread and what it is running now (read by the monitor)."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, ring: Callable[[], None]) -> None:
         self.index = index
+        self.ring = ring  # wakes the monitor: a job started (a deadline to watch) or a thread ended
         self.crashed = False  # its thread ended on an unexpected error (not a stop or a burst's end)
         self.thread: threading.Thread | None = None
         self.lease: WorkLease | None = None
         self.started = 0.0
-        self.done = 0
-        self.failed = 0
+        self.tally = Tally()
         self.abandoned = False  # its handler overran its limit and still runs: the slot moved on
 
     def started_job(self, lease: WorkLease) -> None:
         self.lease, self.started = lease, time.time()
+        self.ring()
 
     def touched(self, lease: WorkLease) -> None:
-        pass  # the monitor reads lease.deadline itself
+        self.ring()  # the monitor reads lease.deadline itself, and must wake for a nearer one
 
     def finished(self, outcome: str) -> None:
         self.lease = None
         if self.abandoned:
             return  # counted as timed out when it was left behind
-        if outcome in ("failed", "retrying", "timed-out"):
-            self.failed += 1
-        elif outcome != "released":
-            self.done += 1
+        self.tally.add(outcome)
 
 
 class ThreadPool:
     def __init__(self, store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str], gate: Gate,
-                 concurrency: int, *, burst: bool) -> None:
+                 concurrency: int, *, burst: bool, ring: Callable[[], None]) -> None:
         self._store = store
         self._handlers = handlers
         self._queues = queues
         self._gate = gate
         self._burst = burst
-        self._slots = [_Slot(i) for i in range(concurrency)]
-        self._lock = threading.Lock()
+        self._ring = ring
+        self._slots = [_Slot(i, ring) for i in range(concurrency)]
         self._abandoned: list[_Slot] = []
         self._restarts = Restarts()
+        self._next_cancel_look = 0.0
 
     def start(self) -> None:
         for slot in self._slots:
@@ -77,6 +78,8 @@ class ThreadPool:
             except Exception:
                 log.exception("a worker thread failed; it is replaced")
                 slot.crashed = True
+            finally:
+                slot.ring()
 
         slot.thread = threading.Thread(target=body, name=f"fsjobstore-worker-{slot.index}", daemon=True)
         self._restarts.born(slot.index)
@@ -94,37 +97,60 @@ class ThreadPool:
         if stopping:  # nothing is started again
             for slot in self._slots:
                 slot.crashed = False
-        for i in self._restarts.look(sum(self.counts()), stopping=stopping):
+        for i in self._restarts.look(self.tally().ended(), stopping=stopping):
             self._start(self._slots[i])
+        now = time.monotonic()
+        look_at_cancels = now >= self._next_cancel_look
+        if look_at_cancels:
+            self._next_cancel_look = now + CANCEL_POLL
         for i, slot in enumerate(self._slots):
             lease = slot.lease
             if lease is not None and not lease.finished:
                 deadline = lease.deadline
-                if deadline is not None and time.monotonic() > deadline and lease.time_out():
-                    log.warning("job %s ran past its time limit: attempt %d failed; its thread cannot be "
-                                "stopped and is left to finish (use processes for hard limits)",
-                                lease.id, lease.attempt)
+                if deadline is not None and now > deadline and lease.time_out():
+                    # The same words as process mode's, but for what happens to the handler.
+                    log.info("job %s queue=%s attempt=%d timed-out: ran past its time limit (%.1fs); its "
+                             "thread cannot be stopped and is left to finish, fenced (processes mode kills)",
+                             lease.id, lease.queue, lease.attempt, time.time() - slot.started)
                     self._replace(i, slot)
                     continue
-                lease.cancel_requested  # noqa: B018  (fires on_cancel once; the handler looks)
+                if look_at_cancels:
+                    lease.cancel_requested  # noqa: B018  (fires on_cancel once; the handler looks)
             if slot.crashed and slot.thread is not None and not slot.thread.is_alive() and not stopping:
                 slot.crashed = False  # scheduled once: the flag is set again only by a new thread's crash
                 self._restarts.died(i, "worker threads")  # a thread that died on an unexpected error
 
     def _replace(self, i: int, slot: _Slot) -> None:
-        slot.failed += 1
+        slot.tally.add("timed-out")
         slot.abandoned = True
         self._abandoned.append(slot)
-        fresh = _Slot(slot.index)
+        fresh = _Slot(slot.index, self._ring)
         self._slots[i] = fresh
         self._start(fresh)
 
     def running(self) -> list[tuple[WorkLease, float]]:
         return [(s.lease, s.started) for s in self._slots if s.lease is not None]
 
-    def counts(self) -> tuple[int, int]:
-        slots = self._slots + self._abandoned
-        return sum(s.done for s in slots), sum(s.failed for s in slots)
+    def tally(self) -> Tally:
+        total = Tally()
+        for slot in self._slots + self._abandoned:
+            total = total + slot.tally
+        return total
+
+    def wait_fds(self) -> list[int]:
+        return []  # slot threads ring the monitor themselves
+
+    def next_tick(self, now: float) -> float:
+        """Seconds until the monitor must look again if nothing rings: the nearest deadline of a
+        running job, a restart due, or the next look at cancel requests while jobs run."""
+        due: list[float] = [self._restarts.next_due() - now] if self._restarts.waiting() else []
+        for slot in self._slots:
+            lease = slot.lease
+            if lease is not None and not lease.finished:
+                due.append(self._next_cancel_look - now)
+                if lease.deadline is not None:
+                    due.append(lease.deadline - now)
+        return max(0.0, min(due, default=3600.0))
 
     def release_running(self) -> None:
         """Grace is over: give back every job still running (the handlers run on, fenced)."""
@@ -133,18 +159,12 @@ class ThreadPool:
             if lease is not None and not lease.finished:
                 try:
                     lease.release()
-                    log.info("job %s queue=%s attempt=%d given back at shutdown", lease.id, lease.queue,
-                             lease.attempt)
+                    slot.tally.add("released")
+                    slot.abandoned = True  # its handler runs on, fenced: its end is not counted again
+                    log.info("job %s queue=%s attempt=%d released: given back at shutdown", lease.id,
+                             lease.queue, lease.attempt)
                 except Exception as exc:  # ended meanwhile, or a storage fault: recovery has it
                     log.debug("releasing %s at shutdown: %s", lease.id, exc)
-
-    def join(self, timeout: float, until: Callable[[], bool]) -> None:
-        """Wait up to ``timeout`` for the slots to finish, or until ``until()`` is true."""
-        deadline = time.monotonic() + timeout
-        while self.alive() and time.monotonic() < deadline and not until():
-            self.tick()
-            time.sleep(0.05)
-
 
 class _SlotGate:
     """The run's gate, closed for a slot whose thread was left behind on a timed-out job."""

@@ -1,0 +1,125 @@
+"""Handler code is hostile: whatever it raises (``SystemExit`` and ``KeyboardInterrupt``
+included), however it forks, every attempt ends counted and no job runs forever. And the
+supervisor forks its children safely while other threads of its process write log lines."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import worker_tasks as tasks
+
+from fsjobstore import JobState, JobStore, Worker
+from fsjobstore._runtime._processes import fork_child
+
+MODES = ["threads", "processes"]
+
+
+def _bounded_run(worker: Worker, limit: float = 30.0) -> object:
+    """A burst that a bug would keep going forever is stopped after ``limit`` s, so the test
+    fails on its assertions rather than hanging."""
+    timer = threading.Timer(limit, lambda: worker.stop(now=True))
+    timer.start()
+    try:
+        return worker.run(burst=True)
+    finally:
+        timer.cancel()
+
+
+def _lines(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("queue", ["exits", "interrupts"])
+def test_a_handler_that_raises_systemexit_or_keyboardinterrupt_fails_its_attempts_and_the_job_ends_failed(
+    open_store: object, tmp_path: Path, mode: str, queue: str
+) -> None:
+    store = open_store(backoff=lambda attempt: 0.0, lease_duration=5.0)  # type: ignore[operator]
+    log = tmp_path / "ran.log"
+    job = store.create({"log": str(log)}, queue=queue, max_attempts=3)
+    after = store.create({"n": 1, "log": str(log)}, queue="echo")
+    summary = _bounded_run(Worker(store, tasks.HOSTILE, concurrency=2, mode=mode))
+    got = store.get(job.id)
+    assert got.state is JobState.FAILED and got.attempts == 3
+    assert ("SystemExit" if queue == "exits" else "KeyboardInterrupt") in (got.error or "")
+    assert sum(line.startswith(f"ran {job.id}") for line in _lines(log)) == 3  # not forever
+    assert store.get(after.id).state is JobState.FULFILLED  # the slot went on working
+    assert (summary.retried, summary.failed, summary.fulfilled, summary.lost) == (2, 1, 1, 0)  # type: ignore[attr-defined]
+    assert summary.stopped_by == "burst"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_stored_traceback_starts_at_the_handler_not_at_the_runtime(open_store: object, mode: str) -> None:
+    store = open_store(backoff=lambda attempt: 0.0)  # type: ignore[operator]
+    job = store.create({}, queue="flaky", max_attempts=1)
+    _bounded_run(Worker(store, {"flaky": tasks.flaky}, mode=mode))
+    error = store.get(job.id).error or ""
+    assert "worker_tasks.py" in error and "flaky: first attempt fails" in error
+    assert "_runtime" not in error and "_slot.py" not in error
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_handler_that_forks_commits_once_and_its_copy_takes_no_jobs(
+    open_store: object, tmp_path: Path, mode: str
+) -> None:
+    store = open_store(backoff=lambda attempt: 0.0, lease_duration=5.0)  # type: ignore[operator]
+    log = tmp_path / "ran.log"
+    forked = store.create({"log": str(log)}, queue="forks")
+    echoes = [store.create({"n": i, "log": str(log)}, queue="echo").id for i in range(20)]
+    _bounded_run(Worker(store, tasks.HOSTILE, concurrency=1, mode=mode, queues=["forks", "echo"]))
+    assert store.get(forked.id).value == "forked"
+    assert all(store.get(i).state is JobState.FULFILLED for i in echoes)
+    lines = _lines(log)
+    copy_pid = next(line.split()[-1] for line in lines if line.startswith("forked-child"))
+    ran_in = {line.split()[-1] for line in lines if line.startswith("ran ")}
+    assert copy_pid not in ran_in  # the handler's copy of the process went on as no worker
+
+
+def test_forking_while_other_threads_write_log_lines_never_leaves_a_child_stuck(tmp_path: Path) -> None:
+    # A thread writing a line holds its stream's lock; a child forked at that instant would
+    # find it taken forever. Without fork_child's care, about one fork in four hung here.
+    handler = logging.FileHandler(tmp_path / "spam.log")
+    logger = logging.getLogger("fsjobstore.test-fork-spam")
+    logger.addHandler(handler)
+    logger.propagate = False
+    stop = threading.Event()
+
+    def spam() -> None:
+        while not stop.is_set():
+            logger.warning("spam " * 200)
+
+    threads = [threading.Thread(target=spam, daemon=True) for _ in range(3)]
+    for t in threads:
+        t.start()
+    stuck = 0
+    try:
+        for i in range(60):
+            def child(i: int = i) -> None:
+                logger.warning("child %d", i)
+                handler.flush()
+                os._exit(0)
+
+            pid = fork_child(child)
+            deadline = time.monotonic() + 5.0
+            while True:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                if time.monotonic() > deadline:
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                    stuck += 1
+                    break
+                time.sleep(0.005)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        logger.removeHandler(handler)
+        handler.close()
+    assert stuck == 0
