@@ -4,14 +4,16 @@
                                             "done" (a job became final)
 
 Each process keeps at most one bell per kind and rings it by renaming it to the next ``n``.
-Waiters list the directory every few tens of milliseconds and wake when a name they have not
-seen appears. Names, not contents or times: on network filesystems a directory listing is
-fresh where a file's attributes and contents are cached for about a second (measured on
-GlusterFS's default mounts: a new name is seen 3-5 ms after it is made, a changed mtime or
-content about 0.86 s after). Rings are made by a thread of their own, at most one per kind every
-``GAP`` seconds, so a burst of creates or commits costs a rename per GAP, not one each (measured
-on the GlusterFS bed: a ring per commit was a rename through FUSE per job), and a create never
-waits for one.
+Waiters list the directory every ``POLL`` seconds and wake when a name they have not seen
+appears. Names, not contents or times: on network filesystems a new name shows in the other
+host's listing promptly, where a changed file's attributes and contents can be served from the
+client's caches for a while. The delays measured on the GlusterFS bed, each with its command,
+are in MULTIHOST.md ("What the two-host check tests", "Mount options") and
+tests/distfs/README.md ("Facts about two mounts"): kept next to the commands that measure
+them, not here, where they would go stale. Rings are made by a thread of their own, at most one per kind
+every ``GAP`` seconds, so a burst of creates or commits costs a rename per GAP, not one each (a
+ring per commit was an extra rename through FUSE per job: PERFORMANCE.md, "Across hosts"), and
+a create never waits for one.
 
 It is a hint, like inotify: a missed ring costs a wait of ``poll_interval``, never a job.
 On by default on network filesystems only (``JobStore(doorbell=...)``).

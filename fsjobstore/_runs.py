@@ -1,4 +1,7 @@
-"""Progress and log lines of running jobs (queshot's ``progress`` and ``log``).
+"""Each attempt's progress and log lines: its holder appends them, ``get()`` reads every attempt's back.
+
+(queshot's ``progress`` and ``log``.) The files outlive the attempt and the job (``runs/`` is
+never cleaned), so a finished job still shows them.
 
 Each claim writes its own file, ``runs/<id>/<token>.jsonl``, so lines of two attempts can never
 mix: a holder that lost its claim is refused (its claimed file is gone) and, in the moment

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from fsjobstore import JobStore
@@ -68,3 +69,47 @@ def test_the_cron_notifier_delivers_due_notifications_and_keeps_failures(tmp_pat
     assert json.loads(good.read_text())["value"] == "42"
     with JobStore(root) as store:
         assert store.get(job_id).waiting == ({"file": str(bad)},)
+
+
+def _crontab_line(store: str) -> str:
+    """The cron recipe's line from cron_notifier.py, with its placeholders pointed at this checkout."""
+    doc = (EXAMPLES / "cron_notifier.py").read_text()
+    (line,) = re.findall(r"^ *(\*/5 \* \* \* \* .*)$", doc, re.M)
+    schedule, command = line[: len("*/5 * * * *")], line[len("*/5 * * * * "):]
+    assert schedule == "*/5 * * * *"
+    return (command.replace("/path/to/examples", str(EXAMPLES))
+            .replace("/path/to/venv/bin", sysconfig.get_path("scripts"))
+            .replace("/var/lib/myapp/jobs", store))
+
+
+def test_the_cron_recipe_runs_with_crons_path_and_prints_nothing_when_idle_or_all_delivered(tmp_path: Path) -> None:
+    # As cron runs it: sh -c, from the home directory, with cron's PATH (no virtualenv on it).
+    root, out_file = str(tmp_path / "s"), tmp_path / "out.jsonl"
+    JobStore(root).close()
+    cron = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SHELL": "/bin/sh"}
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["/bin/sh", "-c", _crontab_line(root)], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path, env=cron)
+
+    idle = run()
+    assert (idle.returncode, idle.stdout, idle.stderr) == (0, "", "")  # cron mails any output
+    with JobStore(root) as store:
+        job = store.create("x")
+        store.queue(job.id, {"file": str(out_file)})
+        store.fulfill(job.id, "42")
+    delivered = run()
+    assert (delivered.returncode, delivered.stdout, delivered.stderr) == (0, "", "")
+    assert json.loads(out_file.read_text())["value"] == "42"
+
+
+def test_the_cron_recipe_still_prints_a_failed_delivery_so_cron_mails_it(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    with JobStore(root) as store:
+        job = store.create("x")
+        store.queue(job.id, {"file": str(tmp_path / "no-such-dir" / "x.jsonl")})
+        store.fulfill(job.id, "42")
+    out = subprocess.run(["/bin/sh", "-c", _crontab_line(root)], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert job.id in out.stderr and "FileNotFoundError" in out.stderr
