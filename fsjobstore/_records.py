@@ -8,7 +8,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from ._codec import check_job_id, check_queue, dumps, loads
+from ._codec import check_job_id, check_queue_name, dumps, loads
 from ._errors import InvalidState, JobCancelled, JobFailed
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
 
@@ -226,7 +226,7 @@ class Record:
         try:
             rec = cls(
                 id=check_job_id(doc["id"]),
-                queue=check_queue(doc["queue"]),
+                queue=check_queue_name(doc["queue"]),
                 priority=_int(doc["priority"], "priority", MIN_PRIORITY, MAX_PRIORITY),
                 request=doc["request"],
                 created_at=_num(doc["created_at"], "created_at"),

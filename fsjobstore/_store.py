@@ -20,7 +20,7 @@ from typing import Any
 from . import _fsops as fs
 from . import _registry as registry
 from ._byid import ById
-from ._codec import canonical, check_job_id, check_queue
+from ._codec import canonical, check_job_id, check_queue_name
 from ._control import Control
 from ._core import Core, Settings
 from ._create import publish_new
@@ -244,7 +244,7 @@ class JobStore:
         self._check_open()
         core = self._core
         settings = core.settings
-        queue = check_queue(queue)
+        queue = check_queue_name(queue)
         if isinstance(priority, bool) or not isinstance(priority, int) or not (
             MIN_PRIORITY <= priority <= MAX_PRIORITY
         ):
@@ -283,7 +283,8 @@ class JobStore:
         ``on_compromised`` is installed before the lease is visible, so no loss is missed.
         """
         self._check_open()
-        names = None if queues is None else [check_queue(q) for q in ([queues] if isinstance(queues, str) else queues)]
+        wanted = [queues] if isinstance(queues, str) else queues
+        names = None if wanted is None else [check_queue_name(q, "queues") for q in wanted]
         return self._core.pull(lambda: self._work.claim(names, on_compromised), timeout)
 
     # == resolving by id ===========================================================================
@@ -364,12 +365,12 @@ class JobStore:
         """Stop every worker on this directory from taking jobs of ``queue`` (running ones go on;
         the queue keeps accepting jobs). Persisted in the store. False if it was paused already."""
         self._check_open()
-        return self._control.pause(check_queue(queue))
+        return self._control.pause(check_queue_name(queue))
 
     def resume(self, queue: str) -> bool:
         """Undo :meth:`pause`; False if the queue was not paused."""
         self._check_open()
-        return self._control.resume(check_queue(queue))
+        return self._control.resume(check_queue_name(queue))
 
     def paused(self) -> frozenset[str]:
         """The queues that are paused."""
