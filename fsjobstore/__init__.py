@@ -41,7 +41,8 @@ from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
 from ._records import Job, JobState, LogLine, Progress
 from ._recovery import RecoveryReport
 from ._registry import WorkerInfo
-from ._store import JobStore, StoreStatistics
+from ._stats import StoreStatistics
+from ._store import JobStore
 from ._values import default_backoff
 from ._verify import VerifyCheck, VerifyReport, verify
 from ._verify_peer import verify_across_hosts

@@ -1,8 +1,13 @@
-"""JobStore: the public face of a store. Each method checks its arguments and delegates.
+"""JobStore: the public face of a store. Every method checks its arguments first (bad input
+raises before anything changes); most then delegate.
 
 What happens on disk lives one layer down: ``_create`` (new jobs), ``_work`` (claims and
-commits), ``_notify`` (targets and notifier leases), ``_recovery`` (repairs), ``_heart`` (the
-background thread), all sharing one ``_core.Core``.
+commits), ``_byid`` (fulfil, cancel and retry by id), ``_notify`` (targets and notifier leases),
+``_recovery`` (repairs), ``_stats`` (counts), ``_heart`` (the background thread), all sharing one
+``_core.Core``. Some work is done here, because it only combines those: ``__init__`` assembles
+the settings and the parts; ``create`` builds the job's record before ``_create`` publishes it;
+``get`` reads a job's file, targets, run log and notify entry into one snapshot, and quarantines
+a file it cannot read.
 """
 
 from __future__ import annotations
@@ -13,7 +18,6 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,13 +31,14 @@ from ._create import publish_new
 from ._errors import CorruptJob, InvalidRequest, JobNotFound, ValueTooLarge, WaitTimeout
 from ._handles import NotificationLease, OnCompromised, WorkLease
 from ._heart import Heart
-from ._layout import MAX_PRIORITY, MIN_PRIORITY, PENDING_RE, Layout
+from ._layout import MAX_PRIORITY, MIN_PRIORITY, Layout
 from ._notify import Notifier
 from ._records import Job, JobState, Record
 from ._recovery import RecoveryReport, recover
 from ._registry import WorkerInfo
 from ._runs import read_runs
 from ._skeleton import open_skeleton
+from ._stats import StoreStatistics, statistics
 from ._tree import Tree
 from ._values import MAX_ERROR_CHARS, check_timeout, default_backoff, due_time, result_value
 from ._verify import locks_prove_death
@@ -42,24 +47,6 @@ from ._work import Work
 log = logging.getLogger("fsjobstore")
 
 _LIVE_STORES: weakref.WeakSet[JobStore] = weakref.WeakSet()
-
-
-@dataclass(frozen=True, slots=True)
-class StoreStatistics:
-    """A snapshot of one store's counts, from a single listing of each directory."""
-
-    pending: int
-    scheduled: int
-    active: int
-    fulfilled: int
-    failed: int
-    cancelled: int
-    notifications: int  # final jobs with targets still waiting
-    quarantined: int
-    pending_by_queue: Mapping[str, int]
-    oldest_pending_age: float | None  # seconds since the oldest pending job was created
-    paused: frozenset[str]  # queues no worker takes jobs from
-    watching: bool  # whether *this process* gets inotify wake-ups (it has waited in a pull)
 
 
 class JobStore:
@@ -440,34 +427,7 @@ class JobStore:
         jobs with notifications waiting, quarantined files, the age of the oldest pending job,
         and the paused queues. One listing of each directory; cheap enough to call often."""
         self._check_open()
-        lay = self._core.layout
-        by_queue: dict[str, int] = {}
-        oldest: int | None = None
-        for q in fs.scan_names(lay.pending):
-            try:
-                names = [n for n in fs.scan_names(lay.pending_dir(q)) if PENDING_RE.match(n)]
-            except NotADirectoryError:
-                continue  # a file planted where a queue belongs: the next pull quarantines it
-            by_queue[q] = len(names)
-            for n in names:
-                seq = int(n.split(".", 2)[1])
-                oldest = seq if oldest is None else min(oldest, seq)
-        quarantined = sum(1 for n in fs.scan_names(lay.quarantine) if not n.endswith(".reason"))
-        waker = self._core.waker
-        return StoreStatistics(
-            pending=sum(by_queue.values()),
-            scheduled=len(fs.scan_names(lay.scheduled)),
-            active=len(fs.scan_names(lay.active)),
-            fulfilled=len(fs.scan_names(lay.fulfilled)),
-            failed=len(fs.scan_names(lay.failed)),
-            cancelled=len(fs.scan_names(lay.cancelled)),
-            notifications=len(fs.scan_names(lay.notify)),
-            quarantined=quarantined,
-            pending_by_queue=by_queue,
-            oldest_pending_age=None if oldest is None else max(0.0, self._core.wall() - oldest / 1e9),
-            paused=self._control.paused(),
-            watching=bool(waker and waker.watching),
-        )
+        return statistics(self._core, self._control)
 
     def close(self) -> None:
         """Release held leases (giving their jobs back), stop the threads, drop the owner lock."""
