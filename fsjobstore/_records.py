@@ -11,6 +11,7 @@ from typing import Any
 from ._codec import check_job_id, check_queue_name, dumps, loads
 from ._errors import InvalidState, JobCancelled, JobFailed
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
+from ._values import integer, number
 
 
 class JobState(enum.StrEnum):
@@ -332,15 +333,11 @@ def _opt_value(doc: Any) -> Any:
 
 
 def _int(v: Any, name: str, lo: int, hi: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
-    return v
+    return integer(v, name, at_least=lo, at_most=hi, error=ValueError)
 
 
 def _num(v: Any, name: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e11:
-        raise ValueError(f"{name} must be a timestamp, got {v!r}")
-    return float(v)
+    return number(v, f"{name} (a timestamp)", at_least=0, below=1e11, error=ValueError)
 
 
 def _opt_num(v: Any, name: str) -> float | None:
@@ -354,11 +351,7 @@ def _opt_str(v: Any, name: str) -> str | None:
 
 
 def _opt_seconds(v: Any, name: str) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < 1e9:
-        raise ValueError(f"{name} must be a positive number of seconds or null, got {v!r}")
-    return float(v)
+    return None if v is None else number(v, f"{name} (seconds, or null)", above=0, below=1e9, error=ValueError)
 
 
 def _history(v: Any) -> tuple[dict[str, Any], ...]:

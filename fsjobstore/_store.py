@@ -40,7 +40,17 @@ from ._runs import read_runs
 from ._skeleton import open_skeleton
 from ._stats import StoreStatistics, statistics
 from ._tree import Tree
-from ._values import MAX_ERROR_CHARS, check_timeout, default_backoff, due_time, result_value
+from ._values import (
+    MAX_ERROR_CHARS,
+    MIN_HEARTBEAT_INTERVAL,
+    MIN_LEASE_DURATION,
+    check_timeout,
+    default_backoff,
+    due_time,
+    integer,
+    number,
+    result_value,
+)
 from ._verify import locks_prove_death
 from ._work import Work
 
@@ -67,8 +77,11 @@ class JobStore:
         and directories made by other members are trusted. Only when the store is made; later
         opens may repeat it or leave it out. Without it a store belongs to the user who made it.
     :param lease_duration: seconds without a heartbeat after which another process may take a
-        hung holder's job. A dead holder's jobs are taken at once, whatever this says.
-    :param heartbeat_interval: seconds between heartbeats (default ``lease_duration / 4``).
+        hung holder's job. A dead holder's jobs are taken at once, whatever this says. At least
+        0.5 s: a holder calls itself stalled 0.75 lease after its last beat landed, and a shorter
+        lease leaves too little room for one slow write.
+    :param heartbeat_interval: seconds between heartbeats (default ``lease_duration / 4``; from
+        0.01 s to ``lease_duration / 2``).
     :param max_attempts: default for jobs that do not set their own.
     :param default_timeout: seconds one attempt of a job may run, for jobs created here that do
         not set their own ``timeout`` (None: no limit).
@@ -107,18 +120,23 @@ class JobStore:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        if not lease_duration > 0:
-            raise InvalidRequest(f"lease_duration must be positive, got {lease_duration!r}")
-        heartbeat = lease_duration / 4 if heartbeat_interval is None else heartbeat_interval
-        if not 0 < heartbeat <= lease_duration / 2:
+        lease = number(lease_duration, "lease_duration (seconds)", below=1e9)
+        if lease < MIN_LEASE_DURATION:
+            raise InvalidRequest(f"lease_duration must be positive and at least {MIN_LEASE_DURATION:g} s (the "
+                                 f"shortest lease its heartbeats can keep), got {lease_duration!r}")
+        heartbeat = lease / 4 if heartbeat_interval is None else number(
+            heartbeat_interval, "heartbeat_interval (seconds, or None)")
+        if not MIN_HEARTBEAT_INTERVAL <= heartbeat <= lease / 2:
             # A holder judges itself stalled after 0.75 x lease_duration without a beat, so beats
             # must come well within that, or every beat would look like a stall.
             raise InvalidRequest(
-                f"heartbeat_interval must be positive and at most lease_duration / 2 ({lease_duration / 2}), "
-                f"got {heartbeat!r}"
+                f"heartbeat_interval must be in [{MIN_HEARTBEAT_INTERVAL:g}, lease_duration / 2 ({lease / 2:g})] "
+                f"seconds, got {heartbeat_interval!r}"
             )
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise InvalidRequest(f"max_attempts must be a positive integer, got {max_attempts!r}")
+        max_attempts = integer(max_attempts, "max_attempts", at_least=1, at_most=1_000_000)
+        max_value_bytes = integer(max_value_bytes, "max_value_bytes", at_least=1)
+        max_request_bytes = integer(max_request_bytes, "max_request_bytes", at_least=1)
+        poll_interval = number(poll_interval, "poll_interval (seconds)", at_least=0.001, below=1e9)
         self.default_timeout = check_timeout(default_timeout, "default_timeout")
         if durable is not None and not isinstance(durable, bool):
             raise InvalidRequest(f"durable must be True, False or None, got {durable!r}")
@@ -138,7 +156,7 @@ class JobStore:
                     perms=config.perms)
         local = locks_prove_death(self.path)  # a local filesystem: locks reach every process, inotify too
         settings = Settings(
-            path=self.path, durable=durable, store_durable=config.durable, lease_duration=float(lease_duration),
+            path=self.path, durable=durable, store_durable=config.durable, lease_duration=lease,
             heartbeat_interval=float(heartbeat), max_attempts=max_attempts, backoff=backoff,
             max_value_bytes=max_value_bytes, max_request_bytes=max_request_bytes,
             poll_interval=poll_interval, watch=watch,
@@ -232,13 +250,9 @@ class JobStore:
         core = self._core
         settings = core.settings
         queue = check_queue_name(queue)
-        if isinstance(priority, bool) or not isinstance(priority, int) or not (
-            MIN_PRIORITY <= priority <= MAX_PRIORITY
-        ):
-            raise InvalidRequest(f"priority must be an integer in [{MIN_PRIORITY}, {MAX_PRIORITY}], got {priority!r}")
-        attempts_cap = settings.max_attempts if max_attempts is None else max_attempts
-        if isinstance(attempts_cap, bool) or not isinstance(attempts_cap, int) or not 1 <= attempts_cap <= 1_000_000:
-            raise InvalidRequest(f"max_attempts must be an integer in [1, 1000000], got {max_attempts!r}")
+        priority = integer(priority, "priority", at_least=MIN_PRIORITY, at_most=MAX_PRIORITY)
+        attempts_cap = settings.max_attempts if max_attempts is None else integer(
+            max_attempts, "max_attempts", at_least=1, at_most=1_000_000)
         explicit = job_id is not None
         job_id = check_job_id(job_id) if explicit else uuid.uuid4().hex
         # What is returned is what was stored: a reader of the file gets exactly this request.

@@ -30,7 +30,7 @@ from ._layout import PENDING_RE
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record, result_line
 from ._runs import RunLog
-from ._values import error_text, result_value, retry_delay
+from ._values import error_text, number, result_value, retry_delay
 
 log = logging.getLogger("fsjobstore")
 
@@ -362,12 +362,11 @@ class Work:
         seconds = lease.timeout if extend is None else extend
         if seconds is None:
             raise InvalidRequest(f"job {lease.id} has no timeout to renew; give extend=seconds")
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < 1e9:
-            raise InvalidRequest(f"extend must be a positive number of seconds, got {extend!r}")
+        limit = number(seconds, "extend (seconds)", above=0, below=1e9)
         with lease._commit_lock:
             if lease.finished or not sc.lexists(self._core.layout.active_path(lease.id, lease.token)):
                 raise LeaseLost(f"the lease on job {lease.id} is no longer held; it cannot be extended")
-            self._limit(lease, float(seconds))
+            self._limit(lease, limit)
 
     def _run_log(self, lease: WorkLease) -> RunLog:
         run = lease._run
