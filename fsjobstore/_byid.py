@@ -42,7 +42,7 @@ class ById:
             if loc.state is JobState.ACTIVE:
                 if self._holder_alive(loc):
                     raise InvalidState(f"job {job_id} is leased by a live worker")
-                self._take_over(loc, job_id, "fulfilled by id")
+                self._take_over(loc, job_id, "its holder is gone (taken over to fulfil it by id)")
                 continue
             lease = self._claim(loc, job_id)
             if lease is None:
@@ -70,7 +70,7 @@ class ById:
             if loc.state is JobState.ACTIVE:
                 self._control.request_cancel(job_id, reason)
                 if not self._holder_alive(loc):
-                    self._take_over(loc, job_id, "cancelled")  # it sees the request: the job ends cancelled
+                    self._take_over(loc, job_id, "its holder is gone")  # it sees the request: the job ends cancelled
                 again = self._core.tree.locate(job_id)
                 if again is not None and again.state.is_final:
                     self._control.clear_cancel(job_id)  # it ended meanwhile: the request came too late

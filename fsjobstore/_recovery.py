@@ -30,6 +30,7 @@ from ._leases import NotifyLock, break_if_expired
 from ._notify import Notifier
 from ._records import FINAL_STATES, LOST_DATA, LostJobData
 from ._tree import DESTS
+from ._values import time_limit_error
 
 log = logging.getLogger("fsjobstore")
 
@@ -40,7 +41,8 @@ class RecoveryReport:
 
     requeued: int = 0  # claims of dead, expired or overdue holders returned to pending
     failed: int = 0  # ... of which had no attempts left and became final "failed"
-    timed_out: int = 0  # claims taken because their attempt ran past its time limit (counted above too)
+    timed_out: int = 0  # claims taken whose attempt ran past its time limit (counted above too): overrun
+    # by a further lease_duration (even a live holder's), or held by a dead or hung holder
     cancelled: int = 0  # claims of gone holders whose job was to be cancelled: now cancelled
     commits_finished: int = 0  # half-done commits completed from their durable temp file
     duplicates_dropped: int = 0  # leftover copies of a job that exists elsewhere
@@ -108,7 +110,8 @@ def _sweep_deadlines(core: Core, notifier: Notifier, control: Control, me: str,
             continue  # its own runtime ends it first; our own threads are watched by our runtime
         before = counts["requeued"] + counts["failed"]
         take_over(core, notifier, control, os.path.join(core.layout.active, names[0]), job_id, token,
-                  names[0].rsplit(".", 1)[1], f"it ran {now - due:.0f} s past its time limit", counts)
+                  names[0].rsplit(".", 1)[1], f"it ran {now - due:.0f} s past its time limit", counts,
+                  timed_out=True)
         counts["timed_out"] += counts["requeued"] + counts["failed"] - before
     return passed
 
@@ -129,15 +132,24 @@ def _sweep_active(core: Core, notifier: Notifier, control: Control, me: str, ove
         if status == "alive":
             continue
         why = "its process exited" if status == "dead" else "its heartbeat stopped"
-        if (m["id"], m["token"]) in overdue:
-            why = f"it ran past its time limit and {why}"  # a worker runtime killed it for that
-        take_over(core, notifier, control, path, m["id"], m["token"], m["kind"], why, counts)
+        # Past its deadline, a dead holder was most likely killed for it by its worker runtime
+        # (processes mode): a time-out, told as the thread runtime tells one.
+        timed_out = (m["id"], m["token"]) in overdue
+        before = counts["requeued"] + counts["failed"]
+        take_over(core, notifier, control, path, m["id"], m["token"], m["kind"], why, counts, timed_out=timed_out)
+        if timed_out:
+            counts["timed_out"] += counts["requeued"] + counts["failed"] - before
 
 
 def take_over(core: Core, notifier: Notifier, control: Control, path: str, job_id: str, old_token: str,
-              kind: str, why: str, counts: dict[str, int]) -> None:
+              kind: str, why: str, counts: dict[str, int], *, timed_out: bool = False) -> None:
     """Fence out the old holder with a rename, then finish its commit or requeue the job (or,
     if its cancellation was requested, end it cancelled).
+
+    ``why`` says what happened to the holder; ``timed_out``: its attempt's deadline has passed,
+    so the attempt's error is the time-out's (``TimeLimitExceeded: ...``), whatever ended the
+    holder. A time-out or a cancel is what a worker runtime does on purpose (it kills the child
+    running the attempt), so it is logged at INFO and says so; a crash or a hang is a WARNING.
 
     A fault (StorageError) before anything is published hands the entry back under its old
     name, so the next pass (ours or anyone's) tries again; after publishing, only our fenced
@@ -149,9 +161,18 @@ def take_over(core: Core, notifier: Notifier, control: Control, path: str, job_i
         sc.rename(path, mine)
     except FileNotFoundError:
         return  # another recoverer, or the holder itself, got there first
-    log.info("taking over job %s from %s: %s", job_id, old_token, why)
+    cancel = control.cancel_reason(job_id)  # read after the fence: a later request is too late
+    if cancel is not None:
+        log.info("job %s was cancelled (%s): ending it cancelled, taking it over from %s (%s)",
+                 job_id, cancel, old_token, why)
+    elif timed_out:
+        log.info("job %s ran past its time limit: taking it over from %s (%s); the attempt failed",
+                 job_id, old_token, why)
+    else:
+        log.warning("taking over job %s from %s: %s", job_id, old_token, why)
     try:
-        _taken_over(core, notifier, control, mine, job_id, old_token, kind, why, token, counts)
+        _taken_over(core, notifier, control, mine, job_id, old_token, kind, why, token, counts,
+                    cancel=cancel, timed_out=timed_out)
     except StorageError as exc:
         if exc.applied:
             core.drop(mine)
@@ -164,7 +185,8 @@ def take_over(core: Core, notifier: Notifier, control: Control, path: str, job_i
 
 
 def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job_id: str, old_token: str,
-                kind: str, why: str, token: str, counts: dict[str, int]) -> None:
+                kind: str, why: str, token: str, counts: dict[str, int], *, cancel: str | None,
+                timed_out: bool) -> None:
     tree, lay = core.tree, core.layout
     if kind in ("commit", "recover") and _finish_commit(core, notifier, job_id, old_token, mine, counts):
         return
@@ -189,18 +211,17 @@ def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job
     # its record line into a fresh file, so the tail never reaches the queue.
     record = parsed.record
     attempts = record.attempts + 1
-    cancel = control.cancel_reason(job_id)
+    error = time_limit_error(attempts, record.timeout) if timed_out else f"attempt {attempts} lost: {why}"
     if cancel is not None:
         new = dataclasses.replace(record, attempts=attempts, error=cancel, committed_by=token,
                                   finished_at=core.wall(), not_before=None)
         dest = "cancelled"
     elif attempts >= record.max_attempts:
-        new = dataclasses.replace(record, attempts=attempts, error=f"attempt {attempts} lost: {why}",
+        new = dataclasses.replace(record, attempts=attempts, error=error,
                                   committed_by=token, finished_at=core.wall(), not_before=None)
         dest = "failed"
     else:
-        new = dataclasses.replace(record, attempts=attempts, error=f"attempt {attempts} lost: {why}",
-                                  committed_by=token, not_before=None)
+        new = dataclasses.replace(record, attempts=attempts, error=error, committed_by=token, not_before=None)
         dest = "pending"
     tmp = lay.commit_tmp_path(token, job_id, dest)
     try:

@@ -103,6 +103,14 @@ def retry_delay(delay: Any) -> float | None:
     return None if delay is None else number(delay, "delay (seconds)", at_least=0, below=1e9)
 
 
+def time_limit_error(attempt: int, timeout: float | None) -> str:
+    """The error of an attempt that ran past its time limit: one wording, whoever ended it (the
+    thread runtime's ``WorkLease.time_out``, or recovery after the process runtime killed the
+    attempt's child, or after a live holder overran by a further lease)."""
+    limit = "its time limit" if timeout is None else f"its limit of {timeout:g} s"
+    return f"TimeLimitExceeded: attempt {attempt} ran past {limit}"
+
+
 def result_value(value: Any, cap: int) -> Any:
     """A job's result as it will be stored: bytes stay bytes; anything else must be strict JSON,
     and comes back as a reader of the stored JSON will see it. Raises ValueTooLarge over ``cap``

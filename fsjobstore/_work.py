@@ -30,7 +30,7 @@ from ._layout import PENDING_RE
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record, result_line
 from ._runs import RunLog
-from ._values import error_text, number, result_value, retry_delay
+from ._values import error_text, number, result_value, retry_delay, time_limit_error
 
 log = logging.getLogger("fsjobstore")
 
@@ -381,8 +381,7 @@ class Work:
         """End an attempt that overran its time limit: a failed attempt (retried or failed as
         usual), committed here so that the late holder's own commit is fenced (LeaseLost).
         False if the lease had ended already."""
-        limit = "its time limit" if lease.timeout is None else f"its limit of {lease.timeout:g} s"
-        text = f"TimeLimitExceeded: attempt {lease.attempt} ran past {limit}"
+        text = time_limit_error(lease.attempt, lease.timeout)
         with lease._commit_lock:
             if lease.finished:
                 return False
