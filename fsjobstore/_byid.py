@@ -48,7 +48,7 @@ class ById:
             if lease is None:
                 continue
             try:
-                lease.fulfill(value)
+                self._work._commit_work(lease, "resolve", value, False, None)  # not an attempt
             except StorageError:
                 if not lease.finished:  # nobody else holds this lease: give the job back
                     with contextlib.suppress(JobStoreError):

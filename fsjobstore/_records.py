@@ -66,7 +66,9 @@ class Job:
     """A snapshot of one job, as :meth:`JobStore.get` and :meth:`JobStore.create` return it.
 
     ``request`` is the request as stored (JSON: tuples come back as lists, keys as strings).
-    ``value`` is the result of a fulfilled job: ``bytes`` if it was given as bytes, otherwise
+    ``attempts`` counts the attempts begun, the running one included (a running job's first
+    attempt: 1, as its worker numbers it); resolving a job by id (``JobStore.fulfill``) is not an
+    attempt. ``value`` is the result of a fulfilled job: ``bytes`` if it was given as bytes, otherwise
     the JSON value it was given as. ``error`` is the last failure's text (for a cancelled job,
     the reason). ``history`` lists the earlier lives of a job that was retried after it failed
     or was cancelled (oldest first), each a dict with ``state``, ``attempts``, ``error`` and
@@ -251,9 +253,14 @@ class Record:
         return Parsed(rec, state, complete, complete < len(data))
 
     def snapshot(self, state: JobState, waiting: tuple[Any, ...] = (), **extra: Any) -> Job:
+        # The file counts attempts that ended; a user counts attempts begun, so a running job's
+        # attempt is included (as its worker numbers it). RACE: an active file whose holder has
+        # appended its result line but not yet renamed it already counts that attempt, and shows
+        # one more for the instant until the rename (or, after a crash, until recovery).
+        begun = self.attempts + 1 if state is JobState.ACTIVE else self.attempts
         return Job(
             id=self.id, state=state, queue=self.queue, priority=self.priority,
-            request=self.request, attempts=self.attempts, max_attempts=self.max_attempts,
+            request=self.request, attempts=begun, max_attempts=self.max_attempts,
             created_at=self.created_at, run_at=self.not_before, value=self.value,
             error=self.error, finished_at=self.finished_at, waiting=waiting,
             timeout=self.timeout, history=self.history, **extra,

@@ -171,8 +171,9 @@ class Work:
         active = lay.active_path(record.id, token)
         reason = self._control.cancel_reason(record.id)
         if reason is not None and kind not in ("cancel", "withdraw"):
-            asked, kind, payload = kind, "cancel", reason
-            new, dest = self._next_record(record, token, "cancel", payload, False, None)
+            # A job resolved by id ran no attempt here: its cancel counts none either.
+            asked, kind, payload = kind, "withdraw" if kind == "resolve" else "cancel", reason
+            new, dest = self._next_record(record, token, kind, payload, False, None)
             self._commit_final(lease, active, record.id, new.result_bytes(dest), dest)
             log.info("job %s was cancelled while it ran; its %s became the cancel", record.id, asked)
             if asked != "release":
@@ -181,11 +182,13 @@ class Work:
         if kind == "release":
             self._release(lease, active)
             return
-        if kind == "fulfill":
+        if kind in ("fulfill", "resolve"):
             # The usual commit, on every job: its line is written straight from the claimed
-            # record's fields, without building the record it reads back as.
+            # record's fields, without building the record it reads back as. "resolve" is
+            # JobStore.fulfill by id: work done elsewhere, so no attempt of this store's is counted.
             value = result_value(payload, core.settings.max_value_bytes)
-            line = result_line("fulfilled", record.attempts + 1, record.error, core.wall(), token, None, value)
+            attempts = record.attempts + (kind == "fulfill")
+            line = result_line("fulfilled", attempts, record.error, core.wall(), token, None, value)
             self._commit_final(lease, active, record.id, line, "fulfilled")
             return
         new, dest = self._next_record(record, token, kind, payload, retry, delay)

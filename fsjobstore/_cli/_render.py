@@ -47,7 +47,7 @@ def print_job(job: Job) -> None:
         ("state", job.state.value),
         ("queue", job.queue),
         ("priority", job.priority),
-        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("attempts", _attempts(job)),
         ("timeout", None if job.timeout is None else f"{job.timeout:g} s per attempt"),
         ("created", when(job.created_at)),
         ("run at", None if job.run_at is None else when(job.run_at)),
@@ -61,9 +61,27 @@ def print_job(job: Job) -> None:
         ("history", f"{len(job.history)} earlier life(s): see --json" if job.history else None),
         ("cancel", "requested" if job.cancel_requested else None),
         ("progress", None if job.progress is None else _progress(job)),
-        ("log", "\n".join(f"[{line.attempt}] {line.line}" for line in job.logs[-10:]) or None),
+        ("log", _log(job)),
         ("log dropped", job.logs_dropped or None),
     ])
+
+
+LOG_LINES = 10  # the last lines shown; --json has them all
+
+
+def _attempts(job: Job) -> str:
+    """Attempts begun (``Job.attempts``): a running job is on its latest, as its worker says."""
+    if job.state.value == "active":
+        return f"attempt {job.attempts} of {job.max_attempts}, running"
+    return f"{job.attempts} of {job.max_attempts}"
+
+
+def _log(job: Job) -> str | None:
+    lines = [f"[{line.attempt}] {line.line}" for line in job.logs[-LOG_LINES:]]
+    if len(job.logs) > LOG_LINES:
+        earlier = len(job.logs) - LOG_LINES
+        lines.insert(0, f"... {earlier} earlier line{'s' if earlier != 1 else ''} (see --json)")
+    return "\n".join(lines) or None
 
 
 def _progress(job: Job) -> str:
