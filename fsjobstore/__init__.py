@@ -38,7 +38,7 @@ from ._errors import (
 )
 from ._handles import NotificationLease, WorkLease
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
-from ._records import Job, JobState, LogLine, Progress
+from ._records import AttemptError, Job, JobState, LogLine, Progress
 from ._recovery import RecoveryReport
 from ._registry import WorkerInfo
 from ._stats import StoreStatistics
@@ -72,6 +72,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AttemptError",
     "FORMAT_VERSION",
     "MAX_PRIORITY",
     "MIN_PRIORITY",

@@ -105,7 +105,8 @@ class ById:
             past = {"state": loc.state.value, "attempts": old.attempts, "error": old.error,
                     "finished_at": old.finished_at}
             new = dataclasses.replace(old, attempts=0, error=None, value=None, finished_at=None, not_before=None,
-                                      committed_by=token, history=(*old.history, past)[-20:])
+                                      committed_by=token, history=(*old.history, past)[-20:],
+                                      attempt_errors=())
             self._republish(mine, new, token)
             return new.snapshot(JobState.PENDING)
         raise InvalidState(f"job {job_id} kept moving; try again")

@@ -221,7 +221,8 @@ def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job
                                   committed_by=token, finished_at=core.wall(), not_before=None)
         dest = "failed"
     else:
-        new = dataclasses.replace(record, attempts=attempts, error=error, committed_by=token, not_before=None)
+        new = dataclasses.replace(record, attempts=attempts, error=error, committed_by=token, not_before=None,
+                                  attempt_errors=record.with_failed_attempt(attempts, core.wall(), error))
         dest = "pending"
     tmp = lay.commit_tmp_path(token, job_id, dest)
     try:

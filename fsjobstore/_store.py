@@ -41,6 +41,8 @@ from ._skeleton import open_skeleton
 from ._stats import StoreStatistics, statistics
 from ._tree import Tree
 from ._values import (
+    ATTEMPT_ERROR_CHARS,
+    MAX_ATTEMPT_ERRORS,
     MAX_ERROR_CHARS,
     MIN_HEARTBEAT_INTERVAL,
     MIN_LEASE_DURATION,
@@ -150,8 +152,10 @@ class JobStore:
         config = open_skeleton(layout, durable=durable, group=group, create=create)
         durable = config.durable if durable is None else durable
         # Worst cases once serialised: a text value doubles ('"' escapes), an error's
-        # characters can take 6 bytes each (\uXXXX); the request was measured serialised.
-        record_cap = 2 * max_value_bytes + max_request_bytes + MAX_ERROR_CHARS * 6 + 65536
+        # characters can take 6 bytes each (\uXXXX), and so can those of each kept attempt
+        # error; the request was measured serialised.
+        errors = MAX_ERROR_CHARS + MAX_ATTEMPT_ERRORS * ATTEMPT_ERROR_CHARS
+        record_cap = 2 * max_value_bytes + max_request_bytes + errors * 6 + 65536
         tree = Tree(layout, durable=durable, record_cap=record_cap, target_cap=max_request_bytes + 4096,
                     perms=config.perms)
         local = locks_prove_death(self.path)  # a local filesystem: locks reach every process, inotify too

@@ -12,6 +12,11 @@ from ._codec import canonical
 from ._errors import InvalidRequest, ValueTooLarge
 
 MAX_ERROR_CHARS = 64 * 1024
+# Each attempt's error is kept in the job's record (Job.attempt_errors): the last
+# MAX_ATTEMPT_ERRORS attempts, each cut to ATTEMPT_ERROR_CHARS, so a job file stays small
+# however often it is retried. The last error is also kept whole (up to MAX_ERROR_CHARS) in ``error``.
+MAX_ATTEMPT_ERRORS = 10
+ATTEMPT_ERROR_CHARS = 4096
 # The shortest lease a store accepts. A holder beats every lease/4 and calls itself stalled
 # (every claim it holds may be taken over) 0.75 lease after the last beat that landed; below
 # half a second that leaves under 375 ms for a beat, which one slow fsync or a loaded 2-core
@@ -125,6 +130,15 @@ def result_value(value: Any, cap: int) -> Any:
     if size > cap:
         raise ValueTooLarge(f"value is {size} bytes; max_value_bytes is {cap}")
     return stored
+
+
+def attempt_error_text(text: str) -> str:
+    """An attempt's error as ``Job.attempt_errors`` keeps it: at most ``ATTEMPT_ERROR_CHARS``,
+    cut in the middle, since a traceback's first lines say where and its last line says what."""
+    if len(text) <= ATTEMPT_ERROR_CHARS:
+        return text
+    head, tail = 1024, ATTEMPT_ERROR_CHARS - 1024 - 40
+    return f"{text[:head]}\n[... {len(text) - head - tail} chars cut ...]\n{text[-tail:]}"
 
 
 def error_text(error: Any) -> str:

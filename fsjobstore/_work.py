@@ -336,8 +336,9 @@ class Work:
         if retry and attempts < record.max_attempts:
             wait = settings.backoff(attempts) if delay is None else delay
             due = now + wait if wait > 0 else None
-            return dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
-                                       not_before=due), ("scheduled" if due is not None else "pending")
+            return dataclasses.replace(record, attempts=attempts, error=error, committed_by=token, not_before=due,
+                                       attempt_errors=record.with_failed_attempt(attempts, now, error)), (
+                "scheduled" if due is not None else "pending")
         return dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
                                    finished_at=now, not_before=None), "failed"
 

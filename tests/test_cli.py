@@ -243,3 +243,19 @@ def test_get_says_how_many_earlier_log_lines_it_left_out(tmp_path: Path, capsys:
         lease.log("only")
         print_job(store.get(short.id))
         assert "earlier" not in capsys.readouterr().out  # type: ignore[attr-defined]
+
+
+def test_get_shows_every_failed_attempts_error_in_text_and_json(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    with JobStore(root, backoff=lambda a: 0.0) as store:
+        job = store.create({"n": 1})
+        for n in (1, 2):
+            lease = store.pull_work()
+            assert lease is not None
+            lease.fail(f"Traceback ...\nValueError: bad input {n}")
+    text = cli("get", root, job.id)
+    assert text.returncode == 0
+    assert "ValueError: bad input 1" in text.stdout and "attempt 2 (" in text.stdout
+    doc = json.loads(cli("get", root, job.id, "--json").stdout)
+    assert [e["attempt"] for e in doc["attempt_errors"]] == [1, 2]
+    assert doc["attempt_errors"][0]["error"] == "Traceback ...\nValueError: bad input 1"

@@ -55,6 +55,7 @@ def print_job(job: Job) -> None:
         ("request", json.dumps(job.request, ensure_ascii=False)),
         ("value", value_text(job)),
         ("error", job.error),
+        ("attempt errors", _attempt_errors(job)),
         ("waiting", ", ".join(json.dumps(t, ensure_ascii=False) for t in job.waiting) or None),
         ("delivery", f"{job.delivery_attempts} failed attempt(s), retried with backoff; last error: "
                      f"{job.delivery_error}" if job.delivery_attempts else None),
@@ -74,6 +75,19 @@ def _attempts(job: Job) -> str:
     if job.state.value == "active":
         return f"attempt {job.attempts} of {job.max_attempts}, running"
     return f"{job.attempts} of {job.max_attempts}"
+
+
+def _attempt_errors(job: Job) -> str | None:
+    """One line per failed attempt (its error's last line: what happened); the job's last error
+    is printed whole above, and --json has each in full."""
+    if len(job.attempt_errors) < 2:
+        return None  # none, or only the last one: "error" shows it already
+    return "\n".join(f"attempt {e.attempt} ({when(e.at)}): {_last_line(e.error)}" for e in job.attempt_errors)
+
+
+def _last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else "(no error text)"
 
 
 def _log(job: Job) -> str | None:
