@@ -25,7 +25,18 @@ from . import _syscalls as sc
 from ._control import Control
 from ._core import Core
 from ._errors import StorageError
-from ._layout import ACTIVE_RE, BELL_RE, FINAL_RE, NOTIFY_LOCK_RE, OWNER_RE, TARGET_RE, TMP_RE, token_owner
+from ._layout import (
+    ACTIVE_RE,
+    BELL_RE,
+    FINAL_RE,
+    NOTIFY_LOCK_RE,
+    OWNER_RE,
+    PENDING_RE,
+    SCHEDULED_RE,
+    TARGET_RE,
+    TMP_RE,
+    token_owner,
+)
 from ._leases import NotifyLock, break_if_expired
 from ._notify import Notifier
 from ._records import FINAL_STATES, LOST_DATA, LostJobData
@@ -52,12 +63,40 @@ class RecoveryReport:
     workers_removed: int = 0  # worker entries of gone workers
     notifications_restored: int = 0
     quarantined: int = 0
-    lost_to_power_loss: int = 0  # empty job files (quarantined): their data never reached the disk
+    # Job files a power cut left without their data (a store made with durable=False): each is
+    # quarantined with the reason, and that job, in whatever state it was (queued, running or
+    # final, its result included), is lost. lost_to_power_loss counts them (also counted in
+    # quarantined); lost_ids names them, the first MAX_LOST_IDS of one pass.
+    lost_to_power_loss: int = 0
+    lost_ids: tuple[str, ...] = ()
 
 
-def new_counts() -> dict[str, int]:
+MAX_LOST_IDS = 1000  # a report stays small even after a cut that emptied a huge backlog
+
+
+class Counts(dict[str, int]):
+    """The counters of one pass, and the ids of the jobs it found lost to a power cut."""
+
+    def __init__(self) -> None:
+        super().__init__({f.name: 0 for f in dataclasses.fields(RecoveryReport) if f.name != "lost_ids"})
+        self.lost_ids: list[str] = []
+
+    def lost(self, job_id: str | None) -> None:
+        self["lost_to_power_loss"] += 1
+        if job_id is not None and len(self.lost_ids) < MAX_LOST_IDS:
+            self.lost_ids.append(job_id)
+
+
+def new_counts() -> Counts:
     """Zeroed counters, one per :class:`RecoveryReport` field."""
-    return {f.name: 0 for f in dataclasses.fields(RecoveryReport)}
+    return Counts()
+
+
+def _lost(counts: dict[str, int], job_id: str | None) -> None:
+    if isinstance(counts, Counts):
+        counts.lost(job_id)
+    else:
+        counts["lost_to_power_loss"] += 1
 
 
 def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | None = False) -> RecoveryReport:
@@ -80,7 +119,7 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     counts["workers_removed"] += registry.sweep(core, me)
     _sweep_targets(core, notifier, counts)
     _sweep_cancels(core, control)
-    return RecoveryReport(**counts)
+    return RecoveryReport(**counts, lost_ids=tuple(counts.lost_ids))
 
 
 def _gone(core: Core, owner: str) -> bool:
@@ -290,7 +329,18 @@ def _quarantine_job(core: Core, path: str, reason: str, exc: Exception, counts: 
     if core.tree.quarantine(path, reason):
         counts["quarantined"] += 1
         if isinstance(exc, LostJobData):
-            counts["lost_to_power_loss"] += 1
+            _lost(counts, _job_id_of(os.path.basename(path)))
+
+
+def _job_id_of(name: str) -> str | None:
+    """The job id a job file's name carries, in any state directory or as a create's temp file."""
+    for pattern in (ACTIVE_RE, PENDING_RE, SCHEDULED_RE, FINAL_RE):
+        m = pattern.match(name)
+        if m:
+            return m["id"]
+    m = TMP_RE.match(name)
+    final = FINAL_RE.match(m["rest"]) if m else None  # tmp/<token>.newid.<id>.json
+    return final["id"] if final else None
 
 
 def _boot_marker(core: Core) -> str:
@@ -360,18 +410,20 @@ def _mark_boot(core: Core, marker: str) -> None:
 
 
 def _sweep_emptied(core: Core, counts: dict[str, int]) -> None:
-    """Queued jobs whose files a power cut left empty (the rename reached the disk, the data
-    did not): quarantine them now with the reason, rather than let a worker trip on each."""
+    """Job files a power cut left empty (the rename reached the disk, the data did not), queued
+    or final: quarantine them now with the reason, and report them, rather than let a worker or
+    a ``get`` trip on each. One lstat per job file, once per boot: the same cost per file for
+    final jobs as for queued ones. (Active ones are met by the take-over of their claim.)"""
     lay = core.layout
     dirs = [lay.pending_dir(q) for q in fs.scan_names(lay.pending) if fs.is_real_dir(lay.pending_dir(q))]
-    dirs.append(lay.scheduled)
+    dirs += [lay.scheduled, lay.fulfilled, lay.failed, lay.cancelled]
     for directory in dirs:
         for name in fs.scan_names(directory):
             path = os.path.join(directory, name)
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 if sc.lstat(path).st_size == 0 and core.tree.quarantine(path, f"job file is empty: {LOST_DATA}"):
                     counts["quarantined"] += 1
-                    counts["lost_to_power_loss"] += 1
+                    _lost(counts, _job_id_of(name))
 
 
 # == what gone processes left =======================================================================

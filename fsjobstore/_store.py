@@ -435,8 +435,10 @@ class JobStore:
 
         Every store that pulls also runs it: once before its first pull, then every
         ``lease_duration / 2`` in the background. See FORMAT.md, "Recovery", for each step.
-        ``deep``: in a store that does not fsync, also look for queued jobs a power cut left
-        empty (one stat per queued job: pass False for a periodic pass over a deep backlog)."""
+        ``deep``: in a store that does not fsync, also look for job files a power cut left
+        empty, queued or final (one stat per job file: pass False for a periodic pass over a deep
+        backlog); each is quarantined, counted in ``lost_to_power_loss`` and named in
+        ``lost_ids``."""
         self._check_open()
         return recover(self._core, self._notifier, self._control, deep=deep)
 
