@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import threading
@@ -197,7 +198,13 @@ class Work:
             return
         tmp = lay.commit_tmp_path(token, record.id, dest)
         fs.unlink_quietly(tmp)  # a failed earlier attempt of this very commit may have left it
-        core.tree.write_new(tmp, new.to_bytes())
+        try:
+            core.tree.write_new(tmp, new.to_bytes())
+        except OSError as exc:
+            if _claim_gone(exc, active):  # a stale handle, and our claim is gone too: lost
+                fs.unlink_quietly(tmp)
+                raise self._lost(lease) from None
+            raise
         lease._committing = True
         committing = lay.active_path(record.id, token, "commit")
         try:
@@ -205,9 +212,11 @@ class Work:
         except FileNotFoundError:
             fs.unlink_quietly(tmp)
             raise self._lost(lease) from None
-        except OSError:
+        except OSError as exc:
             fs.unlink_quietly(tmp)
             lease._committing = False
+            if _claim_gone(exc, active):
+                raise self._lost(lease) from None
             raise
         try:
             core.tree.publish(tmp, new, dest)
@@ -237,6 +246,8 @@ class Work:
         except StorageError as exc:
             if not exc.applied:
                 lease._committing = False  # nothing moved: the lease is still ours
+                if _claim_gone(exc, active):
+                    raise self._lost(lease) from None
                 raise
             self._finish(lease)  # released; only the fsync failed
             core.pending.note_published(record, "pending")
@@ -259,9 +270,11 @@ class Work:
             fs.write_at(active, lease._size, line, durable=core.durable, clean=lease._clean)
         except FileNotFoundError:
             raise self._lost(lease) from None
-        except OSError:
+        except OSError as exc:
             lease._committing = False  # the line was cut back (if it could be): a retry truncates first
             lease._clean = False
+            if _claim_gone(exc, active):
+                raise self._lost(lease) from None
             raise
         try:
             core.tree.publish_final(active, job_id, dest)
@@ -277,6 +290,13 @@ class Work:
             core.tree.quarantine(active, f"a second copy of job {job_id}, which is already final")
             raise self._lost(lease) from None
         except StorageError as exc:
+            if not exc.applied and _claim_gone(exc, active):
+                # RACE: a recoverer on another host moved our claim and the rename met a stale
+                # handle rather than ENOENT: the same as the FileNotFoundError case above.
+                if not self._published_by(lease.token, core.layout.final_path(dest, job_id)):
+                    raise self._lost(lease) from None
+                self._committed_final(lease, job_id, dest)
+                return
             if not exc.applied:
                 # Nothing moved. Cut the line back, durably, so a release or a retry starts clean
                 # and no power cut brings the line back. RACE: if even that fails, the file is
@@ -414,3 +434,16 @@ class Work:
                 lease.release()
             except Exception:  # already lost: nothing of ours to give back
                 log.debug("release on close failed for %s", lease.id, exc_info=True)
+
+
+def _claim_gone(exc: OSError, active: str) -> bool:
+    """Whether a commit's failure on the claimed file means the claim is gone: on a network
+    filesystem a file another host renamed away fails with ESTALE (a stale handle) rather than
+    ENOENT. A fresh lookup of the claimed name decides: gone, the lease is lost (LeaseLost);
+    still there, it is a real storage fault (StorageError) and the caller may retry."""
+    if exc.errno not in (errno.ESTALE, errno.ENOENT):
+        return False
+    try:
+        return not sc.lexists(active)
+    except OSError:
+        return False  # the lookup failed too: a fault, not proof that the claim is gone
