@@ -24,6 +24,7 @@ from . import _registry as registry
 from . import _syscalls as sc
 from ._control import Control
 from ._core import Core
+from ._deep import deep_pass, job_id_of, note_lost
 from ._errors import StorageError
 from ._layout import (
     ACTIVE_RE,
@@ -31,15 +32,13 @@ from ._layout import (
     FINAL_RE,
     NOTIFY_LOCK_RE,
     OWNER_RE,
-    PENDING_RE,
-    SCHEDULED_RE,
     TARGET_RE,
     TMP_RE,
     token_owner,
 )
 from ._leases import NotifyLock, break_if_expired
 from ._notify import Notifier
-from ._records import FINAL_STATES, LOST_DATA, LostJobData
+from ._records import FINAL_STATES, LostJobData
 from ._tree import DESTS
 from ._values import time_limit_error
 
@@ -71,20 +70,13 @@ class RecoveryReport:
     lost_ids: tuple[str, ...] = ()
 
 
-MAX_LOST_IDS = 1000  # a report stays small even after a cut that emptied a huge backlog
-
-
 class Counts(dict[str, int]):
-    """The counters of one pass, and the ids of the jobs it found lost to a power cut."""
+    """The counters of one pass, and the ids of the jobs it found lost to a power cut
+    (``_deep.note_lost`` fills both)."""
 
     def __init__(self) -> None:
         super().__init__({f.name: 0 for f in dataclasses.fields(RecoveryReport) if f.name != "lost_ids"})
         self.lost_ids: list[str] = []
-
-    def lost(self, job_id: str | None) -> None:
-        self["lost_to_power_loss"] += 1
-        if job_id is not None and len(self.lost_ids) < MAX_LOST_IDS:
-            self.lost_ids.append(job_id)
 
 
 def new_counts() -> Counts:
@@ -92,16 +84,9 @@ def new_counts() -> Counts:
     return Counts()
 
 
-def _lost(counts: dict[str, int], job_id: str | None) -> None:
-    if isinstance(counts, Counts):
-        counts.lost(job_id)
-    else:
-        counts["lost_to_power_loss"] += 1
-
-
 def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | None = False) -> RecoveryReport:
     """One pass of every repair. ``deep`` also looks for jobs a power cut emptied, in stores
-    that do not fsync (it reads the size of every queued job: done by every explicit
+    that do not fsync (it reads the size of every job file: done by every explicit
     ``recover()``, and with None once per boot of the host by the first process that pulls)."""
     counts = new_counts()
     me = core.owner_id()
@@ -109,8 +94,8 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     # What the store promises decides, not what this process does: a process that fsyncs in a
     # store that does not still meets the files others wrote without fsync.
     emptiable = not core.settings.store_durable
-    if emptiable and deep is not False:  # None: a process's first pass, deep once per boot (_deep_pass)
-        _deep_pass(core, counts, explicit=deep is True)
+    if emptiable and deep is not False:  # None: a process's first pass, deep once per boot (_deep.deep_pass)
+        deep_pass(core, counts, explicit=deep is True)
     overdue = _sweep_deadlines(core, notifier, control, me, counts)
     _sweep_active(core, notifier, control, me, overdue, counts)
     _sweep_tmp(core, me, counts)
@@ -329,101 +314,7 @@ def _quarantine_job(core: Core, path: str, reason: str, exc: Exception, counts: 
     if core.tree.quarantine(path, reason):
         counts["quarantined"] += 1
         if isinstance(exc, LostJobData):
-            _lost(counts, _job_id_of(os.path.basename(path)))
-
-
-def _job_id_of(name: str) -> str | None:
-    """The job id a job file's name carries, in any state directory or as a create's temp file."""
-    for pattern in (ACTIVE_RE, PENDING_RE, SCHEDULED_RE, FINAL_RE):
-        m = pattern.match(name)
-        if m:
-            return m["id"]
-    m = TMP_RE.match(name)
-    final = FINAL_RE.match(m["rest"]) if m else None  # tmp/<token>.newid.<id>.json
-    return final["id"] if final else None
-
-
-def _boot_marker(core: Core) -> str:
-    """``control/boot-<id>``: this boot's deep pass was made. A power cut means a boot, so one
-    deep pass per boot finds what it emptied; every later process skips it."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            boot = fh.read().strip().replace("-", "")
-    except OSError:
-        boot = "unknown"  # no boot id: never marked, so every first pass is deep
-    return os.path.join(core.layout.control, f"boot-{boot[:32]}")
-
-
-def _deep_pass(core: Core, counts: dict[str, int], *, explicit: bool) -> None:
-    """Make the deep pass: always when ``explicit``, else once per boot of this host. The
-    process making it holds ``control/boot.lock`` (flock) meanwhile, and marks the boot only
-    when it is done: workers started together make one pass, not one each (16 children on a
-    10,000-job backlog read 160,000 sizes), and a pass cut short (its process exited or died,
-    or the pass failed) is made again by the next process that starts."""
-    marker = _boot_marker(core)
-    if marker.endswith("-unknown"):  # no boot id: nothing to mark, so every first pass is deep
-        _sweep_emptied(core, counts)
-        return
-    if not explicit and sc.lexists(marker):
-        return  # made since this host booted
-    lock = _sweep_lock(core)
-    if lock is None and not explicit:
-        return  # another process is making it right now
-    try:
-        if not explicit and sc.lexists(marker):
-            return  # made while we waited for the lock
-        _sweep_emptied(core, counts)
-        _mark_boot(core, marker)
-    finally:
-        if lock is not None and lock != _NO_LOCK:
-            sc.close_read(lock)  # releases the flock
-
-
-_NO_LOCK = -1  # control/boot.lock cannot be opened (a read-only control/): sweep without it
-
-
-def _sweep_lock(core: Core) -> int | None:
-    """A descriptor holding ``control/boot.lock`` (flock); None if another process holds it;
-    ``_NO_LOCK`` if it cannot be opened or locked. Where locks do not exclude (some network
-    filesystems), two processes may both make the pass: it is idempotent, only repeated."""
-    flags = os.O_RDWR | os.O_CREAT | fs.O_NOFOLLOW | fs.O_CLOEXEC
-    try:
-        fd = sc.open(os.path.join(core.layout.control, "boot.lock"), flags, core.tree.perms.file_mode)
-    except OSError:
-        return _NO_LOCK
-    try:
-        if sc.try_lock(fd):
-            return fd
-        held = True
-    except OSError:
-        held = False
-    sc.close_read(fd)
-    return None if held else _NO_LOCK
-
-
-def _mark_boot(core: Core, marker: str) -> None:
-    for name in fs.scan_names(core.layout.control):
-        if name.startswith("boot-") and name != os.path.basename(marker):  # earlier boots' markers
-            fs.unlink_quietly(os.path.join(core.layout.control, name))
-    with contextlib.suppress(OSError):
-        fs.touch(marker, core.tree.perms.file_mode)
-
-
-def _sweep_emptied(core: Core, counts: dict[str, int]) -> None:
-    """Job files a power cut left empty (the rename reached the disk, the data did not), queued
-    or final: quarantine them now with the reason, and report them, rather than let a worker or
-    a ``get`` trip on each. One lstat per job file, once per boot: the same cost per file for
-    final jobs as for queued ones. (Active ones are met by the take-over of their claim.)"""
-    lay = core.layout
-    dirs = [lay.pending_dir(q) for q in fs.scan_names(lay.pending) if fs.is_real_dir(lay.pending_dir(q))]
-    dirs += [lay.scheduled, lay.fulfilled, lay.failed, lay.cancelled]
-    for directory in dirs:
-        for name in fs.scan_names(directory):
-            path = os.path.join(directory, name)
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                if sc.lstat(path).st_size == 0 and core.tree.quarantine(path, f"job file is empty: {LOST_DATA}"):
-                    counts["quarantined"] += 1
-                    _lost(counts, _job_id_of(name))
+            note_lost(counts, job_id_of(os.path.basename(path)))
 
 
 # == what gone processes left =======================================================================
