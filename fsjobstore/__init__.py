@@ -4,8 +4,15 @@ Producers :meth:`~JobStore.create` jobs, workers :meth:`~JobStore.pull_work` the
 fulfil them through the returned :class:`WorkLease` (or run a :class:`Worker`, which does it
 for them), and notifiers :meth:`~JobStore.pull_notification` results for the targets that asked
 for them. The on-disk format is specified in FORMAT.md.
+
+The worker runtime (``Worker``, ``JobContext``, ``Deliverer``, ``RunSummary``, from
+``fsjobstore.worker``) is imported on first use, not by ``import fsjobstore``: a command that only
+reads a job (``fsjobstore get``) should not pay for it.
 """
 
+from typing import TYPE_CHECKING, Any
+
+from ._codec import check_queue_name
 from ._errors import (
     CorruptJob,
     InvalidJobId,
@@ -31,24 +38,46 @@ from ._errors import (
 )
 from ._handles import NotificationLease, WorkLease
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
-from ._records import Job, JobState, LogLine, Progress
+from ._records import AttemptError, Job, JobState, LogLine, Progress
 from ._recovery import RecoveryReport
 from ._registry import WorkerInfo
-from ._store import JobStore, StoreStatistics
+from ._stats import StoreStatistics
+from ._store import JobStore
 from ._values import default_backoff
 from ._verify import VerifyCheck, VerifyReport, verify
 from ._verify_peer import verify_across_hosts
 
 __version__ = "0.2.0"
 
-# The runtime sits above the store and imports it, so it comes last.
-from .worker import JobContext, Worker
+# The runtime sits above the store and imports it: loaded on first use (PEP 562), so that
+# ``import fsjobstore`` costs only the store. Type checkers see the names as plain imports.
+if TYPE_CHECKING:
+    from .worker import Deliverer, JobContext, RunSummary, Worker
+
+_LAZY = frozenset({"Deliverer", "JobContext", "RunSummary", "Worker"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from . import worker
+
+        value = getattr(worker, name)
+        globals()[name] = value  # later lookups no longer come here
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY)
+
 
 __all__ = [
+    "AttemptError",
     "FORMAT_VERSION",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "CorruptJob",
+    "Deliverer",
     "InvalidJobId",
     "InvalidName",
     "InvalidQueueName",
@@ -68,6 +97,7 @@ __all__ = [
     "NotificationLease",
     "Progress",
     "RecoveryReport",
+    "RunSummary",
     "StorageError",
     "StorageFull",
     "StoreClosed",
@@ -84,6 +114,7 @@ __all__ = [
     "WorkerFailing",
     "WorkerInfo",
     "__version__",
+    "check_queue_name",
     "default_backoff",
     "verify",
     "verify_across_hosts",

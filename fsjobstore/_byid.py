@@ -42,13 +42,13 @@ class ById:
             if loc.state is JobState.ACTIVE:
                 if self._holder_alive(loc):
                     raise InvalidState(f"job {job_id} is leased by a live worker")
-                self._take_over(loc, job_id, "fulfilled by id")
+                self._take_over(loc, job_id, "its holder is gone (taken over to fulfil it by id)")
                 continue
             lease = self._claim(loc, job_id)
             if lease is None:
                 continue
             try:
-                lease.fulfill(value)
+                self._work._commit_work(lease, "resolve", value, False, None)  # not an attempt
             except StorageError:
                 if not lease.finished:  # nobody else holds this lease: give the job back
                     with contextlib.suppress(JobStoreError):
@@ -70,7 +70,7 @@ class ById:
             if loc.state is JobState.ACTIVE:
                 self._control.request_cancel(job_id, reason)
                 if not self._holder_alive(loc):
-                    self._take_over(loc, job_id, "cancelled")  # it sees the request: the job ends cancelled
+                    self._take_over(loc, job_id, "its holder is gone")  # it sees the request: the job ends cancelled
                 again = self._core.tree.locate(job_id)
                 if again is not None and again.state.is_final:
                     self._control.clear_cancel(job_id)  # it ended meanwhile: the request came too late
@@ -105,7 +105,8 @@ class ById:
             past = {"state": loc.state.value, "attempts": old.attempts, "error": old.error,
                     "finished_at": old.finished_at}
             new = dataclasses.replace(old, attempts=0, error=None, value=None, finished_at=None, not_before=None,
-                                      committed_by=token, history=(*old.history, past)[-20:])
+                                      committed_by=token, history=(*old.history, past)[-20:],
+                                      attempt_errors=())
             self._republish(mine, new, token)
             return new.snapshot(JobState.PENDING)
         raise InvalidState(f"job {job_id} kept moving; try again")

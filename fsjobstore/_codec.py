@@ -18,6 +18,11 @@ from ._errors import InvalidJobId, InvalidName, InvalidQueueName, InvalidRequest
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z")
 MAX_ID_LENGTH = 128
 MAX_QUEUE_LENGTH = 64
+# The queue-name rule, written once: FORMAT.md's <queue>. _layout builds its filename patterns
+# from QUEUE_PATTERN and uses QUEUE_NAME_RE itself, so the store, the runtime and the file
+# grammar cannot drift apart.
+QUEUE_PATTERN = rf"[A-Za-z0-9_][A-Za-z0-9_-]{{0,{MAX_QUEUE_LENGTH - 1}}}"
+QUEUE_NAME_RE = re.compile(rf"{QUEUE_PATTERN}\Z")
 
 
 def check_name(value: object, *, what: str, max_length: int, error: type[InvalidName] = InvalidName) -> str:
@@ -40,8 +45,21 @@ def check_job_id(value: object) -> str:
     return check_name(value, what="job id", max_length=MAX_ID_LENGTH, error=InvalidJobId)
 
 
-def check_queue(value: object) -> str:
-    return check_name(value, what="queue name", max_length=MAX_QUEUE_LENGTH, error=InvalidQueueName)
+def check_queue_name(name: object, what: str = "queue") -> str:
+    """Return ``name`` if it is a queue name the store accepts (FORMAT.md, "Names"), else raise
+    :class:`InvalidQueueName` naming ``what`` was given and what is wrong with it. Public: the
+    worker runtime and users' tools check names with it before anything starts."""
+    if not isinstance(name, str):
+        raise InvalidQueueName(f"{what} must be a str (a queue name), not {type(name).__name__}")
+    if QUEUE_NAME_RE.match(name):
+        return name
+    if not name:
+        problem = "it is empty"
+    elif len(name) > MAX_QUEUE_LENGTH:
+        problem = f"it is {len(name)} characters long; the limit is {MAX_QUEUE_LENGTH}"
+    else:
+        problem = "use ASCII letters, digits, '_' and '-' (not first), with no dots, slashes, spaces or NUL"
+    raise InvalidQueueName(f"{what} {name!r} is not a queue name: {problem}")
 
 
 def dumps(obj: Any, *, what: str = "value", sort_keys: bool = False) -> bytes:

@@ -19,11 +19,12 @@ from . import _fsops as fs
 from . import _syscalls as sc
 from ._doorbell import POLL as DOORBELL_POLL
 from ._doorbell import Doorbell, Listener
-from ._errors import InvalidRequest, StoreClosed
+from ._errors import StoreClosed
 from ._layout import Layout, seq_field
 from ._leases import OwnerLease, OwnerProbe
 from ._pending import Pending
 from ._tree import Tree
+from ._values import number
 from ._wakeup import Waker
 
 T = TypeVar("T")
@@ -159,8 +160,8 @@ class Core:
     def pull(self, attempt: Callable[[], T | None], timeout: float | None) -> T | None:
         """Call ``attempt`` until it returns something or ``timeout`` runs out, sleeping between
         tries until a wake-up, the next due job, or ``poll_interval``, whichever comes first."""
-        if timeout is not None and timeout < 0:
-            raise InvalidRequest(f"timeout must be >= 0 or None, got {timeout!r}")
+        if timeout is not None:
+            timeout = number(timeout, "timeout (seconds, or None)", at_least=0)
         self.start_background()
         deadline = None if timeout is None else self.clock() + timeout
         bell = self.doorbell.listener(("work",)) if self.doorbell.enabled else None
@@ -208,8 +209,8 @@ class Core:
         Raises JobNotFound if there is no such job. Woken by inotify on the final directories
         (a watcher of its own: pullers are not woken by every result), with a rescan every
         ``poll_interval`` for what inotify cannot see."""
-        if timeout is not None and timeout < 0:
-            raise InvalidRequest(f"timeout must be >= 0 or None, got {timeout!r}")
+        if timeout is not None:
+            timeout = number(timeout, "timeout (seconds, or None)", at_least=0)
         deadline = None if timeout is None else self.clock() + timeout
         with self.mutex:
             if self.final_waker is None and self.settings.watch and not self.closed:

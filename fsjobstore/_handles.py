@@ -40,6 +40,7 @@ class _RunLog(Protocol):
 class _NotificationCommitter(Protocol):
     def _finish_notification(self, lease: NotificationLease, delivered: list[Any],
                              error: str | None) -> None: ...
+    def _release_notification(self, lease: NotificationLease) -> None: ...
 
 
 class _Lease:
@@ -269,7 +270,12 @@ class NotificationLease(_Lease):
     """An exclusive claim on delivering one final job's result to its waiting targets.
 
     Call :meth:`done` with the targets that were delivered; they are removed while the lease is
-    still held. The rest are offered again after a backoff.
+    still held. The rest are offered again after a backoff. :meth:`release` gives it back
+    untouched (no delivery attempt counted, no backoff).
+
+    As a context manager: an exception in the body is a failed delivery (``done([])`` with the
+    exception as its error, retried after a backoff) and is re-raised; leaving the body without
+    calling :meth:`done` releases, and so does a ``KeyboardInterrupt`` or ``SystemExit``.
     """
 
     def __init__(self, store: _NotificationCommitter, record: Record, state: JobState, waiting: tuple[Any, ...],
@@ -329,8 +335,11 @@ class NotificationLease(_Lease):
         self._store._finish_notification(self, list(delivered), error)
 
     def release(self) -> None:
-        """Release without delivering anything (the same as ``done([])``)."""
-        self.done([])
+        """Give the notification back untouched, as :meth:`WorkLease.release` gives a job back:
+        no delivery attempt is counted, no backoff is set, its last delivery error stays, and it
+        is offered again at once. Raises :class:`LeaseLost` if the lease was lost meanwhile
+        (nothing of ours to give back), :class:`InvalidState` if it had already ended."""
+        self._store._release_notification(self)
 
     def __enter__(self) -> NotificationLease:
         return self
@@ -339,7 +348,10 @@ class NotificationLease(_Lease):
                  tb: TracebackType | None) -> None:
         if not self._finished:
             try:
-                self.done([], error=None if exc is None else f"{type(exc).__name__}: {exc}")
+                if exc is not None and isinstance(exc, Exception):
+                    self.done([], error=f"{type(exc).__name__}: {exc}")
+                else:  # clean exit, or KeyboardInterrupt/SystemExit: not the delivery's fault
+                    self.release()
             except LeaseLost:
                 if exc is None:
                     raise

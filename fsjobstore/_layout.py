@@ -11,6 +11,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from ._codec import QUEUE_NAME_RE, QUEUE_PATTERN
+
 FORMAT_VERSION = 2
 MARKER = "fsjobstore.json"
 
@@ -21,7 +23,7 @@ MAX_PRIORITY = 999_999
 _PRIO_OFFSET = 1_000_000
 
 _ID = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}"
-_Q = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}"
+_Q = QUEUE_PATTERN
 _TOKEN = r"[0-9a-f]{16}-[0-9a-f]{1,16}"
 
 PENDING_RE = re.compile(rf"(?P<prio>\d{{7}})\.(?P<seq>\d{{20}})\.(?P<id>{_ID})\.json\Z")
@@ -32,7 +34,7 @@ ACTIVE_RE = re.compile(rf"(?P<id>{_ID})\.(?P<token>{_TOKEN})\.(?P<kind>json|comm
 FINAL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
 DEADLINE_RE = re.compile(rf"(?P<due>\d{{17}})\.(?P<id>{_ID})\.(?P<token>{_TOKEN})\Z")
 CANCEL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
-QUEUE_RE = re.compile(rf"{_Q}\Z")
+QUEUE_RE = QUEUE_NAME_RE  # the one rule (_codec.check_queue_name)
 RUN_RE = re.compile(rf"(?P<token>{_TOKEN})\.jsonl\Z")
 BELL_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.(?P<kind>work|done)\.(?P<n>[0-9a-f]{1,16})\Z")
 WORKER_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.json\Z")

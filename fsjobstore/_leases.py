@@ -79,7 +79,15 @@ class OwnerLease:
         with self._lock:
             if self._fd is None:
                 return
-            self._write_beat(self._fd)
+            try:
+                self._write_beat(self._fd)
+            except OSError as exc:
+                # On a network filesystem, a file another host removed fails the write with
+                # ESTALE rather than succeeding: a fresh lookup tells that from a storage fault.
+                if exc.errno in (errno.ESTALE, errno.ENOENT) and not sc.lexists(self.path):
+                    raise OwnerGone(f"owner {self.owner}'s file was removed: another process judged it gone "
+                                    "and took over its claims") from None
+                raise
             # A write to an unlinked file succeeds: check that the name is still ours.
             mine = sc.fstat(self._fd)
             try:
@@ -153,8 +161,13 @@ class OwnerProbe:
             fd = sc.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
         except FileNotFoundError:
             return "dead"
-        except StorageError:
-            raise  # EMFILE or EIO says nothing about the owner: never take a live one's jobs for it
+        except StorageError as exc:
+            # A stale handle for a name that a fresh lookup no longer finds: the file is gone
+            # (removed on another host), so its owner is. EMFILE or EIO says nothing about the
+            # owner: never take a live one's jobs for it.
+            if exc.errno == errno.ESTALE and not sc.lexists(path):
+                return "dead"
+            raise
         except OSError:
             return "dead"  # a planted symlink or worse is no live owner of ours
         try:

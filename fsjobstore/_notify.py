@@ -209,6 +209,20 @@ class Notifier:
         finally:
             self._forget(lease)
 
+    def _release_notification(self, lease: NotificationLease) -> None:
+        """Give the lease back without touching the notification: its entry keeps its due time
+        (already passed, so it is offered again at once), attempts and error."""
+        if lease.finished:
+            raise InvalidState(f"the notification lease on job {lease.id} was already done")
+        try:
+            if not lease._lock.still_ours() or lease.compromised is not None:
+                err = LeaseLost(f"the notification lease on job {lease.id} was lost; nothing to give back")
+                lease._compromise(err)
+                raise err
+        finally:
+            self._forget(lease)
+        self._tree.bell("work")  # a waiting notifier elsewhere may take it now
+
     def _forget(self, lease: NotificationLease) -> None:
         lease._lock.release()
         lease._mark_finished()

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._codec import check_queue
+from ._codec import check_queue_name
 from ._errors import InvalidRequest
 from ._layout import PENDING_RE, SCHEDULED_RE, Layout, prio_value
 from ._records import Record
@@ -222,7 +222,7 @@ class Pending:
                     if q in self._indexes:
                         continue
                     try:
-                        check_queue(q)
+                        check_queue_name(q)
                     except InvalidRequest:
                         self._tree.quarantine(self._layout.pending_dir(q), "unrecognised queue directory")
                         continue

@@ -8,9 +8,10 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from ._codec import check_job_id, check_queue, dumps, loads
+from ._codec import check_job_id, check_queue_name, dumps, loads
 from ._errors import InvalidState, JobCancelled, JobFailed
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
+from ._values import MAX_ATTEMPT_ERRORS, attempt_error_text, integer, number
 
 
 class JobState(enum.StrEnum):
@@ -61,18 +62,34 @@ class LogLine:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptError:
+    """How one failed attempt ended (``Job.attempt_errors``): its number, when, and its error
+    (a traceback or a string, cut in the middle past 4 KiB)."""
+
+    attempt: int
+    at: float  # epoch seconds
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A snapshot of one job, as :meth:`JobStore.get` and :meth:`JobStore.create` return it.
 
     ``request`` is the request as stored (JSON: tuples come back as lists, keys as strings).
-    ``value`` is the result of a fulfilled job: ``bytes`` if it was given as bytes, otherwise
+    ``attempts`` counts the attempts begun, the running one included (a running job's first
+    attempt: 1, as its worker numbers it); resolving a job by id (``JobStore.fulfill``) is not an
+    attempt. ``value`` is the result of a fulfilled job: ``bytes`` if it was given as bytes, otherwise
     the JSON value it was given as. ``error`` is the last failure's text (for a cancelled job,
     the reason). ``history`` lists the earlier lives of a job that was retried after it failed
     or was cancelled (oldest first), each a dict with ``state``, ``attempts``, ``error`` and
     ``finished_at``. For a final job whose ``waiting`` targets have not all been delivered to,
     ``delivery_attempts`` counts the deliveries that left targets waiting (they are retried with
     backoff, without limit, until a notifier delivers or ``unqueue`` removes them) and
-    ``delivery_error`` is the last one's error.
+    ``delivery_error`` is the last one's error. ``attempt_errors`` lists how each failed
+    attempt of the job's current life ended (oldest first; the last 10, each cut to 4 KiB), as
+    RQ's and Celery's per-execution results would: a retried job shows every attempt's error,
+    not only the last (which ``error`` also holds, whole). A life ended by ``retry`` keeps only
+    its last error, in ``history``.
     """
 
     id: str
@@ -96,6 +113,7 @@ class Job:
     cancel_requested: bool = False  # a running job that was asked to stop
     delivery_attempts: int = 0  # final, targets waiting: deliveries so far that left them waiting
     delivery_error: str | None = None  # ... and the last one's error
+    attempt_errors: tuple[AttemptError, ...] = field(default=())  # each failed attempt's, oldest first
 
     def result(self) -> Any:
         """The value of a fulfilled job; raises :class:`JobFailed` (with the error) for a failed
@@ -123,6 +141,7 @@ class Job:
         doc["history"] = list(self.history)
         doc["progress"] = None if self.progress is None else asdict(self.progress)
         doc["logs"] = [asdict(line) for line in self.logs]
+        doc["attempt_errors"] = [asdict(e) for e in self.attempt_errors]
         return doc
 
 
@@ -146,6 +165,10 @@ class Record:
     committed_by: str | None = None
     timeout: float | None = None  # seconds one attempt may run
     history: tuple[dict[str, Any], ...] = ()  # earlier lives (see Job)
+    # Errors of the attempts that were retried, oldest first: {"attempt", "at", "error"} each, at
+    # most MAX_ATTEMPT_ERRORS. A final failure's error is the record's ``error``, not listed here
+    # (it is written on the result line, whose fields are fixed: see FORMAT.md).
+    attempt_errors: tuple[dict[str, Any], ...] = ()
     # The request already serialised (create has it): spares serialising it a second time.
     request_json: bytes | None = field(default=None, compare=False, repr=False)
 
@@ -167,6 +190,8 @@ class Record:
             "timeout": self.timeout,
             "history": list(self.history),
         }
+        if self.attempt_errors:  # optional: files without it read as an empty list
+            doc["attempt_errors"] = list(self.attempt_errors)
         if self.request_json is not None:  # "request" comes last either way
             return dumps(doc, what="job record")[:-1] + b',"request":' + self.request_json + b"}\n"
         doc["request"] = self.request
@@ -226,7 +251,7 @@ class Record:
         try:
             rec = cls(
                 id=check_job_id(doc["id"]),
-                queue=check_queue(doc["queue"]),
+                queue=check_queue_name(doc["queue"]),
                 priority=_int(doc["priority"], "priority", MIN_PRIORITY, MAX_PRIORITY),
                 request=doc["request"],
                 created_at=_num(doc["created_at"], "created_at"),
@@ -240,6 +265,7 @@ class Record:
                 committed_by=_opt_str(doc.get("committed_by"), "committed_by"),
                 timeout=_opt_seconds(doc.get("timeout"), "timeout"),
                 history=_history(doc.get("history")),
+                attempt_errors=_attempt_errors(doc.get("attempt_errors")),
             )
         except KeyError as exc:
             raise ValueError(f"missing field {exc.args[0]!r}") from None
@@ -250,13 +276,30 @@ class Record:
         return Parsed(rec, state, complete, complete < len(data))
 
     def snapshot(self, state: JobState, waiting: tuple[Any, ...] = (), **extra: Any) -> Job:
+        # The file counts attempts that ended; a user counts attempts begun, so a running job's
+        # attempt is included (as its worker numbers it). RACE: an active file whose holder has
+        # appended its result line but not yet renamed it already counts that attempt, and shows
+        # one more for the instant until the rename (or, after a crash, until recovery).
+        begun = self.attempts + 1 if state is JobState.ACTIVE else self.attempts
         return Job(
             id=self.id, state=state, queue=self.queue, priority=self.priority,
-            request=self.request, attempts=self.attempts, max_attempts=self.max_attempts,
+            request=self.request, attempts=begun, max_attempts=self.max_attempts,
             created_at=self.created_at, run_at=self.not_before, value=self.value,
             error=self.error, finished_at=self.finished_at, waiting=waiting,
-            timeout=self.timeout, history=self.history, **extra,
+            timeout=self.timeout, history=self.history, attempt_errors=self._errors_shown(state), **extra,
         )
+
+    def with_failed_attempt(self, attempt: int, at: float, error: str) -> tuple[dict[str, Any], ...]:
+        """``attempt_errors`` with this attempt's error added (the last MAX_ATTEMPT_ERRORS kept)."""
+        entry = {"attempt": attempt, "at": at, "error": attempt_error_text(error)}
+        return (*self.attempt_errors, entry)[-MAX_ATTEMPT_ERRORS:]
+
+    def _errors_shown(self, state: JobState) -> tuple[AttemptError, ...]:
+        shown = [AttemptError(e["attempt"], e["at"], e["error"]) for e in self.attempt_errors]
+        if state is JobState.FAILED and self.error is not None and self.attempts > 0:
+            # The final failure: its error is on the result line, as the record's ``error``.
+            shown.append(AttemptError(self.attempts, self.finished_at or 0.0, attempt_error_text(self.error)))
+        return tuple(shown[-MAX_ATTEMPT_ERRORS:])
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,15 +375,11 @@ def _opt_value(doc: Any) -> Any:
 
 
 def _int(v: Any, name: str, lo: int, hi: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
-    return v
+    return integer(v, name, at_least=lo, at_most=hi, error=ValueError)
 
 
 def _num(v: Any, name: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e11:
-        raise ValueError(f"{name} must be a timestamp, got {v!r}")
-    return float(v)
+    return number(v, f"{name} (a timestamp)", at_least=0, below=1e11, error=ValueError)
 
 
 def _opt_num(v: Any, name: str) -> float | None:
@@ -354,11 +393,7 @@ def _opt_str(v: Any, name: str) -> str | None:
 
 
 def _opt_seconds(v: Any, name: str) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < 1e9:
-        raise ValueError(f"{name} must be a positive number of seconds or null, got {v!r}")
-    return float(v)
+    return None if v is None else number(v, f"{name} (seconds, or null)", above=0, below=1e9, error=ValueError)
 
 
 def _history(v: Any) -> tuple[dict[str, Any], ...]:
@@ -367,6 +402,21 @@ def _history(v: Any) -> tuple[dict[str, Any], ...]:
     if not isinstance(v, list) or not all(isinstance(e, dict) for e in v):
         raise ValueError("history must be a list of objects")
     return tuple(v)
+
+
+def _attempt_errors(v: Any) -> tuple[dict[str, Any], ...]:
+    if v is None:
+        return ()
+    if not isinstance(v, list):
+        raise ValueError("attempt_errors must be a list")
+    out = []
+    for e in v[-MAX_ATTEMPT_ERRORS:]:
+        if not isinstance(e, dict) or not isinstance(e.get("error"), str):
+            raise ValueError("an attempt_errors entry must be an object with an error string")
+        out.append({"attempt": integer(e.get("attempt"), "attempt_errors' attempt", at_least=1, error=ValueError),
+                    "at": number(e.get("at"), "attempt_errors' at", at_least=0, error=ValueError),
+                    "error": e["error"]})
+    return tuple(out)
 
 
 def _seq(v: Any) -> str:

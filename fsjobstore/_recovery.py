@@ -24,12 +24,23 @@ from . import _registry as registry
 from . import _syscalls as sc
 from ._control import Control
 from ._core import Core
+from ._deep import deep_pass, job_id_of, note_lost
 from ._errors import StorageError
-from ._layout import ACTIVE_RE, BELL_RE, FINAL_RE, NOTIFY_LOCK_RE, OWNER_RE, TARGET_RE, TMP_RE, token_owner
+from ._layout import (
+    ACTIVE_RE,
+    BELL_RE,
+    FINAL_RE,
+    NOTIFY_LOCK_RE,
+    OWNER_RE,
+    TARGET_RE,
+    TMP_RE,
+    token_owner,
+)
 from ._leases import NotifyLock, break_if_expired
 from ._notify import Notifier
-from ._records import FINAL_STATES, LOST_DATA, LostJobData
+from ._records import FINAL_STATES, LostJobData
 from ._tree import DESTS
+from ._values import time_limit_error
 
 log = logging.getLogger("fsjobstore")
 
@@ -40,7 +51,8 @@ class RecoveryReport:
 
     requeued: int = 0  # claims of dead, expired or overdue holders returned to pending
     failed: int = 0  # ... of which had no attempts left and became final "failed"
-    timed_out: int = 0  # claims taken because their attempt ran past its time limit (counted above too)
+    timed_out: int = 0  # claims taken whose attempt ran past its time limit (counted above too): overrun
+    # by a further lease_duration (even a live holder's), or held by a dead or hung holder
     cancelled: int = 0  # claims of gone holders whose job was to be cancelled: now cancelled
     commits_finished: int = 0  # half-done commits completed from their durable temp file
     duplicates_dropped: int = 0  # leftover copies of a job that exists elsewhere
@@ -50,17 +62,31 @@ class RecoveryReport:
     workers_removed: int = 0  # worker entries of gone workers
     notifications_restored: int = 0
     quarantined: int = 0
-    lost_to_power_loss: int = 0  # empty job files (quarantined): their data never reached the disk
+    # Job files a power cut left without their data (a store made with durable=False): each is
+    # quarantined with the reason, and that job, in whatever state it was (queued, running or
+    # final, its result included), is lost. lost_to_power_loss counts them (also counted in
+    # quarantined); lost_ids names them, the first MAX_LOST_IDS of one pass.
+    lost_to_power_loss: int = 0
+    lost_ids: tuple[str, ...] = ()
 
 
-def new_counts() -> dict[str, int]:
+class Counts(dict[str, int]):
+    """The counters of one pass, and the ids of the jobs it found lost to a power cut
+    (``_deep.note_lost`` fills both)."""
+
+    def __init__(self) -> None:
+        super().__init__({f.name: 0 for f in dataclasses.fields(RecoveryReport) if f.name != "lost_ids"})
+        self.lost_ids: list[str] = []
+
+
+def new_counts() -> Counts:
     """Zeroed counters, one per :class:`RecoveryReport` field."""
-    return {f.name: 0 for f in dataclasses.fields(RecoveryReport)}
+    return Counts()
 
 
 def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | None = False) -> RecoveryReport:
     """One pass of every repair. ``deep`` also looks for jobs a power cut emptied, in stores
-    that do not fsync (it reads the size of every queued job: done by every explicit
+    that do not fsync (it reads the size of every job file: done by every explicit
     ``recover()``, and with None once per boot of the host by the first process that pulls)."""
     counts = new_counts()
     me = core.owner_id()
@@ -68,8 +94,8 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     # What the store promises decides, not what this process does: a process that fsyncs in a
     # store that does not still meets the files others wrote without fsync.
     emptiable = not core.settings.store_durable
-    if emptiable and deep is not False:  # None: a process's first pass, deep once per boot (_deep_pass)
-        _deep_pass(core, counts, explicit=deep is True)
+    if emptiable and deep is not False:  # None: a process's first pass, deep once per boot (_deep.deep_pass)
+        deep_pass(core, counts, explicit=deep is True)
     overdue = _sweep_deadlines(core, notifier, control, me, counts)
     _sweep_active(core, notifier, control, me, overdue, counts)
     _sweep_tmp(core, me, counts)
@@ -78,7 +104,7 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     counts["workers_removed"] += registry.sweep(core, me)
     _sweep_targets(core, notifier, counts)
     _sweep_cancels(core, control)
-    return RecoveryReport(**counts)
+    return RecoveryReport(**counts, lost_ids=tuple(counts.lost_ids))
 
 
 def _gone(core: Core, owner: str) -> bool:
@@ -108,7 +134,8 @@ def _sweep_deadlines(core: Core, notifier: Notifier, control: Control, me: str,
             continue  # its own runtime ends it first; our own threads are watched by our runtime
         before = counts["requeued"] + counts["failed"]
         take_over(core, notifier, control, os.path.join(core.layout.active, names[0]), job_id, token,
-                  names[0].rsplit(".", 1)[1], f"it ran {now - due:.0f} s past its time limit", counts)
+                  names[0].rsplit(".", 1)[1], f"it ran {now - due:.0f} s past its time limit", counts,
+                  timed_out=True)
         counts["timed_out"] += counts["requeued"] + counts["failed"] - before
     return passed
 
@@ -129,15 +156,24 @@ def _sweep_active(core: Core, notifier: Notifier, control: Control, me: str, ove
         if status == "alive":
             continue
         why = "its process exited" if status == "dead" else "its heartbeat stopped"
-        if (m["id"], m["token"]) in overdue:
-            why = f"it ran past its time limit and {why}"  # a worker runtime killed it for that
-        take_over(core, notifier, control, path, m["id"], m["token"], m["kind"], why, counts)
+        # Past its deadline, a dead holder was most likely killed for it by its worker runtime
+        # (processes mode): a time-out, told as the thread runtime tells one.
+        timed_out = (m["id"], m["token"]) in overdue
+        before = counts["requeued"] + counts["failed"]
+        take_over(core, notifier, control, path, m["id"], m["token"], m["kind"], why, counts, timed_out=timed_out)
+        if timed_out:
+            counts["timed_out"] += counts["requeued"] + counts["failed"] - before
 
 
 def take_over(core: Core, notifier: Notifier, control: Control, path: str, job_id: str, old_token: str,
-              kind: str, why: str, counts: dict[str, int]) -> None:
+              kind: str, why: str, counts: dict[str, int], *, timed_out: bool = False) -> None:
     """Fence out the old holder with a rename, then finish its commit or requeue the job (or,
     if its cancellation was requested, end it cancelled).
+
+    ``why`` says what happened to the holder; ``timed_out``: its attempt's deadline has passed,
+    so the attempt's error is the time-out's (``TimeLimitExceeded: ...``), whatever ended the
+    holder. A time-out or a cancel is what a worker runtime does on purpose (it kills the child
+    running the attempt), so it is logged at INFO and says so; a crash or a hang is a WARNING.
 
     A fault (StorageError) before anything is published hands the entry back under its old
     name, so the next pass (ours or anyone's) tries again; after publishing, only our fenced
@@ -149,9 +185,18 @@ def take_over(core: Core, notifier: Notifier, control: Control, path: str, job_i
         sc.rename(path, mine)
     except FileNotFoundError:
         return  # another recoverer, or the holder itself, got there first
-    log.info("taking over job %s from %s: %s", job_id, old_token, why)
+    cancel = control.cancel_reason(job_id)  # read after the fence: a later request is too late
+    if cancel is not None:
+        log.info("job %s was cancelled (%s): ending it cancelled, taking it over from %s (%s)",
+                 job_id, cancel, old_token, why)
+    elif timed_out:
+        log.info("job %s ran past its time limit: taking it over from %s (%s); the attempt failed",
+                 job_id, old_token, why)
+    else:
+        log.warning("taking over job %s from %s: %s", job_id, old_token, why)
     try:
-        _taken_over(core, notifier, control, mine, job_id, old_token, kind, why, token, counts)
+        _taken_over(core, notifier, control, mine, job_id, old_token, kind, why, token, counts,
+                    cancel=cancel, timed_out=timed_out)
     except StorageError as exc:
         if exc.applied:
             core.drop(mine)
@@ -164,7 +209,8 @@ def take_over(core: Core, notifier: Notifier, control: Control, path: str, job_i
 
 
 def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job_id: str, old_token: str,
-                kind: str, why: str, token: str, counts: dict[str, int]) -> None:
+                kind: str, why: str, token: str, counts: dict[str, int], *, cancel: str | None,
+                timed_out: bool) -> None:
     tree, lay = core.tree, core.layout
     if kind in ("commit", "recover") and _finish_commit(core, notifier, job_id, old_token, mine, counts):
         return
@@ -189,18 +235,18 @@ def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job
     # its record line into a fresh file, so the tail never reaches the queue.
     record = parsed.record
     attempts = record.attempts + 1
-    cancel = control.cancel_reason(job_id)
+    error = time_limit_error(attempts, record.timeout) if timed_out else f"attempt {attempts} lost: {why}"
     if cancel is not None:
         new = dataclasses.replace(record, attempts=attempts, error=cancel, committed_by=token,
                                   finished_at=core.wall(), not_before=None)
         dest = "cancelled"
     elif attempts >= record.max_attempts:
-        new = dataclasses.replace(record, attempts=attempts, error=f"attempt {attempts} lost: {why}",
+        new = dataclasses.replace(record, attempts=attempts, error=error,
                                   committed_by=token, finished_at=core.wall(), not_before=None)
         dest = "failed"
     else:
-        new = dataclasses.replace(record, attempts=attempts, error=f"attempt {attempts} lost: {why}",
-                                  committed_by=token, not_before=None)
+        new = dataclasses.replace(record, attempts=attempts, error=error, committed_by=token, not_before=None,
+                                  attempt_errors=record.with_failed_attempt(attempts, core.wall(), error))
         dest = "pending"
     tmp = lay.commit_tmp_path(token, job_id, dest)
     try:
@@ -268,88 +314,7 @@ def _quarantine_job(core: Core, path: str, reason: str, exc: Exception, counts: 
     if core.tree.quarantine(path, reason):
         counts["quarantined"] += 1
         if isinstance(exc, LostJobData):
-            counts["lost_to_power_loss"] += 1
-
-
-def _boot_marker(core: Core) -> str:
-    """``control/boot-<id>``: this boot's deep pass was made. A power cut means a boot, so one
-    deep pass per boot finds what it emptied; every later process skips it."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            boot = fh.read().strip().replace("-", "")
-    except OSError:
-        boot = "unknown"  # no boot id: never marked, so every first pass is deep
-    return os.path.join(core.layout.control, f"boot-{boot[:32]}")
-
-
-def _deep_pass(core: Core, counts: dict[str, int], *, explicit: bool) -> None:
-    """Make the deep pass: always when ``explicit``, else once per boot of this host. The
-    process making it holds ``control/boot.lock`` (flock) meanwhile, and marks the boot only
-    when it is done: workers started together make one pass, not one each (16 children on a
-    10,000-job backlog read 160,000 sizes), and a pass cut short (its process exited or died,
-    or the pass failed) is made again by the next process that starts."""
-    marker = _boot_marker(core)
-    if marker.endswith("-unknown"):  # no boot id: nothing to mark, so every first pass is deep
-        _sweep_emptied(core, counts)
-        return
-    if not explicit and sc.lexists(marker):
-        return  # made since this host booted
-    lock = _sweep_lock(core)
-    if lock is None and not explicit:
-        return  # another process is making it right now
-    try:
-        if not explicit and sc.lexists(marker):
-            return  # made while we waited for the lock
-        _sweep_emptied(core, counts)
-        _mark_boot(core, marker)
-    finally:
-        if lock is not None and lock != _NO_LOCK:
-            sc.close_read(lock)  # releases the flock
-
-
-_NO_LOCK = -1  # control/boot.lock cannot be opened (a read-only control/): sweep without it
-
-
-def _sweep_lock(core: Core) -> int | None:
-    """A descriptor holding ``control/boot.lock`` (flock); None if another process holds it;
-    ``_NO_LOCK`` if it cannot be opened or locked. Where locks do not exclude (some network
-    filesystems), two processes may both make the pass: it is idempotent, only repeated."""
-    flags = os.O_RDWR | os.O_CREAT | fs.O_NOFOLLOW | fs.O_CLOEXEC
-    try:
-        fd = sc.open(os.path.join(core.layout.control, "boot.lock"), flags, core.tree.perms.file_mode)
-    except OSError:
-        return _NO_LOCK
-    try:
-        if sc.try_lock(fd):
-            return fd
-        held = True
-    except OSError:
-        held = False
-    sc.close_read(fd)
-    return None if held else _NO_LOCK
-
-
-def _mark_boot(core: Core, marker: str) -> None:
-    for name in fs.scan_names(core.layout.control):
-        if name.startswith("boot-") and name != os.path.basename(marker):  # earlier boots' markers
-            fs.unlink_quietly(os.path.join(core.layout.control, name))
-    with contextlib.suppress(OSError):
-        fs.touch(marker, core.tree.perms.file_mode)
-
-
-def _sweep_emptied(core: Core, counts: dict[str, int]) -> None:
-    """Queued jobs whose files a power cut left empty (the rename reached the disk, the data
-    did not): quarantine them now with the reason, rather than let a worker trip on each."""
-    lay = core.layout
-    dirs = [lay.pending_dir(q) for q in fs.scan_names(lay.pending) if fs.is_real_dir(lay.pending_dir(q))]
-    dirs.append(lay.scheduled)
-    for directory in dirs:
-        for name in fs.scan_names(directory):
-            path = os.path.join(directory, name)
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                if sc.lstat(path).st_size == 0 and core.tree.quarantine(path, f"job file is empty: {LOST_DATA}"):
-                    counts["quarantined"] += 1
-                    counts["lost_to_power_loss"] += 1
+            note_lost(counts, job_id_of(os.path.basename(path)))
 
 
 # == what gone processes left =======================================================================

@@ -29,6 +29,7 @@ from ._core import Core
 from ._errors import InvalidRequest, LeaseLost
 from ._layout import RUN_RE
 from ._records import LogLine, Progress
+from ._values import number
 
 LOG_CAP = 256 * 1024  # bytes per attempt; past it the oldest log lines go (and are counted)
 LINE_CAP = 8 * 1024  # characters of one log line; longer ones are cut
@@ -48,12 +49,9 @@ class RunLog:
         self._mutex = threading.Lock()
 
     def progress(self, done: Any, total: Any, message: Any) -> None:
-        for name, value in (("done", done), ("total", total)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                      or value != value or value in (float("inf"), float("-inf"))):
-                raise InvalidRequest(f"{name} must be a finite number, got {value!r}")
-        if done is None:
-            raise InvalidRequest("done must be a finite number, got None")
+        number(done, "done")
+        if total is not None:
+            number(total, "total")
         if message is not None and not isinstance(message, str):
             raise InvalidRequest(f"message must be a str or None, not {type(message).__name__}")
         doc = {"at": self._core.wall(), "progress": {"done": done, "total": total, "message": _cut(message)}}

@@ -26,6 +26,7 @@ from . import _syscalls as sc
 from ._codec import dumps
 from ._errors import InvalidRequest, StoreFormatError, StoreNotFound, UntrustedStore
 from ._layout import FORMAT_VERSION, MARKER, Layout
+from ._values import integer
 
 log = logging.getLogger("fsjobstore")
 
@@ -117,8 +118,7 @@ def _read_marker(layout: Layout) -> dict[str, Any] | None:
 
 def _config(layout: Layout, doc: dict[str, Any], durable: bool | None) -> StoreConfig:
     version = doc.get("format")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise StoreFormatError(f"{layout.marker} names no format version ({version!r})")
+    version = integer(version, f"the format version in {layout.marker}", at_least=1, error=StoreFormatError)
     if version > FORMAT_VERSION:
         raise StoreFormatError(
             f"{layout.root} holds a format {version} store, made by a newer fsjobstore; this one reads "
@@ -129,8 +129,8 @@ def _config(layout: Layout, doc: dict[str, Any], durable: bool | None) -> StoreC
         raise StoreFormatError(f"{layout.marker} has no durable setting")
     group = doc.get("group")
     gid = group.get("gid") if isinstance(group, dict) else None
-    if group is not None and (isinstance(gid, bool) or not isinstance(gid, int)):
-        raise StoreFormatError(f"{layout.marker} has a malformed group: {group!r}")
+    if group is not None:
+        integer(gid, f"the group's gid in {layout.marker}", at_least=0, error=StoreFormatError)
     created = doc.get("created_at")
     return StoreConfig(
         format=version,

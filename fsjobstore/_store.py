@@ -1,8 +1,13 @@
-"""JobStore: the public face of a store. Each method checks its arguments and delegates.
+"""JobStore: the public face of a store. Every method checks its arguments first (bad input
+raises before anything changes); most then delegate.
 
 What happens on disk lives one layer down: ``_create`` (new jobs), ``_work`` (claims and
-commits), ``_notify`` (targets and notifier leases), ``_recovery`` (repairs), ``_heart`` (the
-background thread), all sharing one ``_core.Core``.
+commits), ``_byid`` (fulfil, cancel and retry by id), ``_notify`` (targets and notifier leases),
+``_recovery`` (repairs), ``_stats`` (counts), ``_heart`` (the background thread), all sharing one
+``_core.Core``. Some work is done here, because it only combines those: ``__init__`` assembles
+the settings and the parts; ``create`` builds the job's record before ``_create`` publishes it;
+``get`` reads a job's file, targets, run log and notify entry into one snapshot, and quarantines
+a file it cannot read.
 """
 
 from __future__ import annotations
@@ -13,53 +18,47 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from . import _fsops as fs
 from . import _registry as registry
 from ._byid import ById
-from ._codec import canonical, check_job_id, check_queue
+from ._codec import canonical, check_job_id, check_queue_name
 from ._control import Control
 from ._core import Core, Settings
 from ._create import publish_new
 from ._errors import CorruptJob, InvalidRequest, JobNotFound, ValueTooLarge, WaitTimeout
 from ._handles import NotificationLease, OnCompromised, WorkLease
 from ._heart import Heart
-from ._layout import MAX_PRIORITY, MIN_PRIORITY, PENDING_RE, Layout
+from ._layout import MAX_PRIORITY, MIN_PRIORITY, Layout
 from ._notify import Notifier
 from ._records import Job, JobState, Record
 from ._recovery import RecoveryReport, recover
 from ._registry import WorkerInfo
 from ._runs import read_runs
 from ._skeleton import open_skeleton
+from ._stats import StoreStatistics, statistics
 from ._tree import Tree
-from ._values import MAX_ERROR_CHARS, check_timeout, default_backoff, due_time, result_value
+from ._values import (
+    ATTEMPT_ERROR_CHARS,
+    MAX_ATTEMPT_ERRORS,
+    MAX_ERROR_CHARS,
+    MIN_HEARTBEAT_INTERVAL,
+    MIN_LEASE_DURATION,
+    check_timeout,
+    default_backoff,
+    due_time,
+    integer,
+    number,
+    result_value,
+)
 from ._verify import locks_prove_death
 from ._work import Work
 
 log = logging.getLogger("fsjobstore")
 
 _LIVE_STORES: weakref.WeakSet[JobStore] = weakref.WeakSet()
-
-
-@dataclass(frozen=True, slots=True)
-class StoreStatistics:
-    """A snapshot of one store's counts, from a single listing of each directory."""
-
-    pending: int
-    scheduled: int
-    active: int
-    fulfilled: int
-    failed: int
-    cancelled: int
-    notifications: int  # final jobs with targets still waiting
-    quarantined: int
-    pending_by_queue: Mapping[str, int]
-    oldest_pending_age: float | None  # seconds since the oldest pending job was created
-    paused: frozenset[str]  # queues no worker takes jobs from
-    watching: bool  # whether *this process* gets inotify wake-ups (it has waited in a pull)
 
 
 class JobStore:
@@ -80,8 +79,11 @@ class JobStore:
         and directories made by other members are trusted. Only when the store is made; later
         opens may repeat it or leave it out. Without it a store belongs to the user who made it.
     :param lease_duration: seconds without a heartbeat after which another process may take a
-        hung holder's job. A dead holder's jobs are taken at once, whatever this says.
-    :param heartbeat_interval: seconds between heartbeats (default ``lease_duration / 4``).
+        hung holder's job. A dead holder's jobs are taken at once, whatever this says. At least
+        0.5 s: a holder calls itself stalled 0.75 lease after its last beat landed, and a shorter
+        lease leaves too little room for one slow write.
+    :param heartbeat_interval: seconds between heartbeats (default ``lease_duration / 4``; from
+        0.01 s to ``lease_duration / 2``).
     :param max_attempts: default for jobs that do not set their own.
     :param default_timeout: seconds one attempt of a job may run, for jobs created here that do
         not set their own ``timeout`` (None: no limit).
@@ -120,18 +122,23 @@ class JobStore:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        if not lease_duration > 0:
-            raise InvalidRequest(f"lease_duration must be positive, got {lease_duration!r}")
-        heartbeat = lease_duration / 4 if heartbeat_interval is None else heartbeat_interval
-        if not 0 < heartbeat <= lease_duration / 2:
+        lease = number(lease_duration, "lease_duration (seconds)", below=1e9)
+        if lease < MIN_LEASE_DURATION:
+            raise InvalidRequest(f"lease_duration must be positive and at least {MIN_LEASE_DURATION:g} s (the "
+                                 f"shortest lease its heartbeats can keep), got {lease_duration!r}")
+        heartbeat = lease / 4 if heartbeat_interval is None else number(
+            heartbeat_interval, "heartbeat_interval (seconds, or None)")
+        if not MIN_HEARTBEAT_INTERVAL <= heartbeat <= lease / 2:
             # A holder judges itself stalled after 0.75 x lease_duration without a beat, so beats
             # must come well within that, or every beat would look like a stall.
             raise InvalidRequest(
-                f"heartbeat_interval must be positive and at most lease_duration / 2 ({lease_duration / 2}), "
-                f"got {heartbeat!r}"
+                f"heartbeat_interval must be in [{MIN_HEARTBEAT_INTERVAL:g}, lease_duration / 2 ({lease / 2:g})] "
+                f"seconds, got {heartbeat_interval!r}"
             )
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise InvalidRequest(f"max_attempts must be a positive integer, got {max_attempts!r}")
+        max_attempts = integer(max_attempts, "max_attempts", at_least=1, at_most=1_000_000)
+        max_value_bytes = integer(max_value_bytes, "max_value_bytes", at_least=1)
+        max_request_bytes = integer(max_request_bytes, "max_request_bytes", at_least=1)
+        poll_interval = number(poll_interval, "poll_interval (seconds)", at_least=0.001, below=1e9)
         self.default_timeout = check_timeout(default_timeout, "default_timeout")
         if durable is not None and not isinstance(durable, bool):
             raise InvalidRequest(f"durable must be True, False or None, got {durable!r}")
@@ -145,13 +152,15 @@ class JobStore:
         config = open_skeleton(layout, durable=durable, group=group, create=create)
         durable = config.durable if durable is None else durable
         # Worst cases once serialised: a text value doubles ('"' escapes), an error's
-        # characters can take 6 bytes each (\uXXXX); the request was measured serialised.
-        record_cap = 2 * max_value_bytes + max_request_bytes + MAX_ERROR_CHARS * 6 + 65536
+        # characters can take 6 bytes each (\uXXXX), and so can those of each kept attempt
+        # error; the request was measured serialised.
+        errors = MAX_ERROR_CHARS + MAX_ATTEMPT_ERRORS * ATTEMPT_ERROR_CHARS
+        record_cap = 2 * max_value_bytes + max_request_bytes + errors * 6 + 65536
         tree = Tree(layout, durable=durable, record_cap=record_cap, target_cap=max_request_bytes + 4096,
                     perms=config.perms)
         local = locks_prove_death(self.path)  # a local filesystem: locks reach every process, inotify too
         settings = Settings(
-            path=self.path, durable=durable, store_durable=config.durable, lease_duration=float(lease_duration),
+            path=self.path, durable=durable, store_durable=config.durable, lease_duration=lease,
             heartbeat_interval=float(heartbeat), max_attempts=max_attempts, backoff=backoff,
             max_value_bytes=max_value_bytes, max_request_bytes=max_request_bytes,
             poll_interval=poll_interval, watch=watch,
@@ -244,14 +253,10 @@ class JobStore:
         self._check_open()
         core = self._core
         settings = core.settings
-        queue = check_queue(queue)
-        if isinstance(priority, bool) or not isinstance(priority, int) or not (
-            MIN_PRIORITY <= priority <= MAX_PRIORITY
-        ):
-            raise InvalidRequest(f"priority must be an integer in [{MIN_PRIORITY}, {MAX_PRIORITY}], got {priority!r}")
-        attempts_cap = settings.max_attempts if max_attempts is None else max_attempts
-        if isinstance(attempts_cap, bool) or not isinstance(attempts_cap, int) or not 1 <= attempts_cap <= 1_000_000:
-            raise InvalidRequest(f"max_attempts must be an integer in [1, 1000000], got {max_attempts!r}")
+        queue = check_queue_name(queue)
+        priority = integer(priority, "priority", at_least=MIN_PRIORITY, at_most=MAX_PRIORITY)
+        attempts_cap = settings.max_attempts if max_attempts is None else integer(
+            max_attempts, "max_attempts", at_least=1, at_most=1_000_000)
         explicit = job_id is not None
         job_id = check_job_id(job_id) if explicit else uuid.uuid4().hex
         # What is returned is what was stored: a reader of the file gets exactly this request.
@@ -283,7 +288,8 @@ class JobStore:
         ``on_compromised`` is installed before the lease is visible, so no loss is missed.
         """
         self._check_open()
-        names = None if queues is None else [check_queue(q) for q in ([queues] if isinstance(queues, str) else queues)]
+        wanted = [queues] if isinstance(queues, str) else queues
+        names = None if wanted is None else [check_queue_name(q, "queues") for q in wanted]
         return self._core.pull(lambda: self._work.claim(names, on_compromised), timeout)
 
     # == resolving by id ===========================================================================
@@ -364,12 +370,12 @@ class JobStore:
         """Stop every worker on this directory from taking jobs of ``queue`` (running ones go on;
         the queue keeps accepting jobs). Persisted in the store. False if it was paused already."""
         self._check_open()
-        return self._control.pause(check_queue(queue))
+        return self._control.pause(check_queue_name(queue))
 
     def resume(self, queue: str) -> bool:
         """Undo :meth:`pause`; False if the queue was not paused."""
         self._check_open()
-        return self._control.resume(check_queue(queue))
+        return self._control.resume(check_queue_name(queue))
 
     def paused(self) -> frozenset[str]:
         """The queues that are paused."""
@@ -429,8 +435,10 @@ class JobStore:
 
         Every store that pulls also runs it: once before its first pull, then every
         ``lease_duration / 2`` in the background. See FORMAT.md, "Recovery", for each step.
-        ``deep``: in a store that does not fsync, also look for queued jobs a power cut left
-        empty (one stat per queued job: pass False for a periodic pass over a deep backlog)."""
+        ``deep``: in a store that does not fsync, also look for job files a power cut left
+        empty, queued or final (one stat per job file: pass False for a periodic pass over a deep
+        backlog); each is quarantined, counted in ``lost_to_power_loss`` and named in
+        ``lost_ids``."""
         self._check_open()
         return recover(self._core, self._notifier, self._control, deep=deep)
 
@@ -439,34 +447,7 @@ class JobStore:
         jobs with notifications waiting, quarantined files, the age of the oldest pending job,
         and the paused queues. One listing of each directory; cheap enough to call often."""
         self._check_open()
-        lay = self._core.layout
-        by_queue: dict[str, int] = {}
-        oldest: int | None = None
-        for q in fs.scan_names(lay.pending):
-            try:
-                names = [n for n in fs.scan_names(lay.pending_dir(q)) if PENDING_RE.match(n)]
-            except NotADirectoryError:
-                continue  # a file planted where a queue belongs: the next pull quarantines it
-            by_queue[q] = len(names)
-            for n in names:
-                seq = int(n.split(".", 2)[1])
-                oldest = seq if oldest is None else min(oldest, seq)
-        quarantined = sum(1 for n in fs.scan_names(lay.quarantine) if not n.endswith(".reason"))
-        waker = self._core.waker
-        return StoreStatistics(
-            pending=sum(by_queue.values()),
-            scheduled=len(fs.scan_names(lay.scheduled)),
-            active=len(fs.scan_names(lay.active)),
-            fulfilled=len(fs.scan_names(lay.fulfilled)),
-            failed=len(fs.scan_names(lay.failed)),
-            cancelled=len(fs.scan_names(lay.cancelled)),
-            notifications=len(fs.scan_names(lay.notify)),
-            quarantined=quarantined,
-            pending_by_queue=by_queue,
-            oldest_pending_age=None if oldest is None else max(0.0, self._core.wall() - oldest / 1e9),
-            paused=self._control.paused(),
-            watching=bool(waker and waker.watching),
-        )
+        return statistics(self._core, self._control)
 
     def close(self) -> None:
         """Release held leases (giving their jobs back), stop the threads, drop the owner lock."""

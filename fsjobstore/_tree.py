@@ -23,6 +23,7 @@ from ._codec import dumps, loads
 from ._errors import JobNotFound
 from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, TARGET_RE, Layout
 from ._records import FINAL_STATES, LOST_DATA, JobState, LostJobData, Parsed, Record
+from ._values import integer, number
 
 log = logging.getLogger("fsjobstore")
 
@@ -263,13 +264,11 @@ class Tree:
         try:
             doc = loads(fs.read_regular(path, 64 * 1024))
             not_before, attempts, error = doc["not_before"], doc["attempts"], doc.get("error")
-            if isinstance(not_before, bool) or not isinstance(not_before, int | float):
-                raise ValueError("not_before is not a number")
-            if isinstance(attempts, bool) or not isinstance(attempts, int):
-                raise ValueError("attempts is not an integer")
+            due = number(not_before, "not_before", error=ValueError)
+            attempts = integer(attempts, "attempts", at_least=0, error=ValueError)
             if error is not None and not isinstance(error, str):
                 raise ValueError("error is not a string")
-            return NotifyEntry(float(not_before), attempts, error)
+            return NotifyEntry(due, attempts, error)
         except FileNotFoundError:
             return None
         except (fs.Unreadable, ValueError, TypeError, KeyError) as exc:

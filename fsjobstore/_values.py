@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import traceback
 from datetime import datetime, timedelta
@@ -11,6 +12,67 @@ from ._codec import canonical
 from ._errors import InvalidRequest, ValueTooLarge
 
 MAX_ERROR_CHARS = 64 * 1024
+# Each attempt's error is kept in the job's record (Job.attempt_errors): the last
+# MAX_ATTEMPT_ERRORS attempts, each cut to ATTEMPT_ERROR_CHARS, so a job file stays small
+# however often it is retried. The last error is also kept whole (up to MAX_ERROR_CHARS) in ``error``.
+MAX_ATTEMPT_ERRORS = 10
+ATTEMPT_ERROR_CHARS = 4096
+# The shortest lease a store accepts. A holder beats every lease/4 and calls itself stalled
+# (every claim it holds may be taken over) 0.75 lease after the last beat that landed; below
+# half a second that leaves under 375 ms for a beat, which one slow fsync or a loaded 2-core
+# host can exceed, and then healthy workers lose their jobs. The tests' shortest is 0.8 s.
+MIN_LEASE_DURATION = 0.5
+# The shortest heartbeat interval: shorter only spins (a beat is a write to the owner file).
+MIN_HEARTBEAT_INTERVAL = 0.01
+
+
+def number(value: object, what: str, *, at_least: float | None = None, above: float | None = None,
+           below: float | None = None, at_most: float | None = None,
+           error: type[Exception] = InvalidRequest) -> float:
+    """``value`` as a float, if it is a finite real number (not a bool, not NaN, not an
+    infinity) within the bounds given; otherwise raise ``error`` naming ``what``, the bounds and
+    the value. The one numeric check of the store layer: every number a caller or a file hands
+    in goes through it or :func:`integer`."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise error(f"{what} must be a finite number{_bounds(at_least, above, below, at_most)}, got {value!r}")
+    if ((at_least is not None and value < at_least) or (above is not None and value <= above)
+            or (below is not None and value >= below) or (at_most is not None and value > at_most)):
+        raise error(f"{what} must be a number{_bounds(at_least, above, below, at_most)}, got {value!r}")
+    return float(value)
+
+
+def integer(value: object, what: str, *, at_least: int | None = None, at_most: int | None = None,
+            error: type[Exception] = InvalidRequest) -> int:
+    """``value`` if it is an int (not a bool) in [``at_least``, ``at_most``]; else ``error``."""
+    if (isinstance(value, bool) or not isinstance(value, int) or (at_least is not None and value < at_least)
+            or (at_most is not None and value > at_most)):
+        raise error(f"{what} must be an integer{_bounds(at_least, None, None, at_most)}, got {value!r}")
+    return value
+
+
+def _bounds(at_least: float | None, above: float | None, below: float | None, at_most: float | None) -> str:
+    low = _shown(at_least if at_least is not None else above)
+    high = _shown(below if below is not None else at_most)
+    if low is None and high is None:
+        return ""
+    if high is None:
+        return f" >= {low}" if at_least is not None else f" > {low}"
+    if low is None:
+        return f" < {high}" if below is not None else f" <= {high}"
+    return f" in {'[' if at_least is not None else '('}{low}, {high}{')' if below is not None else ']'}"
+
+
+def _shown(bound: float | None) -> str | None:
+    if bound is None:
+        return None
+    return f"{bound:,}" if isinstance(bound, int) else f"{bound:g}"
+
+
+def seconds(value: object, what: str, *, at_least: float | None = None, above: float | None = None,
+            below: float | None = None) -> float:
+    """A number of seconds, given as a number or a ``timedelta``, checked as :func:`number`."""
+    return number(value.total_seconds() if isinstance(value, timedelta) else value, what,
+                  at_least=at_least, above=above, below=below)
 
 
 def default_backoff(attempt: int) -> float:
@@ -24,18 +86,14 @@ def due_time(now: float, delay: float | timedelta | None, run_at: float | dateti
     if delay is not None and run_at is not None:
         raise InvalidRequest("give delay or run_at, not both")
     if delay is not None:
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < 1e9:
-            raise InvalidRequest(f"delay must be a non-negative number of seconds, got {delay!r}")
-        return now + seconds if seconds > 0 else None
+        wait = seconds(delay, "delay (seconds)", at_least=0, below=1e9)
+        return now + wait if wait > 0 else None
     if run_at is not None:
         if isinstance(run_at, datetime):
             if run_at.tzinfo is None:
                 raise InvalidRequest("run_at must be a timezone-aware datetime (naive times are ambiguous)")
             return run_at.timestamp()
-        if isinstance(run_at, bool) or not isinstance(run_at, int | float) or not 0 <= run_at < 1e11:
-            raise InvalidRequest(f"run_at must be epoch seconds or an aware datetime, got {run_at!r}")
-        return float(run_at)
+        return number(run_at, "run_at (epoch seconds, or an aware datetime)", at_least=0, below=1e11)
     return None
 
 
@@ -43,16 +101,19 @@ def check_timeout(value: Any, what: str) -> float | None:
     """A per-attempt time limit: None, or a positive number of seconds (a timedelta too)."""
     if value is None:
         return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < 1e9:
-        raise InvalidRequest(f"{what} must be a positive number of seconds or None, got {value!r}")
-    return float(seconds)
+    return seconds(value, f"{what} (seconds, or None)", above=0, below=1e9)
 
 
 def retry_delay(delay: Any) -> float | None:
-    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0):
-        raise InvalidRequest(f"delay must be a non-negative number of seconds, got {delay!r}")
-    return None if delay is None else float(delay)
+    return None if delay is None else number(delay, "delay (seconds)", at_least=0, below=1e9)
+
+
+def time_limit_error(attempt: int, timeout: float | None) -> str:
+    """The error of an attempt that ran past its time limit: one wording, whoever ended it (the
+    thread runtime's ``WorkLease.time_out``, or recovery after the process runtime killed the
+    attempt's child, or after a live holder overran by a further lease)."""
+    limit = "its time limit" if timeout is None else f"its limit of {timeout:g} s"
+    return f"TimeLimitExceeded: attempt {attempt} ran past {limit}"
 
 
 def result_value(value: Any, cap: int) -> Any:
@@ -69,6 +130,15 @@ def result_value(value: Any, cap: int) -> Any:
     if size > cap:
         raise ValueTooLarge(f"value is {size} bytes; max_value_bytes is {cap}")
     return stored
+
+
+def attempt_error_text(text: str) -> str:
+    """An attempt's error as ``Job.attempt_errors`` keeps it: at most ``ATTEMPT_ERROR_CHARS``,
+    cut in the middle, since a traceback's first lines say where and its last line says what."""
+    if len(text) <= ATTEMPT_ERROR_CHARS:
+        return text
+    head, tail = 1024, ATTEMPT_ERROR_CHARS - 1024 - 40
+    return f"{text[:head]}\n[... {len(text) - head - tail} chars cut ...]\n{text[-tail:]}"
 
 
 def error_text(error: Any) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import threading
@@ -30,7 +31,7 @@ from ._layout import PENDING_RE
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record, result_line
 from ._runs import RunLog
-from ._values import error_text, result_value, retry_delay
+from ._values import error_text, number, result_value, retry_delay, time_limit_error
 
 log = logging.getLogger("fsjobstore")
 
@@ -171,8 +172,9 @@ class Work:
         active = lay.active_path(record.id, token)
         reason = self._control.cancel_reason(record.id)
         if reason is not None and kind not in ("cancel", "withdraw"):
-            asked, kind, payload = kind, "cancel", reason
-            new, dest = self._next_record(record, token, "cancel", payload, False, None)
+            # A job resolved by id ran no attempt here: its cancel counts none either.
+            asked, kind, payload = kind, "withdraw" if kind == "resolve" else "cancel", reason
+            new, dest = self._next_record(record, token, kind, payload, False, None)
             self._commit_final(lease, active, record.id, new.result_bytes(dest), dest)
             log.info("job %s was cancelled while it ran; its %s became the cancel", record.id, asked)
             if asked != "release":
@@ -181,11 +183,13 @@ class Work:
         if kind == "release":
             self._release(lease, active)
             return
-        if kind == "fulfill":
+        if kind in ("fulfill", "resolve"):
             # The usual commit, on every job: its line is written straight from the claimed
-            # record's fields, without building the record it reads back as.
+            # record's fields, without building the record it reads back as. "resolve" is
+            # JobStore.fulfill by id: work done elsewhere, so no attempt of this store's is counted.
             value = result_value(payload, core.settings.max_value_bytes)
-            line = result_line("fulfilled", record.attempts + 1, record.error, core.wall(), token, None, value)
+            attempts = record.attempts + (kind == "fulfill")
+            line = result_line("fulfilled", attempts, record.error, core.wall(), token, None, value)
             self._commit_final(lease, active, record.id, line, "fulfilled")
             return
         new, dest = self._next_record(record, token, kind, payload, retry, delay)
@@ -194,7 +198,13 @@ class Work:
             return
         tmp = lay.commit_tmp_path(token, record.id, dest)
         fs.unlink_quietly(tmp)  # a failed earlier attempt of this very commit may have left it
-        core.tree.write_new(tmp, new.to_bytes())
+        try:
+            core.tree.write_new(tmp, new.to_bytes())
+        except OSError as exc:
+            if _claim_gone(exc, active):  # a stale handle, and our claim is gone too: lost
+                fs.unlink_quietly(tmp)
+                raise self._lost(lease) from None
+            raise
         lease._committing = True
         committing = lay.active_path(record.id, token, "commit")
         try:
@@ -202,9 +212,11 @@ class Work:
         except FileNotFoundError:
             fs.unlink_quietly(tmp)
             raise self._lost(lease) from None
-        except OSError:
+        except OSError as exc:
             fs.unlink_quietly(tmp)
             lease._committing = False
+            if _claim_gone(exc, active):
+                raise self._lost(lease) from None
             raise
         try:
             core.tree.publish(tmp, new, dest)
@@ -234,6 +246,8 @@ class Work:
         except StorageError as exc:
             if not exc.applied:
                 lease._committing = False  # nothing moved: the lease is still ours
+                if _claim_gone(exc, active):
+                    raise self._lost(lease) from None
                 raise
             self._finish(lease)  # released; only the fsync failed
             core.pending.note_published(record, "pending")
@@ -256,9 +270,11 @@ class Work:
             fs.write_at(active, lease._size, line, durable=core.durable, clean=lease._clean)
         except FileNotFoundError:
             raise self._lost(lease) from None
-        except OSError:
+        except OSError as exc:
             lease._committing = False  # the line was cut back (if it could be): a retry truncates first
             lease._clean = False
+            if _claim_gone(exc, active):
+                raise self._lost(lease) from None
             raise
         try:
             core.tree.publish_final(active, job_id, dest)
@@ -274,6 +290,13 @@ class Work:
             core.tree.quarantine(active, f"a second copy of job {job_id}, which is already final")
             raise self._lost(lease) from None
         except StorageError as exc:
+            if not exc.applied and _claim_gone(exc, active):
+                # RACE: a recoverer on another host moved our claim and the rename met a stale
+                # handle rather than ENOENT: the same as the FileNotFoundError case above.
+                if not self._published_by(lease.token, core.layout.final_path(dest, job_id)):
+                    raise self._lost(lease) from None
+                self._committed_final(lease, job_id, dest)
+                return
             if not exc.applied:
                 # Nothing moved. Cut the line back, durably, so a release or a retry starts clean
                 # and no power cut brings the line back. RACE: if even that fails, the file is
@@ -333,8 +356,9 @@ class Work:
         if retry and attempts < record.max_attempts:
             wait = settings.backoff(attempts) if delay is None else delay
             due = now + wait if wait > 0 else None
-            return dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
-                                       not_before=due), ("scheduled" if due is not None else "pending")
+            return dataclasses.replace(record, attempts=attempts, error=error, committed_by=token, not_before=due,
+                                       attempt_errors=record.with_failed_attempt(attempts, now, error)), (
+                "scheduled" if due is not None else "pending")
         return dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
                                    finished_at=now, not_before=None), "failed"
 
@@ -362,12 +386,11 @@ class Work:
         seconds = lease.timeout if extend is None else extend
         if seconds is None:
             raise InvalidRequest(f"job {lease.id} has no timeout to renew; give extend=seconds")
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < 1e9:
-            raise InvalidRequest(f"extend must be a positive number of seconds, got {extend!r}")
+        limit = number(seconds, "extend (seconds)", above=0, below=1e9)
         with lease._commit_lock:
             if lease.finished or not sc.lexists(self._core.layout.active_path(lease.id, lease.token)):
                 raise LeaseLost(f"the lease on job {lease.id} is no longer held; it cannot be extended")
-            self._limit(lease, float(seconds))
+            self._limit(lease, limit)
 
     def _run_log(self, lease: WorkLease) -> RunLog:
         run = lease._run
@@ -382,8 +405,7 @@ class Work:
         """End an attempt that overran its time limit: a failed attempt (retried or failed as
         usual), committed here so that the late holder's own commit is fenced (LeaseLost).
         False if the lease had ended already."""
-        limit = "its time limit" if lease.timeout is None else f"its limit of {lease.timeout:g} s"
-        text = f"TimeLimitExceeded: attempt {lease.attempt} ran past {limit}"
+        text = time_limit_error(lease.attempt, lease.timeout)
         with lease._commit_lock:
             if lease.finished:
                 return False
@@ -412,3 +434,16 @@ class Work:
                 lease.release()
             except Exception:  # already lost: nothing of ours to give back
                 log.debug("release on close failed for %s", lease.id, exc_info=True)
+
+
+def _claim_gone(exc: OSError, active: str) -> bool:
+    """Whether a commit's failure on the claimed file means the claim is gone: on a network
+    filesystem a file another host renamed away fails with ESTALE (a stale handle) rather than
+    ENOENT. A fresh lookup of the claimed name decides: gone, the lease is lost (LeaseLost);
+    still there, it is a real storage fault (StorageError) and the caller may retry."""
+    if exc.errno not in (errno.ESTALE, errno.ENOENT):
+        return False
+    try:
+        return not sc.lexists(active)
+    except OSError:
+        return False  # the lookup failed too: a fault, not proof that the claim is gone

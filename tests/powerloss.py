@@ -380,6 +380,7 @@ def check_not_durable(log: list[tuple[Any, ...]], snap: Snapshot, base: str) -> 
                               backoff=lambda attempt: 0.0) as store:
                     report = store.recover()
                     lost += report.lost_to_power_loss
+                    problems += [f"{where}: {p}" for p in _emptied_left(store, report)]
                     drained = _drain(store)
                     problems += [f"{where}: {p}" for p in _quarantine_reasons(dest) + drained]
                     problems += [f"{where}: {p}" for p in check_store(os.path.join(dest, "store"), Ctx(), settled=True,
@@ -413,6 +414,19 @@ def _drain(store: JobStore) -> list[str]:
                     problems.append(f"get() of {state}/{name}: {exc}")
             except Exception as exc:
                 problems.append(f"get() of {state}/{name} raised {type(exc).__name__}: {exc}")
+    return problems
+
+
+def _emptied_left(store: JobStore, report: Any) -> list[str]:
+    """recover() reports every job file the cut emptied, in any state (final ones included):
+    none may be left for a get() or a claim to trip on, and each is named in lost_ids."""
+    jobs = os.path.join(store.path, "jobs")
+    dirs = [os.path.join(jobs, "pending", q) for q in _ls_names(os.path.join(jobs, "pending"))]
+    dirs += [os.path.join(jobs, d) for d in ("scheduled", "active", "fulfilled", "failed", "cancelled")]
+    problems = [f"recover() left an emptied job file: {os.path.relpath(os.path.join(d, n), store.path)}"
+                for d in dirs for n in _ls_names(d) if os.path.getsize(os.path.join(d, n)) == 0]
+    if len(report.lost_ids) != report.lost_to_power_loss:
+        problems.append(f"lost_ids {report.lost_ids} does not name the {report.lost_to_power_loss} lost job(s)")
     return problems
 
 

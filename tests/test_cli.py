@@ -134,7 +134,8 @@ def test_a_bad_queue_name_is_called_a_queue_name(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
     assert cli("init", root).returncode == 0
     done = cli("pause", root, "a/b")
-    assert done.returncode == 2 and done.stderr.startswith("fsjobstore: InvalidQueueName: queue name 'a/b'")
+    assert done.returncode == 2
+    assert done.stderr.startswith("fsjobstore: InvalidQueueName: queue 'a/b' is not a queue name")
 
 
 def test_verify_peer_says_what_it_waits_for_and_leaves_nothing_when_no_leader_came(tmp_path: Path) -> None:
@@ -195,3 +196,66 @@ def test_create_says_when_it_made_the_store_so_a_typo_in_dir_shows(tmp_path: Pat
     assert first.returncode == 0 and first.stderr == f"fsjobstore: made a new store at {root}\n"
     second = cli("create", root, '{"n": 2}')
     assert second.returncode == 0 and second.stderr == "" and len(second.stdout.strip()) == 32
+
+
+# == `fsjobstore get`: how a job is shown (the store helper's block, issue 19) ======================
+def test_get_shows_a_running_job_on_the_attempt_its_worker_is_on(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    with JobStore(root) as store:
+        job = store.create({"n": 1})
+        lease = store.pull_work()
+        assert lease is not None and lease.attempt == 1
+        assert store.get(job.id).attempts == 1  # attempts begun, the running one included
+        text = cli("get", root, job.id)
+        assert text.returncode == 0 and "attempts  attempt 1 of 3, running" in text.stdout
+        assert json.loads(cli("get", root, job.id, "--json").stdout)["attempts"] == 1
+        lease.fulfill("ok")
+        assert store.get(job.id).attempts == 1
+
+
+def test_get_shows_a_job_fulfilled_by_hand_as_having_run_no_attempt(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    with JobStore(root) as store:
+        job = store.create({"n": 1})
+        store.fulfill(job.id, "done elsewhere")
+        assert store.get(job.id).attempts == 0
+    text = cli("get", root, job.id)
+    assert text.returncode == 0 and "attempts  0 of 3" in text.stdout
+
+
+def test_get_says_how_many_earlier_log_lines_it_left_out(tmp_path: Path, capsys: object) -> None:
+    from fsjobstore._cli._render import print_job
+    root = str(tmp_path / "s")
+    with JobStore(root) as store:
+        job = store.create({"n": 1})
+        lease = store.pull_work()
+        assert lease is not None
+        for i in range(25):
+            lease.log(f"line {i}")
+        print_job(store.get(job.id))
+        out = capsys.readouterr().out  # type: ignore[attr-defined]
+        assert "... 15 earlier lines (see --json)" in out
+        assert "[1] line 15" in out and "[1] line 24" in out and "line 14\n" not in out
+        lease.fulfill("ok")
+        short = store.create({"n": 2})
+        lease = store.pull_work()
+        assert lease is not None
+        lease.log("only")
+        print_job(store.get(short.id))
+        assert "earlier" not in capsys.readouterr().out  # type: ignore[attr-defined]
+
+
+def test_get_shows_every_failed_attempts_error_in_text_and_json(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    with JobStore(root, backoff=lambda a: 0.0) as store:
+        job = store.create({"n": 1})
+        for n in (1, 2):
+            lease = store.pull_work()
+            assert lease is not None
+            lease.fail(f"Traceback ...\nValueError: bad input {n}")
+    text = cli("get", root, job.id)
+    assert text.returncode == 0
+    assert "ValueError: bad input 1" in text.stdout and "attempt 2 (" in text.stdout
+    doc = json.loads(cli("get", root, job.id, "--json").stdout)
+    assert [e["attempt"] for e in doc["attempt_errors"]] == [1, 2]
+    assert doc["attempt_errors"][0]["error"] == "Traceback ...\nValueError: bad input 1"

@@ -89,13 +89,16 @@ def test_the_public_api_is_exactly_all() -> None:
     missing = sorted(exported - set(fsjobstore.__all__))
     assert missing == [], f"public but not in __all__: {missing}"
     assert set(fsjobstore.__all__) == {
-        "FORMAT_VERSION", "MAX_PRIORITY", "MIN_PRIORITY", "CorruptJob", "InvalidJobId", "InvalidName",
+        "FORMAT_VERSION", "MAX_PRIORITY", "MIN_PRIORITY", "AttemptError", "CorruptJob", "Deliverer",
+        "InvalidJobId", "InvalidName",
         "InvalidQueueName", "InvalidRequest",
         "InvalidState", "Job", "JobCancelled", "JobContext", "JobExists", "JobFailed", "JobNotFound", "JobState",
         "JobStore", "JobStoreError", "LeaseLost", "LogLine", "NotificationLease", "Progress", "RecoveryReport",
+        "RunSummary",
         "StorageError", "StorageFull", "StoreClosed", "StoreFormatError", "StoreNotFound", "StoreStatistics",
         "UntrustedStore", "ValueTooLarge", "VerifyCheck", "VerifyReport", "WaitTimeout", "WorkLease", "Worker",
-        "WorkerFailing", "WorkerInfo", "__version__", "default_backoff", "verify", "verify_across_hosts",
+        "WorkerFailing", "WorkerInfo", "__version__", "check_queue_name", "default_backoff", "verify",
+        "verify_across_hosts",
     }, "the public API changed: update this list (and the README's API table) on purpose"
 
 

@@ -249,3 +249,16 @@ def test_a_hung_notifier_whose_owner_file_was_cleaned_up_loses_its_lock_where_lo
     taken.done(["t"])
     with pytest.raises(LeaseLost):
         note.done(["t"])
+
+
+def test_releasing_a_notification_hands_it_back_untouched(open_store: Callable[..., JobStore]) -> None:
+    wall = FakeWall()
+    s = open_store(wall_clock=wall, backoff=lambda attempt: 100.0)
+    job_id, note = _leased_notification(s)
+    note.release()
+    again = s.pull_notification()  # no backoff: it is due at once, as before
+    assert again is not None and again.waiting == ("t",)
+    assert again.attempts == 0  # no delivery attempt was counted
+    again.release()
+    snapshot = s.get(job_id)
+    assert (snapshot.delivery_attempts, snapshot.delivery_error) == (0, None)

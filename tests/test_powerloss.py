@@ -132,3 +132,25 @@ def test_a_commit_the_caller_was_told_failed_is_never_published_by_a_later_power
             assert got.state is JobState.FULFILLED and got.value == "run again", (prefix, mode, got)
         checked += 1
     assert checked >= 3
+
+
+def test_recovery_reports_a_final_job_file_a_power_cut_emptied_and_names_it(tmp_path: object) -> None:
+    import os
+
+    from fsjobstore import JobNotFound, JobStore
+    root = os.path.join(str(tmp_path), "s")
+    with JobStore(root, durable=False) as store:
+        done, queued = store.create("done"), store.create("queued")
+        lease = store.pull_work()
+        assert lease is not None and lease.id == done.id
+        lease.fulfill("v")
+        for path in (os.path.join(root, "jobs", "fulfilled", f"{done.id}.json"),
+                     *(os.path.join(d, n) for d, _, names in os.walk(os.path.join(root, "jobs", "pending"))
+                       for n in names)):
+            os.truncate(path, 0)  # the names reached the disk, the data did not
+        report = store.recover()
+        assert report.lost_to_power_loss == 2 and sorted(report.lost_ids) == sorted([done.id, queued.id])
+        with pytest.raises(JobNotFound):
+            store.get(done.id)  # quarantined with its reason, not a CorruptJob on every read
+        reasons = [n for n in os.listdir(os.path.join(root, "quarantine")) if n.endswith(".reason")]
+        assert len(reasons) == 2

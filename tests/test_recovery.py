@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import die, freeze
+from conftest import FakeWall, die, freeze
 from internals import owner, owner_or_none, temp_path
 
 from fsjobstore import JobState, JobStore, LeaseLost, WorkLease, _fsops, _syscalls, _tree
@@ -515,3 +515,59 @@ def test_cancelling_a_queued_job_that_already_holds_its_result_says_it_is_final_
         got = store.get(job_id)
         assert got.state is JobState.FULFILLED and got.value == "done"
         assert names(store, "quarantine") == []
+
+
+# == what a take-over says (issue 19, item 6) ======================================================
+def _takeover_logs(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records if "taking" in r.getMessage()]
+
+
+def test_a_killed_attempt_past_its_deadline_reads_as_the_same_time_out_as_in_threads_mode(
+        open_store: Callable[..., JobStore], caplog: pytest.LogCaptureFixture) -> None:
+    wall = FakeWall()
+    threads = open_store(wall_clock=wall, backoff=lambda attempt: 0.0)
+    job = threads.create(1, timeout=5, queue="threads")
+    lease = threads.pull_work(queues="threads")
+    assert lease is not None and lease.time_out()  # what the thread runtime does at the deadline
+    told_by_threads = threads.get(job.id).error
+
+    worker, rescuer = open_store(wall_clock=wall), open_store(wall_clock=wall)
+    job = worker.create(1, timeout=5, queue="processes")
+    assert worker.pull_work(queues="processes") is not None
+    wall.advance(6)  # past the limit: the process runtime's supervisor SIGKILLs the child
+    die(worker)
+    with caplog.at_level(logging.INFO, logger="fsjobstore"):
+        report = rescuer.recover()
+    assert (report.requeued, report.timed_out) == (1, 1)
+    got = rescuer.get(job.id)
+    assert got.error == told_by_threads == "TimeLimitExceeded: attempt 1 ran past its limit of 5 s"
+    [(level, message)] = _takeover_logs(caplog)
+    assert level == logging.INFO and f"job {job.id} ran past its time limit" in message
+
+
+def test_a_cancelled_attempt_taken_over_says_it_was_cancelled_at_info(
+        open_store: Callable[..., JobStore], caplog: pytest.LogCaptureFixture) -> None:
+    worker, rescuer = open_store(), open_store()
+    job = worker.create(1)
+    assert worker.pull_work() is not None
+    assert rescuer.cancel(job.id, "no longer needed").state is JobState.ACTIVE  # asked of a live holder
+    die(worker)  # the process runtime kills the child running a cancelled job
+    with caplog.at_level(logging.INFO, logger="fsjobstore"):
+        assert rescuer.recover().cancelled == 1
+    assert rescuer.get(job.id).error == "cancelled: no longer needed"
+    [(level, message)] = _takeover_logs(caplog)
+    assert level == logging.INFO and f"job {job.id} was cancelled" in message
+    assert "its process exited" in message  # what became of the holder, as a detail
+
+
+def test_a_crashed_holder_still_reads_as_a_crash_at_warning(
+        open_store: Callable[..., JobStore], caplog: pytest.LogCaptureFixture) -> None:
+    worker, rescuer = open_store(), open_store()
+    job = worker.create(1, timeout=60)
+    assert worker.pull_work() is not None
+    die(worker)  # long before its deadline
+    with caplog.at_level(logging.INFO, logger="fsjobstore"):
+        assert rescuer.recover().timed_out == 0
+    assert rescuer.get(job.id).error == "attempt 1 lost: its process exited"
+    [(level, message)] = _takeover_logs(caplog)
+    assert level == logging.WARNING and message.endswith("its process exited")

@@ -47,7 +47,7 @@ def print_job(job: Job) -> None:
         ("state", job.state.value),
         ("queue", job.queue),
         ("priority", job.priority),
-        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("attempts", _attempts(job)),
         ("timeout", None if job.timeout is None else f"{job.timeout:g} s per attempt"),
         ("created", when(job.created_at)),
         ("run at", None if job.run_at is None else when(job.run_at)),
@@ -55,15 +55,47 @@ def print_job(job: Job) -> None:
         ("request", json.dumps(job.request, ensure_ascii=False)),
         ("value", value_text(job)),
         ("error", job.error),
+        ("attempt errors", _attempt_errors(job)),
         ("waiting", ", ".join(json.dumps(t, ensure_ascii=False) for t in job.waiting) or None),
         ("delivery", f"{job.delivery_attempts} failed attempt(s), retried with backoff; last error: "
                      f"{job.delivery_error}" if job.delivery_attempts else None),
         ("history", f"{len(job.history)} earlier life(s): see --json" if job.history else None),
         ("cancel", "requested" if job.cancel_requested else None),
         ("progress", None if job.progress is None else _progress(job)),
-        ("log", "\n".join(f"[{line.attempt}] {line.line}" for line in job.logs[-10:]) or None),
+        ("log", _log(job)),
         ("log dropped", job.logs_dropped or None),
     ])
+
+
+LOG_LINES = 10  # the last lines shown; --json has them all
+
+
+def _attempts(job: Job) -> str:
+    """Attempts begun (``Job.attempts``): a running job is on its latest, as its worker says."""
+    if job.state.value == "active":
+        return f"attempt {job.attempts} of {job.max_attempts}, running"
+    return f"{job.attempts} of {job.max_attempts}"
+
+
+def _attempt_errors(job: Job) -> str | None:
+    """One line per failed attempt (its error's last line: what happened); the job's last error
+    is printed whole above, and --json has each in full."""
+    if len(job.attempt_errors) < 2:
+        return None  # none, or only the last one: "error" shows it already
+    return "\n".join(f"attempt {e.attempt} ({when(e.at)}): {_last_line(e.error)}" for e in job.attempt_errors)
+
+
+def _last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else "(no error text)"
+
+
+def _log(job: Job) -> str | None:
+    lines = [f"[{line.attempt}] {line.line}" for line in job.logs[-LOG_LINES:]]
+    if len(job.logs) > LOG_LINES:
+        earlier = len(job.logs) - LOG_LINES
+        lines.insert(0, f"... {earlier} earlier line{'s' if earlier != 1 else ''} (see --json)")
+    return "\n".join(lines) or None
 
 
 def _progress(job: Job) -> str:
