@@ -128,6 +128,20 @@ def test_a_ctrl_c_at_any_early_instant_ends_with_one_line_and_exit_130(tmp_path:
     assert (code, err) in ((130, "fsjobstore: interrupted\n"), (0, "")), err  # or it had finished
 
 
+def test_get_never_imports_the_worker_runtime(tmp_path: Path) -> None:
+    # Passes once `import fsjobstore` leaves the runtime to be imported when used (another part
+    # of issue 19); the command line's part: only worker and notify import it, when they run.
+    root = str(tmp_path / "s")
+    with JobStore(root) as store:
+        job_id = store.create(1).id
+    code = ("import sys; from fsjobstore._cli import main; code = main(sys.argv[1:]); "
+            "print(sorted(m for m in sys.modules if m == 'fsjobstore.worker' or m.startswith('fsjobstore._runtime')))")
+    done = subprocess.run([sys.executable, "-c", code, "get", root, job_id], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
+
+
 @pytest.mark.parametrize("delay", [0, 0.02, 0.05, 0.1, 0.2, 0.4])
 def test_a_ctrl_c_to_a_starting_worker_is_130_while_it_loads_and_a_graceful_stop_once_it_runs(
         tmp_path: Path, delay: float) -> None:

@@ -33,7 +33,8 @@ def add(subparsers: Any) -> None:
     which.add_argument("--handler", metavar="MODULE:FUNCTION", help="the handler for the --queue(s)")
     which.add_argument("--handlers", metavar="MODULE:OBJECT",
                        help="a dict {queue: function} in your module, or a Worker: then its handlers, and its "
-                            "concurrency, mode, grace and name unless the options below are given")
+                            "concurrency, mode, grace and name unless the options below are given (not its "
+                            "queues=: narrow them with --queue)")
     p.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
                    help="a queue to serve (repeat it; default with --handler: 'default'); with --handlers "
                         "it narrows and orders their queues")
