@@ -1,7 +1,9 @@
 """The ``fsjobstore`` command: operate a store from the shell or cron.
 
 It is built on fsjobstore's public API only (a test walks its imports). Every error a user can
-cause ends as one line on stderr and a documented exit code, never a traceback.
+cause ends as one line on stderr and a documented exit code, never a traceback; an error of the
+arguments, whoever finds it, reads as argparse's: the command's usage line, then
+``fsjobstore COMMAND: error: ...``, exit 2.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     A Ctrl-C ends as one line and :data:`INTERRUPTED` whenever it comes: while the command's
     modules load (they are imported in here, not at the top, for that reason), while arguments
-    are parsed, while the store opens or the command runs."""
+    are parsed, while the store opens or the command runs. It leaves SIGINT ignored when it
+    returns, since what follows is the interpreter's exit: call it as a program's last act."""
     try:
         try:
             return _main(argv)
