@@ -103,7 +103,8 @@ def test_verify_of_something_that_is_not_a_writable_directory_is_a_clear_error(t
         done = subprocess.run([sys.executable, "-m", "fsjobstore", "verify", target], capture_output=True,
                               text=True, timeout=60)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-        assert done.stderr.startswith("fsjobstore: InvalidRequest: "), done.stderr
+        assert done.stderr.startswith("usage: fsjobstore verify "), done.stderr  # an error of its arguments
+        assert "\nfsjobstore verify: error: " in done.stderr, done.stderr
 
 
 def test_verify_warns_that_tmpfs_loses_everything_at_a_reboot(tmp_path: Path,

@@ -1,39 +1,34 @@
 """The ``fsjobstore`` command: operate a store from the shell or cron.
 
 It is built on fsjobstore's public API only (a test walks its imports). Every error a user can
-cause ends as one line on stderr and a documented exit code, never a traceback.
+cause ends as one line on stderr and a documented exit code, never a traceback; an error of the
+arguments, whoever finds it, reads as argparse's: the command's usage line, then
+``fsjobstore COMMAND: error: ...``, exit 2.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
-import os
+import signal
 import sys
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from .. import InvalidJobId, InvalidRequest, InvalidState, JobExists, JobNotFound, LeaseLost, StoreNotFound
-from .. import __version__ as version
-from . import _jobs, _process
-from ._args import (
-    ENV_DIR,
-    EXIT_CODES,
-    FAILED,
-    INTERRUPTED,
-    NOT_FOUND,
-    OK,
-    REFUSED,
-    USAGE,
-    Parser,
-    Refused,
-    UsageError,
-    bind,
-)
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
 
-log = logging.getLogger("fsjobstore")
+# The exit code of a Ctrl-C (128 + SIGINT, what a shell shows for a program it killed). Here, not
+# in _args with the others, so that this module imports nothing a Ctrl-C could interrupt: the
+# script `fsjobstore` imports it before main() runs, and everything else loads inside main().
+INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
+    from .. import __version__ as version
+    from . import _jobs, _process
+    from ._args import ENV_DIR, EXIT_CODES, Parser
+
     parser = Parser(
         prog="fsjobstore",
         description="Operate an fsjobstore directory: a job store that lives in a directory.",
@@ -51,6 +46,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The program (the ``fsjobstore`` script and ``python -m fsjobstore``): returns its exit code.
+
+    A Ctrl-C ends as one line and :data:`INTERRUPTED` whenever it comes: while the command's
+    modules load (they are imported in here, not at the top, for that reason), while arguments
+    are parsed, while the store opens or the command runs. It leaves SIGINT ignored when it
+    returns, since what follows is the interpreter's exit: call it as a program's last act."""
+    try:
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+            print("fsjobstore: interrupted", file=sys.stderr)
+            return INTERRUPTED
+        finally:
+            # The command is over and its exit code chosen: a Ctrl-C from here on (the
+            # interpreter's own shutdown) must neither change it nor print a traceback.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except KeyboardInterrupt:
+        # RACE: a second Ctrl-C in the few bytecodes before either signal.signal() above
+        # escapes them; it lands here, before anything was printed, so it is said once.
+        print("fsjobstore: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    import logging
+    import os
+
+    from ._args import OK, REFUSED, USAGE, Refused, UsageError, bind
+
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     sub: argparse.ArgumentParser = args.parser
@@ -62,9 +87,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run_command(args)
         return code
-    except KeyboardInterrupt:
-        print("fsjobstore: interrupted", file=sys.stderr)
-        return INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`fsjobstore get ... --json | head -1`): nothing is wrong with
         # the store. Point stdout at /dev/null so the interpreter's final flush stays quiet.
@@ -74,17 +96,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Refused as exc:
         print(f"fsjobstore {args.command}: refused: {exc}", file=sys.stderr)
         return REFUSED
-    except UsageError as exc:
-        sub.print_usage(sys.stderr)
-        print(f"fsjobstore {args.command}: error: {exc}", file=sys.stderr)
-        return USAGE
     except Exception as exc:  # every other error: one line, and its exit code
-        print(f"fsjobstore: {type(exc).__name__}: {exc}", file=sys.stderr)
-        log.debug("details", exc_info=True)
-        return exit_code(exc)
+        code = USAGE if isinstance(exc, UsageError) else exit_code(exc)
+        if code == USAGE:
+            # What the arguments caused (a bad queue name, a weaker durability, a handler module
+            # that cannot be imported) reads as argparse's own errors do, whoever found it.
+            sub.print_usage(sys.stderr)
+            print(f"fsjobstore {args.command}: error: {exc}", file=sys.stderr)
+        else:
+            print(f"fsjobstore: {type(exc).__name__}: {exc}", file=sys.stderr)
+        logging.getLogger("fsjobstore").debug("details", exc_info=True)
+        return code
 
 
 def exit_code(exc: BaseException) -> int:
+    from .. import InvalidJobId, InvalidRequest, InvalidState, JobExists, JobNotFound, LeaseLost, StoreNotFound
+    from ._args import FAILED, NOT_FOUND, REFUSED, USAGE
+
     if isinstance(exc, JobNotFound | StoreNotFound):
         return NOT_FOUND
     if isinstance(exc, JobExists | InvalidState | LeaseLost):
@@ -92,4 +120,3 @@ def exit_code(exc: BaseException) -> int:
     if isinstance(exc, InvalidRequest | InvalidJobId):
         return USAGE
     return FAILED
-

@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, NoReturn
+
+from . import INTERRUPTED as INTERRUPTED  # 130: kept where main() reads it without importing this module
 
 ENV_DIR = "FSJOBSTORE_DIR"
 
@@ -18,7 +22,6 @@ USAGE = 2  # bad arguments or input: nothing was changed
 NOT_FOUND = 3  # no such job, or no store at that directory
 REFUSED = 4  # the store refused: the id is taken, the job is in the wrong state, the lease was lost
 TIMED_OUT = 5  # wait gave up before the job ended
-INTERRUPTED = 130
 
 EXIT_CODES = f"""exit codes:
   {OK}    success
@@ -33,6 +36,61 @@ EXIT_CODES = f"""exit codes:
 """
 
 Handler = Callable[[argparse.Namespace], int]
+
+SECONDS_MAX = 999_999_999  # the store takes fewer than 1e9 seconds for any delay or time limit (about 31 years)
+MIN_LEASE = 0.5  # below it a heartbeat (lease / 4) would be due every few scheduler ticks of a busy host
+EPOCH_MAX = 99_999_999_999  # the store's bound on run_at (the year 5138)
+
+
+def number(*, low: float, high: float, integer: bool = False, above: bool = False,
+           unit: str = "") -> Callable[[str], Any]:
+    """The one check of every numeric option: argparse's ``type=``. A finite number (an integer
+    when ``integer``) from ``low`` (or ``above`` it) to ``high``; anything else is a usage error
+    that argparse prefixes with the option's name, and that says the range.
+
+    Every option goes through here so that no ``nan``, ``inf`` or out-of-range value reaches the
+    store or the runtime, where ``nan`` compares false to everything and would run forever."""
+    kind = ("an integer" if integer else "a number") + (f" of {unit}" if unit else "")
+    span = f"above {_show(low)} and at most {_show(high)}" if above else f"from {_show(low)} to {_show(high)}"
+
+    def check(text: str) -> int | float:
+        value: int | float
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {kind} {span}, got {text!r}") from None
+        if not math.isfinite(value) or not (value > low if above else value >= low) or value > high:
+            raise argparse.ArgumentTypeError(f"must be {kind} {span}, got {text!r}")
+        return value
+
+    check.__name__ = "number"  # what argparse would name in an error of its own
+    return check
+
+
+def _show(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"  # 999999999, not 1e+09
+
+
+def moment(text: str) -> float | datetime:
+    """``--run-at``: epoch seconds (checked by :func:`number`), or an ISO-8601 time that says its
+    timezone. A naive time is refused, as the API refuses one: which zone it meant is a guess."""
+    try:
+        float(text)
+    except ValueError:
+        pass
+    else:
+        seconds: float = number(low=0, high=EPOCH_MAX, unit="epoch seconds")(text)
+        return seconds
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be an ISO-8601 time with a timezone (2026-12-01T09:30:00+01:00, or ...Z for UTC) "
+            f"or epoch seconds, got {text!r}") from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no timezone, so it is ambiguous: add one (+01:00, or Z for UTC)")
+    return when
 
 
 class Parser(argparse.ArgumentParser):
@@ -91,3 +149,19 @@ def bind(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         parser.error(f"expected {wanted}{hint}; got {len(ns.args)} argument(s)")
     for name, value in zip(names, given, strict=True):
         setattr(ns, name.lower(), value)
+
+
+def no_lock_takeover(p: argparse.ArgumentParser) -> None:
+    """For the commands that take over dead holders' work (worker, notify, recover): what
+    `fsjobstore verify` recommends where locks do not reach every host."""
+    p.add_argument("--no-lock-takeover", dest="lock_takeover", action="store_const", const=False, default=None,
+                   help="open with lock_takeover=False: a free lock does not prove its holder dead, so a holder's "
+                        "work is taken over only after --lease-duration without heartbeats (what `fsjobstore "
+                        "verify` recommends where locks do not reach every host; default: trust locks on local "
+                        "filesystems only)")
+
+
+def store_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``JobStore`` options a command line asked for; None leaves the store's own choice."""
+    return {"durable": False if getattr(args, "no_fsync", False) else None,
+            "lock_takeover": getattr(args, "lock_takeover", None)}

@@ -9,9 +9,34 @@ import json
 import sys
 from typing import Any
 
-from .. import Job, JobState, JobStore, StoreNotFound, WaitTimeout, verify, verify_across_hosts
+from .. import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    Job,
+    JobState,
+    JobStore,
+    StoreNotFound,
+    WaitTimeout,
+    verify,
+    verify_across_hosts,
+)
 from . import _render as render
-from ._args import FAILED, OK, TIMED_OUT, Refused, UsageError, subcommand
+from ._args import (
+    FAILED,
+    OK,
+    SECONDS_MAX,
+    TIMED_OUT,
+    Refused,
+    UsageError,
+    moment,
+    no_lock_takeover,
+    number,
+    store_options,
+    subcommand,
+)
+
+SECONDS = number(low=0, high=SECONDS_MAX, above=True, unit="seconds")  # a time limit, or a wait
+DELAY = number(low=0, high=SECONDS_MAX, unit="seconds")
 
 
 def add(subparsers: Any) -> None:
@@ -25,11 +50,18 @@ def add(subparsers: Any) -> None:
                    help="create a job from a JSON request and print its id (makes the store if DIR is new)",
                    example="""fsjobstore create ./jobs '{"resize": "cat.png"}' --queue images --priority -1""")
     p.add_argument("--queue", default="default", help="the job's queue (default: default)")
-    p.add_argument("--priority", type=int, default=0, help="lower runs sooner (default 0)")
-    p.add_argument("--delay", type=float, default=None, help="seconds before it may run")
-    p.add_argument("--max-attempts", type=int, default=None, help="attempts before it fails for good")
+    p.add_argument("--priority", type=number(low=MIN_PRIORITY, high=MAX_PRIORITY, integer=True), default=0,
+                   help=f"lower runs sooner, {MIN_PRIORITY} to {MAX_PRIORITY} (default 0)")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--delay", type=DELAY, default=None, metavar="S", help="seconds before it may run")
+    when.add_argument("--run-at", type=moment, default=None, metavar="TIME",
+                      help="when it may run: an ISO-8601 time with its timezone (2026-12-01T09:30:00+01:00, "
+                           "or ...Z for UTC; a time without one is refused) or epoch seconds")
+    p.add_argument("--max-attempts", type=number(low=1, high=1_000_000, integer=True), default=None, metavar="N",
+                   help="attempts before it fails for good, 1 to 1000000 (default: the store's)")
     p.add_argument("--id", dest="job_id", default=None, help="choose the job id (an unused one)")
-    p.add_argument("--timeout", type=float, default=None, help="seconds one attempt may run (default: the store's)")
+    p.add_argument("--timeout", type=SECONDS, default=None, metavar="S",
+                   help="seconds one attempt may run (default: the store's)")
     p.add_argument("--notify", action="append", default=[], metavar="TARGET",
                    help="a JSON target to deliver the result to (repeat it); `fsjobstore notify` delivers")
 
@@ -59,7 +91,8 @@ def add(subparsers: Any) -> None:
     p = subcommand(subparsers, "wait", wait, positionals=("ID",), reads=True,
                    help="wait until a job ends and show it; exit 0 if it was fulfilled, 1 if not, 5 on timeout",
                    example="fsjobstore wait ./jobs invoice-7 --timeout 60 --json")
-    p.add_argument("--timeout", type=float, default=None, help="seconds to wait at most (default: forever)")
+    p.add_argument("--timeout", type=DELAY, default=None, metavar="S",
+                   help="seconds to wait at most (default: forever)")
 
     subcommand(subparsers, "pause", pause, positionals=("QUEUE",),
                help="stop every worker from taking jobs of a queue (it still accepts new jobs)",
@@ -73,9 +106,10 @@ def add(subparsers: Any) -> None:
     subcommand(subparsers, "stats", stats, reads=True, help="count jobs per state and queue",
                example="fsjobstore stats ./jobs --json")
 
-    subcommand(subparsers, "recover", recover, reads=True,
-               help="repair what dead or hung processes left behind, and say what was done",
-               example="fsjobstore recover ./jobs")
+    p = subcommand(subparsers, "recover", recover, reads=True,
+                   help="repair what dead or hung processes left behind, and say what was done",
+                   example="fsjobstore recover ./jobs")
+    no_lock_takeover(p)
 
     p = subcommand(subparsers, "verify", verify_command, reads=True, store_options=False,
                    help="self-test the filesystem under DIR (an existing directory); exit 0 if a store is safe there",
@@ -88,17 +122,18 @@ def add(subparsers: Any) -> None:
     side = p.add_mutually_exclusive_group()
     side.add_argument("--wait-for-peer", action="store_true", help="lead a two-host check; wait for a --peer")
     side.add_argument("--peer", action="store_true", help="join the two-host check another host leads")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the other host (default 300)")
+    p.add_argument("--timeout", type=SECONDS, default=300.0, metavar="S",
+                   help="seconds to wait for the other host (default 300)")
 
 
-def open_store(args: argparse.Namespace, *, create: bool = False) -> JobStore:
-    durable = False if getattr(args, "no_fsync", False) else None
+def open_store(args: argparse.Namespace, *, create: bool = False, **more: Any) -> JobStore:
+    options = {**store_options(args), **more}
     try:
-        return JobStore(args.dir, create=False, durable=durable)
+        return JobStore(args.dir, create=False, **options)
     except StoreNotFound:
         if not create:
             raise
-    store = make_store(args.dir, durable=durable)
+    store = make_store(args.dir, **options)
     print(f"fsjobstore: made a new store at {store.path}", file=sys.stderr)  # a typo in DIR shows
     return store
 
@@ -145,7 +180,7 @@ def create(args: argparse.Namespace) -> int:
     request = json_arg(args.request, "request")
     targets = [json_arg(text, "--notify target") for text in args.notify]
     with open_store(args, create=True) as store:
-        job = store.create(request, queue=args.queue, priority=args.priority, delay=args.delay,
+        job = store.create(request, queue=args.queue, priority=args.priority, delay=args.delay, run_at=args.run_at,
                            max_attempts=args.max_attempts, job_id=args.job_id, timeout=args.timeout)
         # RACE: a worker may finish the job before its targets are queued; queue() then indexes
         # the final job for notification at once, so no target misses its result.

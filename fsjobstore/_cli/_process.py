@@ -1,4 +1,7 @@
-"""Commands that run: ``worker`` (handlers from a module of yours) and ``notify`` (deliveries)."""
+"""Commands that run: ``worker`` (handlers from a module of yours) and ``notify`` (deliveries).
+
+The worker runtime is imported inside the commands that run it, not here: the other commands
+(``get``, ``stats``, ...) never load it."""
 
 from __future__ import annotations
 
@@ -7,12 +10,17 @@ import importlib
 import logging
 import os
 import sys
+import sysconfig
 import traceback
+from pathlib import Path
 from typing import Any
 
-from .. import JobStore
-from ..worker import Deliverer, Worker
-from ._args import OK, UsageError, subcommand
+from ._args import MIN_LEASE, OK, SECONDS_MAX, UsageError, no_lock_takeover, number, store_options, subcommand
+
+log = logging.getLogger("fsjobstore.worker")
+
+# What a Worker does when neither it nor an option says otherwise (Worker's own defaults).
+WORKER_DEFAULTS: dict[str, Any] = {"concurrency": 1, "mode": "processes", "grace": 30.0}
 
 
 def add(subparsers: Any) -> None:
@@ -24,41 +32,57 @@ def add(subparsers: Any) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--handler", metavar="MODULE:FUNCTION", help="the handler for the --queue(s)")
     which.add_argument("--handlers", metavar="MODULE:OBJECT",
-                       help="a Worker (its handlers) or a dict {queue: function} in your module")
+                       help="a dict {queue: function} in your module, or a Worker: then its handlers, and its "
+                            "concurrency, mode, grace and name unless the options below are given (not its "
+                            "queues=: narrow them with --queue)")
     p.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
                    help="a queue to serve (repeat it; default with --handler: 'default'); with --handlers "
                         "it narrows and orders their queues")
-    p.add_argument("--concurrency", type=int, default=1, help="jobs at once (default 1)")
-    p.add_argument("--threads", action="store_true", help="run handlers in threads, not child processes")
+    p.add_argument("--concurrency", type=number(low=1, high=1024, integer=True), default=None, metavar="N",
+                   help="jobs at once, 1 to 1024 (default 1)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--threads", dest="mode", action="store_const", const="threads", default=None,
+                      help="run handlers in threads, not child processes")
+    mode.add_argument("--processes", dest="mode", action="store_const", const="processes",
+                      help="run handlers in child processes (the default; overrides a Worker's mode)")
     p.add_argument("--burst", action="store_true", help="stop as soon as no job is due (for cron)")
-    p.add_argument("--max-jobs", type=int, default=None, metavar="N", help="stop after N jobs")
-    p.add_argument("--max-seconds", type=float, default=None, metavar="S", help="stop after S seconds")
-    p.add_argument("--grace", type=float, default=30.0, metavar="S",
+    p.add_argument("--max-jobs", type=number(low=1, high=SECONDS_MAX, integer=True), default=None, metavar="N",
+                   help="stop after N jobs")
+    p.add_argument("--max-seconds", type=number(low=0, high=SECONDS_MAX, above=True, unit="seconds"),
+                   default=None, metavar="S", help="stop after S seconds")
+    p.add_argument("--grace", type=number(low=0, high=SECONDS_MAX, unit="seconds"), default=None, metavar="S",
                    help="seconds running jobs get to finish when stopping (default 30); then they are given back")
     p.add_argument("--name", default=None, help="the name `fsjobstore workers` shows (default host:pid)")
     _lease_duration(p)
+    no_lock_takeover(p)
     _log_level(p)
 
     p = subcommand(subparsers, "notify", notify, help="deliver results to the targets that asked for them",
                    example="fsjobstore notify ./jobs --handler myapp.hooks:deliver --burst",
                    description="Call your deliver(target, note) for every target waiting on a final job; "
                                "a target whose call raises is offered again after a backoff. Runs until "
-                               "stopped, or with --burst until nothing is due (for cron).")
+                               "stopped, or with --burst until nothing is due (for cron). SIGTERM or Ctrl-C "
+                               "stops it once the delivery under way is done.")
     p.add_argument("--handler", required=True, metavar="MODULE:FUNCTION", help="deliver(target, note)")
     p.add_argument("--burst", action="store_true", help="stop as soon as nothing is due")
     _lease_duration(p)
+    no_lock_takeover(p)
     _log_level(p)
 
 
 def _lease_duration(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lease-duration", type=float, default=30.0, metavar="S",
-                   help="seconds without heartbeats before another process may take over this one's jobs "
-                        "(default 30; across hosts at least what `fsjobstore verify --peer` reports, MULTIHOST.md)")
+    p.add_argument("--lease-duration", type=number(low=MIN_LEASE, high=SECONDS_MAX, unit="seconds"), default=30.0,
+                   metavar="S",
+                   help=f"seconds without heartbeats before another process may take over this one's jobs "
+                        f"(default 30, at least {MIN_LEASE:g}; across hosts at least what `fsjobstore verify "
+                        f"--peer` reports, MULTIHOST.md)")
 
 
 def _log_level(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="INFO", type=str.upper,
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO: one line per job")
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="default INFO: one line per job; DEBUG adds tracebacks (of a handler module that "
+                        "cannot be imported, say)")
 
 
 def load(spec: str) -> Any:
@@ -70,12 +94,15 @@ def load(spec: str) -> Any:
         sys.path.insert(0, os.getcwd())  # as `python -m` would: the project you run it from
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"cannot import {module_name!r}: {exc}") from None
-    except Exception as exc:  # the module itself raised while it was imported: say where
-        frames = traceback.extract_tb(exc.__traceback__)
-        where = f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
-        raise UsageError(f"importing {module_name!r} raised {type(exc).__name__}: {exc}{where}") from None
+    except Exception as exc:
+        log.debug("importing %r failed:", module_name, exc_info=exc)  # the whole story, at DEBUG
+        missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise UsageError(f"cannot import {module_name!r}: {exc} (run it from your project's directory, "
+                             "or put the project on PYTHONPATH)") from None
+        # The module itself raised while it was imported (or imported something that is not
+        # there): say where in the user's code, not in the library frame that raised.
+        raise UsageError(f"importing {module_name!r} raised {type(exc).__name__}: {exc}{_where(exc)}") from None
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -84,12 +111,42 @@ def load(spec: str) -> Any:
     return obj
 
 
+def _where(exc: BaseException) -> str:
+    """`` (file, line N)``: the last frame of the traceback that is the user's code, or failing
+    that the last outside the standard library and fsjobstore, or the last one at all."""
+    if isinstance(exc, SyntaxError) and exc.filename:  # the file never ran: no frame of it
+        return f" ({exc.filename}, line {exc.lineno})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    paths = sysconfig.get_paths()
+    library = [paths["stdlib"], paths["platstdlib"], str(Path(__file__).resolve().parent.parent)]
+    installed = [paths["purelib"], paths["platlib"]]
+
+    def outside(frame: traceback.FrameSummary, dirs: list[str]) -> bool:
+        if frame.filename.startswith("<"):  # <frozen os>, <frozen importlib._bootstrap>
+            return False
+        path = os.path.realpath(frame.filename)
+        return not any(path.startswith(os.path.realpath(d) + os.sep) for d in dirs)
+
+    for dirs in (library + installed, library):  # installed packages are the user's only if nothing else is
+        for frame in reversed(frames):
+            if outside(frame, dirs):
+                return f" ({frame.filename}, line {frame.lineno})"
+    return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+
+
 def _configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
 
 
 def worker(args: argparse.Namespace) -> int:
+    from .. import JobStore
+    from ..worker import Worker  # the runtime: loaded only by the commands that run it
+
+    _configure_logging(args.log_level)  # first: an import error of the handler module is logged at DEBUG
+    given = {"concurrency": args.concurrency, "mode": args.mode, "grace": args.grace}
+    base, source = dict(WORKER_DEFAULTS), "default"
     handlers: dict[str, Any]
+    name = args.name
     if args.handler:
         fn = load(args.handler)
         if not callable(fn):
@@ -98,24 +155,38 @@ def worker(args: argparse.Namespace) -> int:
         queues = None
     else:
         obj = load(args.handlers)
-        handlers = dict(obj.handlers) if isinstance(obj, Worker) else obj
+        if isinstance(obj, Worker):
+            handlers = dict(obj.handlers)
+            base = {"concurrency": obj.concurrency, "mode": obj.mode, "grace": obj.grace}
+            source = f"the Worker {args.handlers}"
+            name = name or obj.name
+        else:
+            handlers = obj
         if not isinstance(handlers, dict) or not handlers:
             raise UsageError(f"{args.handlers} is neither a Worker with handlers nor a non-empty dict of them")
         queues = args.queues
-    _configure_logging(args.log_level)
-    with JobStore(args.dir, create=False, durable=False if getattr(args, "no_fsync", False) else None,
-                  lease_duration=args.lease_duration) as store:
-        run = Worker(store, handlers, concurrency=args.concurrency, mode="threads" if args.threads else "processes",
-                     queues=queues, grace=args.grace, name=args.name)
+    used = {key: base[key] if value is None else value for key, value in given.items()}
+    if source != "default":  # say what is used, and whence: an option given overrides the Worker's setting
+        shown = {key: value if isinstance(value, str) else f"{value:g}" for key, value in used.items()}
+        log.info("worker settings: %s", ", ".join(
+            f"{key} {shown[key]} ({'--' + key if key != 'mode' else '--' + used[key]} given)"
+            if given[key] is not None else f"{key} {shown[key]} (from {source})" for key in used))
+    with JobStore(args.dir, create=False, lease_duration=args.lease_duration, **store_options(args)) as store:
+        run = Worker(store, handlers, concurrency=used["concurrency"], mode=used["mode"], queues=queues,
+                     grace=used["grace"], name=name)
         run.run(count=args.max_jobs, duration=args.max_seconds, burst=args.burst)
     return OK
 
 
 def notify(args: argparse.Namespace) -> int:
-    deliver = load(args.handler)
+    from .. import JobStore
+    from ..worker import Deliverer  # the runtime: loaded only by the commands that run it
+
     _configure_logging(args.log_level)
-    with JobStore(args.dir, create=False, lease_duration=args.lease_duration) as store:
+    deliver = load(args.handler)
+    # The same store options as `worker`: a durable store refuses --no-fsync here too.
+    with JobStore(args.dir, create=False, lease_duration=args.lease_duration, **store_options(args)) as store:
         runner = Deliverer(store, deliver)
         delivered, failed = runner.run(burst=args.burst)
-    logging.getLogger("fsjobstore.worker").info("delivered %d, will retry %d", delivered, failed)
+    log.info("delivered %d, will retry %d", delivered, failed)
     return OK
