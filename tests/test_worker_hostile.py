@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import worker_tasks as tasks
 
-from fsjobstore import JobState, JobStore, Worker
+from fsjobstore import JobState, Worker
 from fsjobstore._runtime._processes import fork_child
 
 MODES = ["threads", "processes"]
