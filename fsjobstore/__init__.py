@@ -10,7 +10,24 @@ The worker runtime (``Worker``, ``JobContext``, ``Deliverer``, ``RunSummary``, f
 reads a job (``fsjobstore get``) should not pay for it.
 """
 
-from typing import TYPE_CHECKING, Any
+import sys as _sys
+
+
+def _cli_interrupted(kind: type[BaseException], value: BaseException, tb: object,
+                     _default: object = _sys.excepthook) -> None:
+    """The command line's Ctrl-C, however early: ``fsjobstore`` imports this package before any
+    of its own code can catch anything, and a traceback must never reach a CLI user."""
+    if issubclass(kind, KeyboardInterrupt):
+        _sys.stderr.write("fsjobstore: interrupted\n")
+        _sys.stderr.flush()
+        _sys.exit(130)
+    _default(kind, value, tb)  # type: ignore[operator]
+
+
+if _sys.argv[0].endswith("/fsjobstore") or _sys.orig_argv[1:3] == ["-m", "fsjobstore"]:
+    _sys.excepthook = _cli_interrupted  # the command line only: a library user's hook is theirs
+
+from typing import TYPE_CHECKING, Any  # after the guard: these imports take a while
 
 from ._codec import check_queue_name
 from ._errors import (

@@ -16,24 +16,23 @@ Built on fsjobstore's public API only, like any user's code would be (a test che
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import math
 import os
-import re
-import select
 import signal
 import socket
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Literal
 
-from . import InvalidQueueName, InvalidRequest, JobStore, NotificationLease
+from . import InvalidRequest, JobStore, check_queue_name
+from ._runtime._bell import Bell
 from ._runtime._board import Board
+from ._runtime._deliverer import Deliverer
 from ._runtime._processes import ProcessPool
 from ._runtime._slot import Handler, JobContext, Tally, WorkerShutdown
 from ._runtime._threads import ThreadPool
@@ -41,8 +40,6 @@ from ._runtime._threads import ThreadPool
 __all__ = ["Deliverer", "JobContext", "RunSummary", "Worker", "WorkerShutdown"]
 
 log = logging.getLogger("fsjobstore.worker")
-
-_QUEUE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}")  # FORMAT.md's <queue>
 
 Mode = Literal["processes", "threads"]
 
@@ -80,42 +77,19 @@ class RunSummary:
         return f"{said} in {self.seconds:.1f}s (stopped by {self.stopped_by})"
 
 
-def _check_queue(queue: object, what: str) -> str:
-    """A queue name the store accepts (FORMAT.md, "Names"), checked before any process starts:
-    a bad one would otherwise fail in every child, at every pull. The same error as the store's."""
-    if not isinstance(queue, str) or not _QUEUE_NAME.fullmatch(queue):
-        raise InvalidQueueName(f"{what}: {queue!r} is not a queue name: use up to 64 ASCII letters, digits, "
-                               "'_' and '-' (not first), with no dots, slashes or spaces")
-    return queue
-
-
-class _Bell:
-    """What the supervisor (or the thread pool's monitor) sleeps on between looks: a pipe that
-    anyone rings (a stop or pause, a signal handler, a slot thread, a child process starting a
-    job: all may write to a pipe), so an idle worker wakes only when something happened or a
-    known time (a deadline, a publish) comes, not every few milliseconds."""
-
-    def __init__(self) -> None:
-        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        weakref.finalize(self, _close_both, self._read, self._write)
-
-    def ring(self) -> None:
-        with contextlib.suppress(OSError):  # full: it has been rung already
-            os.write(self._write, b"\0")
-
-    def wait(self, timeout: float, fds: Sequence[int] = ()) -> None:
-        """Until rung, one of ``fds`` is readable, or ``timeout`` seconds pass."""
-        with contextlib.suppress(InterruptedError):
-            select.select([self._read, *fds], [], [], max(0.0, timeout))
-        with contextlib.suppress(OSError):
-            while os.read(self._read, 4096):
-                pass
-
-
-def _close_both(*fds: int) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+def _number(value: object, what: str, *, low: float, high: float = math.inf, integer: bool = False,
+            none: bool = False) -> Any:
+    """The runtime's one check of a numeric argument (the store's own are in its private layer,
+    which the runtime does not reach into): a real int or float, finite, in [low, high]."""
+    if value is None and none:
+        return None
+    kind = int if integer else int | float
+    if (isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value)
+            or not low <= value <= high):
+        wanted = "an integer" if integer else "a number"
+        span = f">= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]"
+        raise InvalidRequest(f"{what} must be {wanted} {span}{' or None' if none else ''}, got {value!r}")
+    return value
 
 
 class _Gate:
@@ -171,12 +145,10 @@ class Worker:
     def __init__(self, store: JobStore, handlers: Mapping[str, Handler] | None = None, *, concurrency: int = 1,
                  mode: Mode = "processes", queues: Sequence[str] | None = None, grace: float = 30.0,
                  name: str | None = None) -> None:
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 1024:
-            raise InvalidRequest(f"concurrency must be an integer in [1, 1024], got {concurrency!r}")
+        _number(concurrency, "concurrency", low=1, high=1024, integer=True)
         if mode not in ("processes", "threads"):
             raise InvalidRequest(f"mode must be 'processes' or 'threads', got {mode!r}")
-        if isinstance(grace, bool) or not isinstance(grace, int | float) or grace < 0:
-            raise InvalidRequest(f"grace must be a number of seconds >= 0, got {grace!r}")
+        _number(grace, "grace (seconds)", low=0, high=1e9)
         self.store = store
         self.concurrency = concurrency
         self.mode: Mode = mode
@@ -185,18 +157,18 @@ class Worker:
         self._handlers: dict[str, Handler] = {}
         if isinstance(queues, str):
             queues = [queues]
-        self._queues = None if queues is None else [_check_queue(q, "queues") for q in queues]
+        self._queues = None if queues is None else [check_queue_name(q, "queues") for q in queues]
         for queue, fn in (handlers or {}).items():
             self.handler(queue)(fn)
         self._paused = threading.Event()
         self._stop = threading.Event()
         self._stop_now = threading.Event()
-        self._bell = _Bell()
+        self._bell = Bell()
 
     # -- handlers --------------------------------------------------------------------------------
     def handler(self, queue: str) -> Callable[[Handler], Handler]:
         """Decorator: ``fn`` handles the jobs of ``queue``."""
-        _check_queue(queue, "a handler's queue")
+        check_queue_name(queue, "a handler's queue")
 
         def register(fn: Handler) -> Handler:
             if not callable(fn):
@@ -239,11 +211,8 @@ class Worker:
         :meth:`stop` does), or, with ``burst``, as soon as no job is due (for cron)."""
         if not self._handlers:
             raise InvalidRequest("no handlers: register one with @worker.handler(queue) or handlers={...}")
-        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
-            raise InvalidRequest(f"count must be a positive integer or None, got {count!r}")
-        if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int | float)
-                                     or duration <= 0):
-            raise InvalidRequest(f"duration must be a positive number of seconds or None, got {duration!r}")
+        _number(count, "count", low=1, integer=True, none=True)
+        _number(duration, "duration (seconds)", low=1e-3, high=1e9, none=True)
         queues = self._queues if self._queues is not None else list(self._handlers)
         missing = [q for q in queues if q not in self._handlers]
         if missing:
@@ -445,53 +414,3 @@ class Worker:
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
-
-
-class Deliverer:
-    """The notifier's loop: deliver each final job's result to the targets that asked for it.
-
-    ``deliver(target, note)`` is called once per waiting target (``note`` is the
-    :class:`NotificationLease`: ``id``, ``state``, ``value``, ``error``, ``request``); it
-    returns normally when the target was delivered, or raises, and the target is offered again
-    after a backoff with the error recorded.
-    """
-
-    def __init__(self, store: JobStore, deliver: Callable[[Any, NotificationLease], object]) -> None:
-        if not callable(deliver):
-            raise InvalidRequest(f"deliver must be callable, got {deliver!r}")
-        self.store = store
-        self._deliver = deliver
-        self._stop = threading.Event()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def run(self, *, burst: bool = False, poll: float = 1.0) -> tuple[int, int]:
-        """Deliver until stopped (``burst``: until nothing is due, each notification tried at
-        most once); returns (delivered, failed)."""
-        delivered = failed = 0
-        tried: set[str] = set()
-        while not self._stop.is_set():
-            note = self.store.pull_notification(timeout=0 if burst else poll)
-            if note is None:
-                if burst:
-                    break
-                continue
-            if burst and note.id in tried:  # its retry is due already (no backoff): next run's
-                note.release()
-                break
-            tried.add(note.id)
-            done, last_error = [], None
-            for target in note.waiting:
-                try:
-                    self._deliver(target, note)
-                    done.append(target)
-                except Exception as exc:  # one bad target must not block the others
-                    last_error = f"{type(exc).__name__}: {exc}"
-                    log.warning("delivering job %s to %r failed: %s", note.id, target, last_error)
-            note.done(done, error=last_error)
-            delivered += len(done)
-            failed += len(note.waiting) - len(done)
-            log.info("notification of job %s (%s): %d delivered, %d to retry", note.id, note.state.value,
-                     len(done), len(note.waiting) - len(done))
-        return delivered, failed

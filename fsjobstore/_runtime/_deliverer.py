@@ -1,0 +1,119 @@
+"""The notifier's loop (``fsjobstore notify``), on fsjobstore's public API only."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+from .. import InvalidRequest, JobStore, NotificationLease
+
+log = logging.getLogger("fsjobstore.worker")
+
+
+class _StopNow(BaseException):
+    """Raised in the notifier's main thread by a second Ctrl-C: stop in the middle of a delivery."""
+
+
+class Deliverer:
+    """The notifier's loop: deliver each final job's result to the targets that asked for it.
+
+    ``deliver(target, note)`` is called once per waiting target (``note`` is the
+    :class:`NotificationLease`: ``id``, ``state``, ``value``, ``error``, ``request``); it
+    returns normally when the target was delivered, or raises (anything, ``SystemExit``
+    included), and the target is offered again after a backoff with the error recorded.
+
+    :meth:`run` called in the main thread stops gracefully on SIGTERM or SIGINT: the
+    notification being delivered is finished (each of its targets tried), then it returns; a
+    second SIGINT stops at once, keeping what was delivered and handing the rest back.
+    """
+
+    def __init__(self, store: JobStore, deliver: Callable[[Any, NotificationLease], object]) -> None:
+        if not callable(deliver):
+            raise InvalidRequest(f"deliver must be callable, got {deliver!r}")
+        self.store = store
+        self._deliver = deliver
+        self._stop = threading.Event()
+        self.stopped_by_signal = False
+        self._delivering = False
+
+    def stop(self) -> None:
+        """Stop after the notification being delivered (thread-safe)."""
+        self._stop.set()
+
+    def run(self, *, burst: bool = False, poll: float = 1.0) -> tuple[int, int]:
+        """Deliver until stopped (``burst``: until nothing is due, each notification tried at
+        most once); returns (targets delivered, targets left to retry)."""
+        self._stop.clear()
+        with self._signals():
+            return self._loop(burst, poll)
+
+    def _loop(self, burst: bool, poll: float) -> tuple[int, int]:
+        delivered = failed = 0
+        tried: set[str] = set()
+        while not self._stop.is_set():
+            note = self.store.pull_notification(timeout=0 if burst else poll)
+            if note is None:
+                if burst:
+                    break
+                continue
+            if burst and note.id in tried:  # its retry is due already (no backoff): next run's
+                note.release()
+                break
+            tried.add(note.id)
+            done, last_error = [], None
+            self._delivering = True
+            try:
+                for target in note.waiting:
+                    try:
+                        self._deliver(target, note)
+                        done.append(target)
+                    except _StopNow:
+                        raise
+                    except BaseException as exc:  # deliver code is untrusted; one bad target must not block others
+                        last_error = f"{type(exc).__name__}: {exc}"
+                        log.warning("delivering job %s to %r failed: %s", note.id, target, last_error)
+            except _StopNow:
+                if done:
+                    note.done(done, error="the notifier was stopped before the other targets")
+                else:
+                    note.release()
+                log.info("notification of job %s: stopped at once; %d delivered, the rest handed back",
+                         note.id, len(done))
+                return delivered + len(done), failed + len(note.waiting) - len(done)
+            finally:
+                self._delivering = False
+            note.done(done, error=last_error)
+            delivered += len(done)
+            failed += len(note.waiting) - len(done)
+            log.info("notification of job %s (%s): %d delivered, %d to retry", note.id, note.state.value,
+                     len(done), len(note.waiting) - len(done))
+        return delivered, failed
+
+    @contextmanager
+    def _signals(self) -> Iterator[None]:
+        """SIGTERM/SIGINT stop after the current notification (a second SIGINT: at once).
+        Installed only when run() is called in the main thread (Python's rule for handlers)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_stop(signum: int, frame: FrameType | None) -> None:
+            now = signum == signal.SIGINT and self._stop.is_set()
+            self.stopped_by_signal = True
+            log.info("notifier got %s%s", signal.Signals(signum).name,
+                     ": stopping now" if now else ": stopping after this notification")
+            self._stop.set()
+            if now and self._delivering:  # elsewhere (a pull) the loop ends within a poll anyway
+                raise _StopNow()
+
+        previous = {sig: signal.signal(sig, on_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
