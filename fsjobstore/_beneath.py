@@ -268,6 +268,17 @@ def attach(path: str, dir_mode: int) -> None:
     _roots.sort(key=lambda r: -len(r.prefix))
 
 
+def prime(path: str) -> None:
+    """Open the skeleton's directories of attached root ``path`` now, so the number of open
+    descriptors a store holds is settled from its start (one more per queue directory)."""
+    for root in _roots:
+        if root.path == path:
+            for rel in sorted(_SKELETON):
+                if rel not in root.cache:
+                    root.split(f"{rel}/-")
+            return
+
+
 def detach(path: str) -> None:
     """Undo one :func:`attach`; the last one closes the root's descriptors."""
     for root in _roots:

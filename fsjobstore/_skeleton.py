@@ -99,6 +99,7 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
             fs.ensure_dir(directory, durable=True, mode=config.perms.dir_mode)
             fs.fsync_dir(directory)  # opens it as a directory: whatever else is planted there is moved aside
             fs.check_trusted(directory, config.perms)
+        sc.prime(root)
     except BaseException:
         sc.detach(root)
         raise

@@ -116,6 +116,11 @@ def attach(root: str, dir_mode: int) -> None:
     _beneath.attach(root, dir_mode)
 
 
+def prime(root: str) -> None:
+    """Open (and cache) the descriptors of ``root``'s skeleton directories now."""
+    _beneath.prime(root)
+
+
 def detach(root: str) -> None:
     _beneath.detach(root)
 
@@ -128,7 +133,7 @@ _LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 
 def _open_at(path: str, flags: int, mode: int) -> int:
     dfd, name, own, root = _beneath.split(path)
-    if root is None:
+    if root is None or dfd is None:
         return os.open(path, flags, mode)
     try:
         if flags & os.O_DIRECTORY:  # a directory of the store: repaired if something else is there
