@@ -39,6 +39,7 @@ import time
 from ._errors import UntrustedStore
 
 log = logging.getLogger("fsjobstore")
+_monotonic = time.monotonic
 
 RECHECK_AFTER = 1.0  # seconds a cached directory descriptor is trusted to still be at its name
 
@@ -108,10 +109,10 @@ class Root:
         head, sep, name = rel.rpartition("/")
         if not sep:
             return self.fd, rel, False
+        entry = self.cache.get(head)  # the hot path: one dict lookup and one clock read
+        if entry is not None and _monotonic() - entry[1] < RECHECK_AFTER:
+            return entry[0], name, False
         if _cacheable(head):
-            entry = self.cache.get(head)
-            if entry is not None and time.monotonic() - entry[1] < RECHECK_AFTER:
-                return entry[0], name, False
             return self._cache(head, entry), name, False
         return self.resolve(head), name, True
 
@@ -292,6 +293,12 @@ def detach(path: str) -> None:
 
 def split(path: str) -> tuple[int | None, str, bool, Root | None]:
     """(directory descriptor or None, name relative to it, whether to close it, its root)."""
+    if len(_roots) == 1:  # the usual case: one store in the process
+        root = _roots[0]
+        if path.startswith(root.prefix):
+            fd, name, own = root.split(path[len(root.prefix):])
+            return fd, name, own, root
+        return None, path, False, None
     for root in _roots:
         if path.startswith(root.prefix):
             fd, name, own = root.split(path[len(root.prefix):])

@@ -266,6 +266,15 @@ def _one(fn: Callable[[int | None, str], T], path: str) -> T:
 
 
 def _rename(src: str, dst: str) -> None:
+    sfd, s, sown, _ = _beneath.split(src)
+    if not sown:  # the hot path (both parents cached) without the closures of _two
+        dfd, d, down, _ = _beneath.split(dst)
+        if not down:
+            os.rename(s, d, src_dir_fd=sfd, dst_dir_fd=dfd)
+            return
+        os.close(dfd)  # type: ignore[arg-type]
+    elif sfd is not None:
+        os.close(sfd)
     _two(lambda sfd, s, dfd, d: os.rename(s, d, src_dir_fd=sfd, dst_dir_fd=dfd), src, dst)
 
 
@@ -381,7 +390,12 @@ def lstat(path: str) -> os.stat_result:
 
 
 def _lstat(path: str) -> os.stat_result:
-    return _one(lambda dfd, name: os.stat(name, dir_fd=dfd, follow_symlinks=False), path)
+    dfd, name, own, _ = _beneath.split(path)
+    try:
+        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    finally:
+        if own:
+            os.close(dfd)  # type: ignore[arg-type]
 
 
 def lexists(path: str) -> bool:
