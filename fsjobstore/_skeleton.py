@@ -90,9 +90,19 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
             f"durable=False asks for less than the store at {root} promises: it was created with "
             "durable=True, and every process sharing it keeps that promise. Open it without durable=False."
         )
-    for directory in layout.all_dirs():
-        fs.ensure_dir(directory, durable=True, mode=config.perms.dir_mode)
-        fs.check_trusted(directory, config.perms)
+    # From here on every path below the root is resolved beneath it, never through a link (the
+    # caller detaches when the store closes): a link, FIFO or file planted where a directory
+    # belongs is quarantined and a directory made in its place (_beneath), here at open too.
+    sc.attach(root, config.perms.dir_mode)
+    try:
+        for directory in layout.all_dirs():
+            fs.ensure_dir(directory, durable=True, mode=config.perms.dir_mode)
+            fs.fsync_dir(directory)  # opens it as a directory: whatever else is planted there is moved aside
+            fs.check_trusted(directory, config.perms)
+        sc.prime(root)
+    except BaseException:
+        sc.detach(root)
+        raise
     return config
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from . import _fsops as fs
 from . import _registry as registry
+from . import _syscalls as sc
 from ._byid import ById
 from ._codec import canonical, check_job_id, check_queue_name
 from ._control import Control
@@ -150,6 +151,9 @@ class JobStore:
         self.path = os.path.realpath(os.path.abspath(raw))
         layout = Layout(self.path)
         config = open_skeleton(layout, durable=durable, group=group, create=create)
+        # Ends the root's attachment (_syscalls.attach, made by open_skeleton) at close, or when
+        # a store that was never closed is collected: at most once either way.
+        self._detach = weakref.finalize(self, sc.detach, self.path)
         durable = config.durable if durable is None else durable
         # Worst cases once serialised: a text value doubles ('"' escapes), an error's
         # characters can take 6 bytes each (\uXXXX), and so can those of each kept attempt
@@ -465,6 +469,7 @@ class JobStore:
         if core.owner is not None:
             core.owner.close()
         _LIVE_STORES.discard(self)
+        self._detach()
 
     def __enter__(self) -> JobStore:
         return self

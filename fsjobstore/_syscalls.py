@@ -14,6 +14,13 @@ microsecond against syscalls of several):
   reliability suite uses it for crash points, fault injection and power-loss recording. With no
   hook installed the only cost is one ``is None`` test.
 
+* **Never through a link.** A path inside an attached store (:func:`attach`) is never handed to
+  the kernel whole: the call is made relative to a descriptor of its parent directory, reached
+  from the store's root without following any link (:mod:`._beneath`), with the last name not
+  followed either. So no module can forget: a link, FIFO or file planted where a store
+  directory belongs is quarantined and replaced, never followed. The hook still sees the
+  call's original arguments (paths), so crash points, faults and power-loss records are as before.
+
 The inotify calls of ``_wakeup`` are not routed here (only their C functions are looked up by
 :func:`libc_function`): wake-ups are hints, never state.
 """
@@ -31,6 +38,7 @@ from typing import Any, Protocol, TypeVar
 
 from filelock import lock_descriptor, unlock_descriptor
 
+from . import _beneath
 from ._errors import StorageError, StorageFull
 
 T = TypeVar("T")
@@ -102,9 +110,44 @@ def _translate(op: str, args: tuple[Any, ...], exc: OSError) -> OSError:
     return err
 
 
+# -- store roots ------------------------------------------------------------------------------
+def attach(root: str, dir_mode: int) -> None:
+    """Resolve every path below ``root`` beneath it without following links, until :func:`detach`."""
+    _beneath.attach(root, dir_mode)
+
+
+def prime(root: str) -> None:
+    """Open (and cache) the descriptors of ``root``'s skeleton directories now."""
+    _beneath.prime(root)
+
+
+def detach(root: str) -> None:
+    _beneath.detach(root)
+
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
+
+
+def _open_at(path: str, flags: int, mode: int) -> int:
+    dfd, name, own, root = _beneath.split(path)
+    if root is None or dfd is None:
+        return os.open(path, flags, mode)
+    try:
+        if flags & os.O_DIRECTORY:  # a directory of the store: repaired if something else is there
+            return root.open_dir(dfd, name, path[len(root.prefix):], flags | _O_NOFOLLOW)
+        # Never through a link; never blocked by a FIFO (regular files ignore O_NONBLOCK).
+        return os.open(name, flags | _O_NOFOLLOW | _O_NONBLOCK, mode, dir_fd=dfd)
+    finally:
+        if own:
+            os.close(dfd)
+
+
 # -- descriptors ------------------------------------------------------------------------------
 def open(path: str, flags: int, mode: int = 0o600) -> int:
-    return _call("open", os.open, path, flags, mode)
+    return _call("open", _open_at, path, flags, mode)
 
 
 def write(fd: int, data: bytes | memoryview) -> int:
@@ -199,8 +242,44 @@ def unlock(fd: int) -> None:
 
 
 # -- names ------------------------------------------------------------------------------------
+def _two(fn: Callable[[int | None, str, int | None, str], T], src: str, dst: str) -> T:
+    sfd, sname, sown, _ = _beneath.split(src)
+    try:
+        dfd, dname, down, _ = _beneath.split(dst)
+        try:
+            return fn(sfd, sname, dfd, dname)
+        finally:
+            if down:
+                os.close(dfd)  # type: ignore[arg-type]
+    finally:
+        if sown:
+            os.close(sfd)  # type: ignore[arg-type]
+
+
+def _one(fn: Callable[[int | None, str], T], path: str) -> T:
+    dfd, name, own, _ = _beneath.split(path)
+    try:
+        return fn(dfd, name)
+    finally:
+        if own:
+            os.close(dfd)  # type: ignore[arg-type]
+
+
+def _rename(src: str, dst: str) -> None:
+    sfd, s, sown, _ = _beneath.split(src)
+    if not sown:  # the hot path (both parents cached) without the closures of _two
+        dfd, d, down, _ = _beneath.split(dst)
+        if not down:
+            os.rename(s, d, src_dir_fd=sfd, dst_dir_fd=dfd)
+            return
+        os.close(dfd)  # type: ignore[arg-type]
+    elif sfd is not None:
+        os.close(sfd)
+    _two(lambda sfd, s, dfd, d: os.rename(s, d, src_dir_fd=sfd, dst_dir_fd=dfd), src, dst)
+
+
 def rename(src: str, dst: str) -> None:
-    _call("rename", os.rename, src, dst)
+    _call("rename", _rename, src, dst)
 
 
 def rename_noreplace(src: str, dst: str) -> None:
@@ -242,38 +321,81 @@ _RENAME_NOREPLACE = 1
 
 
 def _noreplace(src: str, dst: str) -> None:
-    assert _renameat2 is not None
-    if _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code), src, None, dst)
+    def at(sfd: int | None, s: str, dfd: int | None, d: str) -> None:
+        assert _renameat2 is not None
+        if _renameat2(_AT_FDCWD if sfd is None else sfd, os.fsencode(s), _AT_FDCWD if dfd is None else dfd,
+                      os.fsencode(d), _RENAME_NOREPLACE) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), src, None, dst)
+
+    _two(at, src, dst)
 
 
 def link(src: str, dst: str) -> None:
-    _call("link", os.link, src, dst)
+    _call("link", _link, src, dst)
+
+
+def _link(src: str, dst: str) -> None:
+    # follow_symlinks=False: a planted link at src is linked as the link, never as its target.
+    _two(lambda sfd, s, dfd, d: os.link(s, d, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False), src, dst)
 
 
 def unlink(path: str) -> None:
-    _call("unlink", os.unlink, path)
+    _call("unlink", _unlink, path)
+
+
+def _unlink(path: str) -> None:
+    _one(lambda dfd, name: os.unlink(name, dir_fd=dfd), path)
 
 
 def mkdir(path: str, mode: int) -> None:
-    _call("mkdir", os.mkdir, path, mode)
+    _call("mkdir", _mkdir, path, mode)
+
+
+def _mkdir(path: str, mode: int) -> None:
+    _one(lambda dfd, name: os.mkdir(name, mode, dir_fd=dfd), path)
 
 
 def rmdir(path: str) -> None:
-    _call("rmdir", os.rmdir, path)
+    _call("rmdir", _rmdir, path)
+
+
+def _rmdir(path: str) -> None:
+    _one(lambda dfd, name: os.rmdir(name, dir_fd=dfd), path)
 
 
 def chmod(path: str, mode: int) -> None:
-    _call("chmod", os.chmod, path, mode)
+    _call("chmod", _chmod, path, mode)
+
+
+def _chmod(path: str, mode: int) -> None:
+    # chmod follows a link at the last name (Linux has no lchmod): change it through a descriptor.
+    fd = _open_at(path, os.O_RDONLY | _O_NONBLOCK | _O_CLOEXEC, 0)
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def chown(path: str, uid: int, gid: int) -> None:
-    _call("chown", os.chown, path, uid, gid)
+    _call("chown", _chown, path, uid, gid)
+
+
+def _chown(path: str, uid: int, gid: int) -> None:
+    _one(lambda dfd, name: os.chown(name, uid, gid, dir_fd=dfd, follow_symlinks=False), path)
 
 
 def lstat(path: str) -> os.stat_result:
-    return _call("stat", os.lstat, path)
+    return _call("stat", _lstat, path)
+
+
+def _lstat(path: str) -> os.stat_result:
+    dfd, name, own, _ = _beneath.split(path)
+    try:
+        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    finally:
+        if own:
+            os.close(dfd)  # type: ignore[arg-type]
 
 
 def lexists(path: str) -> bool:
@@ -283,7 +405,7 @@ def lexists(path: str) -> bool:
         # than the system call. Any other error takes the full path below (ESTALE is asked
         # again there, and faults are translated).
         try:
-            os.lstat(path)
+            _lstat(path)
             return True
         except (FileNotFoundError, NotADirectoryError):
             return False
@@ -297,4 +419,12 @@ def lexists(path: str) -> bool:
 
 
 def listdir(path: str) -> list[str]:
-    return _call("listdir", os.listdir, path)
+    return _call("listdir", _listdir, path)
+
+
+def _listdir(path: str) -> list[str]:
+    fd = _open_at(path, _LIST_FLAGS, 0)  # a link, FIFO or file there is quarantined, never listed
+    try:
+        return os.listdir(fd)
+    finally:
+        os.close(fd)

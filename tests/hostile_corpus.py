@@ -118,6 +118,11 @@ def run() -> dict[str, object]:
         paths = args[:2] if event in ("os.rename", "os.link", "os.symlink") else args[:1]
         for arg in paths:
             if isinstance(arg, str):
+                if not arg.startswith("/"):
+                    # A name relative to a directory descriptor (the audit event does not carry
+                    # it): fsjobstore only uses those for paths it resolved beneath the root
+                    # (_beneath), and only absolute paths otherwise.
+                    continue
                 path = os.path.abspath(arg)
                 if path.startswith(root + os.sep) or path == root or path.startswith(base):
                     continue

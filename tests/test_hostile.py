@@ -181,5 +181,7 @@ def test_a_file_where_a_queue_directory_belongs_is_quarantined_and_every_queue_k
     assert lease is not None and lease.id == job.id
     lease.fulfill(b"ok")
     assert store.create({"n": 2}, queue="other").queue == "other"
-    assert not os.path.exists(os.path.join(store.path, "jobs", "pending", "images"))
+    # Moved aside, and a real (empty) queue directory made in its place (issue 23).
+    images = os.path.join(store.path, "jobs", "pending", "images")
+    assert os.path.isdir(images) and not os.path.islink(images) and os.listdir(images) == []
     assert any("images" in name for name in os.listdir(os.path.join(store.path, "quarantine")))

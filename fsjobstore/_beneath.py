@@ -1,0 +1,306 @@
+"""Paths inside a store resolved beneath its root, never through a link (issue 23; FORMAT.md, "Trust").
+
+Every member of a shared store's group can write each of its directories, so any of them can
+replace ``jobs/fulfilled`` or ``runs/<id>`` by a symbolic link to a directory of someone else's,
+a FIFO or a file. A path handed to the kernel whole would follow such a link, and a worker
+running as another user (or root) would then write, rename or delete there. So :mod:`_syscalls`
+never hands over a path inside an attached store: it asks :func:`split` for a descriptor of the
+*parent* directory, reached from the root's descriptor without following any link, and does the
+call relative to it with only the last name (``openat``, ``renameat``, ``unlinkat``, ...). The
+last name is never followed either (opens add ``O_NOFOLLOW``).
+
+The parent is reached with one ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`` where the
+kernel has it (Linux 5.6), or else one ``openat(O_NOFOLLOW | O_DIRECTORY)`` per component: the
+same guarantee, one more call per level. A component that is not a real directory is moved into
+``quarantine/`` (with a ``.reason`` file) and a real, empty directory made in its place, so a
+job is written into the store or not at all, never acknowledged in a place the store does not
+read. A planted ``quarantine`` itself cannot be moved anywhere: that is refused with
+:class:`UntrustedStore` naming it.
+
+Descriptors of the directories the store never removes (the skeleton and the queue directories)
+are cached, so the hot path costs no extra call; each one is looked up afresh once it is
+:data:`RECHECK_AFTER` seconds old. RACE: a member who renames such a directory away and plants a
+link in its place has writes made within that window land in the *real* directory they moved
+(wherever they put it); never in the link's target, and no worse than moving the files
+themselves, which every member may do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import logging
+import os
+import stat
+import time
+
+from ._errors import UntrustedStore
+
+log = logging.getLogger("fsjobstore")
+_monotonic = time.monotonic
+
+RECHECK_AFTER = 1.0  # seconds a cached directory descriptor is trusted to still be at its name
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
+_DIR_FLAGS = _O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | _O_CLOEXEC
+_NOT_A_DIR = (errno.ELOOP, errno.ENOTDIR, errno.EXDEV)  # a link, a file or FIFO, an escape
+_RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x02, 0x04, 0x08
+_SYS_OPENAT2 = 437  # the same number on every Linux architecture (asm-generic)
+_RETIRE_AFTER = 30.0  # a replaced cached descriptor is closed this long after (no call takes that long)
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def _load_syscall() -> object | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_long
+    return fn
+
+
+_syscall = _load_syscall() if os.uname().sysname == "Linux" else None
+_HOW = _OpenHow(_DIR_FLAGS, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+_HOW_REF = ctypes.byref(_HOW)
+_HOW_SIZE = ctypes.sizeof(_HOW)
+
+
+def _openat2(dirfd: int, rel: str) -> int | None:
+    """A descriptor of directory ``rel`` beneath ``dirfd``, or None where openat2 is unusable."""
+    global _syscall
+    if _syscall is None:
+        return None
+    encoded = os.fsencode(rel)
+    for _ in range(16):
+        fd = _syscall(_SYS_OPENAT2, dirfd, encoded, _HOW_REF, _HOW_SIZE)  # type: ignore[operator]
+        if fd >= 0:
+            return int(fd)
+        code = ctypes.get_errno()
+        if code in (errno.EINTR, errno.EAGAIN):  # EAGAIN: a rename raced the lookup; ask again
+            continue
+        if code in (errno.ENOSYS, errno.EPERM, errno.E2BIG, errno.EINVAL):
+            _syscall = None  # an older kernel, or a sandbox that forbids it: walk instead
+            return None
+        raise OSError(code, os.strerror(code), rel)
+    raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN), rel)
+
+
+class Root:
+    """One attached store root: its descriptor and the cached descriptors below it."""
+
+    def __init__(self, path: str, dir_mode: int) -> None:
+        self.path = path
+        self.prefix = path.rstrip("/") + "/"
+        self.dir_mode = dir_mode
+        self.uses = 1
+        self.fd = os.open(path, _DIR_FLAGS)
+        self.cache: dict[str, tuple[int, float, int, int]] = {}  # rel -> fd, looked-up, dev, ino
+        self.retired: list[tuple[int, float]] = []
+
+    # -- the hot path --------------------------------------------------------------------------
+    def split(self, rel: str) -> tuple[int, str, bool]:
+        """(descriptor of ``rel``'s parent, last name, whether the caller must close it)."""
+        head, sep, name = rel.rpartition("/")
+        if not sep:
+            return self.fd, rel, False
+        entry = self.cache.get(head)  # the hot path: one dict lookup and one clock read
+        if entry is not None and _monotonic() - entry[1] < RECHECK_AFTER:
+            return entry[0], name, False
+        if _cacheable(head):
+            return self._cache(head, entry), name, False
+        return self.resolve(head), name, True
+
+    def _cache(self, head: str, entry: tuple[int, float, int, int] | None) -> int:
+        fd = self.resolve(head)
+        st = os.fstat(fd)
+        if entry is not None and (entry[2], entry[3]) == (st.st_dev, st.st_ino):
+            os.close(fd)  # still the same directory
+            self.cache[head] = (entry[0], time.monotonic(), entry[2], entry[3])
+            return entry[0]
+        self.cache[head] = (fd, time.monotonic(), st.st_dev, st.st_ino)
+        if entry is not None:
+            # Another thread may be about to use the old descriptor: close it only much later.
+            now = time.monotonic()
+            self.retired.append((entry[0], now))
+            keep = []
+            for old, at in self.retired:
+                if now - at > _RETIRE_AFTER:
+                    with contextlib.suppress(OSError):
+                        os.close(old)
+                else:
+                    keep.append((old, at))
+            self.retired = keep
+        return fd
+
+    # -- resolving -----------------------------------------------------------------------------
+    def resolve(self, rel: str) -> int:
+        """A new O_PATH descriptor of the directory ``rel``, repairing what is planted on the way."""
+        try:
+            fd = _openat2(self.fd, rel)
+        except OSError as exc:
+            # Something planted on the way, or a directory of the skeleton missing (moved away,
+            # or below one just repaired): the walk finds which, and repairs it.
+            if exc.errno not in _NOT_A_DIR and exc.errno != errno.ENOENT:
+                raise
+            fd = None
+        return fd if fd is not None else self._walk(rel)
+
+    def _walk(self, rel: str) -> int:
+        parts = rel.split("/")
+        if any(p in ("", ".", "..") for p in parts):
+            raise OSError(errno.EINVAL, f"not a path inside the store: {rel!r}")
+        cur = self.fd
+        try:
+            for i, part in enumerate(parts):
+                nxt = self.open_dir(cur, part, "/".join(parts[: i + 1]), _DIR_FLAGS)
+                if cur != self.fd:
+                    os.close(cur)
+                cur = nxt
+        except BaseException:
+            if cur != self.fd:
+                os.close(cur)
+            raise
+        return cur if cur != self.fd else os.dup(self.fd)
+
+    def open_dir(self, parent: int, name: str, rel: str, flags: int) -> int:
+        """Open directory ``name`` in ``parent`` with ``flags`` (which hold O_NOFOLLOW); a
+        link, FIFO or file found there is quarantined and a directory made in its place."""
+        try:
+            return os.open(name, flags, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno not in _NOT_A_DIR and not (exc.errno == errno.ENOENT and rel in _SKELETON):
+                raise
+        self.repair(parent, name, rel)
+        return os.open(name, flags, dir_fd=parent)
+
+    def repair(self, parent: int, name: str, rel: str) -> None:
+        """Move what sits at directory ``rel`` (``name`` in ``parent``) into quarantine and make
+        a real directory there."""
+        try:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            return  # someone else repaired it meanwhile
+        what = "nothing" if st is None else _kind(st.st_mode)
+        if rel == "quarantine" or rel.startswith("quarantine/"):
+            raise UntrustedStore(
+                f"{self.prefix}{rel} is {what} where the store's quarantine directory belongs; "
+                "remove it (a link, FIFO or file there is never followed)")
+        if st is not None:
+            qfd = self.resolve("quarantine")
+            try:
+                dest = f"{time.time_ns():020d}.{rel.replace('/', '~')}"
+                with contextlib.suppress(FileNotFoundError):  # another process moved it first
+                    os.rename(name, dest, src_dir_fd=parent, dst_dir_fd=qfd)
+                    self._reason(qfd, dest, rel, f"{what} where a directory belongs")
+            finally:
+                os.close(qfd)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, self.dir_mode, dir_fd=parent)
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _O_CLOEXEC, dir_fd=parent)
+            try:
+                os.fchmod(fd, self.dir_mode)  # the umask took the group bits off
+            finally:
+                os.close(fd)
+        if st is not None:
+            log.warning("quarantined %s%s: %s where a directory belongs; made a directory there",
+                        self.prefix, rel, what)
+
+    def _reason(self, qfd: int, dest: str, rel: str, reason: str) -> None:
+        doc = json.dumps({"from": rel, "reason": reason, "at": time.time()}).encode() + b"\n"
+        mode = 0o660 if self.dir_mode & 0o070 else 0o600
+        with contextlib.suppress(OSError):
+            fd = os.open(dest + ".reason", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _O_CLOEXEC,
+                         mode, dir_fd=qfd)
+            try:
+                os.fchmod(fd, mode)
+                os.write(fd, doc)
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        fds = [self.fd] + [e[0] for e in self.cache.values()] + [r[0] for r in self.retired]
+        self.cache, self.retired = {}, []
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISREG(mode):
+        return "a file"
+    return f"a {stat.filemode(mode)[0]!r} entry"
+
+
+def _cacheable(head: str) -> bool:
+    """Directories the store never removes: the skeleton, and each queue's in jobs/pending."""
+    if head in _SKELETON:
+        return True
+    return head.startswith("jobs/pending/") and head.count("/") == 2
+
+
+_SKELETON = frozenset({
+    "jobs", "jobs/pending", "jobs/scheduled", "jobs/active", "jobs/fulfilled", "jobs/failed",
+    "jobs/cancelled", "jobs/notify", "targets", "control", "control/paused", "control/cancel",
+    "control/deadlines", "control/doorbell", "runs", "workers", "leases", "ids", "tmp", "quarantine",
+})
+
+_roots: list[Root] = []  # longest prefix first, so a store inside another's directory is found
+
+
+def attach(path: str, dir_mode: int) -> None:
+    """From now on, resolve every path beneath ``path`` (a store root) without following links."""
+    for root in _roots:
+        if root.path == path:
+            root.uses += 1
+            return
+    _roots.append(Root(path, dir_mode))
+    _roots.sort(key=lambda r: -len(r.prefix))
+
+
+def prime(path: str) -> None:
+    """Open the skeleton's directories of attached root ``path`` now, so the number of open
+    descriptors a store holds is settled from its start (one more per queue directory)."""
+    for root in _roots:
+        if root.path == path:
+            for rel in sorted(_SKELETON):
+                if rel not in root.cache:
+                    root.split(f"{rel}/-")
+            return
+
+
+def detach(path: str) -> None:
+    """Undo one :func:`attach`; the last one closes the root's descriptors."""
+    for root in _roots:
+        if root.path == path:
+            root.uses -= 1
+            if root.uses <= 0:
+                _roots.remove(root)
+                root.close()
+            return
+
+
+def split(path: str) -> tuple[int | None, str, bool, Root | None]:
+    """(directory descriptor or None, name relative to it, whether to close it, its root)."""
+    if len(_roots) == 1:  # the usual case: one store in the process
+        root = _roots[0]
+        if path.startswith(root.prefix):
+            fd, name, own = root.split(path[len(root.prefix):])
+            return fd, name, own, root
+        return None, path, False, None
+    for root in _roots:
+        if path.startswith(root.prefix):
+            fd, name, own = root.split(path[len(root.prefix):])
+            return fd, name, own, root
+    return None, path, False, None
