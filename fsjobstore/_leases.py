@@ -22,11 +22,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import secrets
 import socket
 import stat
 import threading
+import time
 from collections.abc import Callable
 from typing import Literal
 
@@ -34,6 +36,8 @@ from . import _syscalls as sc
 from ._errors import StorageError
 from ._fsops import FILE_MODE, O_CLOEXEC, O_NOFOLLOW, unlink
 from ._layout import Layout
+
+log = logging.getLogger("fsjobstore")
 
 _BEAT_WIDTH = 255  # fixed width so a heartbeat is one pwrite, never a truncate + write
 
@@ -147,13 +151,20 @@ class OwnerProbe:
         self._lock = threading.Lock()
 
     def status(self, owner: str) -> Status:
+        """Whether ``owner`` is alive, dead, or past its lease without a beat. A stale handle
+        means the file was replaced on another host: look again, a few times; one that stays
+        stale (a network mount that keeps failing, seen on GlusterFS while a client was cut off)
+        tells nothing about the owner, so it is taken as alive: never take a live one's jobs for
+        it, and the next recovery pass looks again. Any other storage error is raised."""
         for tries in range(5):
             try:
                 return self._status_once(owner)
-            except StorageError as exc:  # a stale handle: the file was replaced on another host; look again
-                if exc.errno != errno.ESTALE or tries == 4:
+            except StorageError as exc:
+                if exc.errno != errno.ESTALE:
                     raise
-        raise AssertionError("unreachable")
+                time.sleep(0.002 * 2**tries)
+        log.info("owner %s: its file stayed stale through 5 looks; taken as alive for now", owner)
+        return "alive"
 
     def _status_once(self, owner: str) -> Status:
         path = self._layout.owner_path(owner)

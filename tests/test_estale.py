@@ -102,3 +102,28 @@ def test_a_probe_meeting_a_stale_handle_for_a_removed_owner_file_finds_the_owner
     os.unlink(gone.path)
     with hooked(Stale("open")):
         assert b._core.probe.status(name) == "dead"
+
+
+def test_a_probe_whose_owner_file_stays_stale_takes_the_owner_as_alive_and_recovery_goes_on(
+        open_store: Any) -> None:
+    # Seen on GlusterFS in a chaos run: while a client was cut off, the open of a live owner's
+    # file kept failing with ESTALE and every recovery pass failed with it. It tells nothing about
+    # the owner: never take its jobs for it, and do not stop the rest of the sweep.
+    a, b = open_store(), open_store()
+    lease = a.create("x") and a.pull_work()
+    assert lease is not None
+    owner = a._core.ensure_owner().owner
+    b.recover(deep=False)  # b's own owner file, made before the fault
+
+    class StaleOwner(Stale):
+        def before(self, op: str, args: tuple[Any, ...]) -> None:
+            if any(isinstance(x, str) and x.endswith(f"{owner}.owner") for x in args):
+                super().before(op, args)
+
+    with hooked(StaleOwner("open")) as stale:
+        assert b._core.probe.status(owner) == "alive"
+        b.recover(deep=False)  # raised StorageError before
+    assert stale.fired >= 10
+    assert a.get(lease.id).state is JobState.ACTIVE
+    lease.fulfill(1)
+    assert a.get(lease.id).state is JobState.FULFILLED
