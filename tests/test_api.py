@@ -506,7 +506,9 @@ def test_pull_with_a_timeout_returns_none_when_nothing_arrives(store: JobStore) 
     assert store.pull_work(timeout=0.2) is None
 
 
-def test_a_symlink_to_a_store_is_followed_but_a_symlinked_subdirectory_is_refused(tmp_path: Path) -> None:
+def test_a_symlink_to_a_store_is_followed_but_a_symlinked_subdirectory_is_quarantined_not_followed(
+        tmp_path: Path) -> None:
+    # The store's path itself is the owner's choice; a link below it was planted (FORMAT.md, "Trust").
     real = tmp_path / "real"
     JobStore(real).close()
     (tmp_path / "link").symlink_to(real)
@@ -514,8 +516,16 @@ def test_a_symlink_to_a_store_is_followed_but_a_symlinked_subdirectory_is_refuse
         assert s.path == str(real)
     (real / "jobs" / "failed").rmdir()
     (real / "jobs" / "failed").symlink_to(tmp_path)
-    with pytest.raises(UntrustedStore, match="symbolic link"):
-        JobStore(real)
+    with JobStore(real) as s:
+        job = s.create(1, max_attempts=1)
+        lease = s.pull_work()
+        assert lease is not None
+        lease.fail("no", retry=False)
+        assert s.get(job.id).state is JobState.FAILED
+    failed = real / "jobs" / "failed"
+    assert failed.is_dir() and not failed.is_symlink() and os.listdir(failed) == [f"{job.id}.json"]
+    assert sorted(os.listdir(tmp_path)) == ["link", "real"]  # nothing went through the link
+    assert any("symbolic link" in n or n.endswith(".reason") for n in os.listdir(real / "quarantine"))
 
 
 def test_an_id_reserved_by_a_create_that_lost_its_file_is_published_on_retry(store: JobStore) -> None:
