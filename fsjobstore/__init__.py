@@ -10,6 +10,7 @@ The worker runtime (``Worker``, ``JobContext``, ``Deliverer``, ``RunSummary``, f
 reads a job (``fsjobstore get``) should not pay for it.
 """
 
+import os as _os
 import sys as _sys
 
 
@@ -18,14 +19,28 @@ def _cli_interrupted(kind: type[BaseException], value: BaseException, tb: object
     """The command line's Ctrl-C, however early: ``fsjobstore`` imports this package before any
     of its own code can catch anything, and a traceback must never reach a CLI user."""
     if issubclass(kind, KeyboardInterrupt):
-        _sys.stderr.write("fsjobstore: interrupted\n")
-        _sys.stderr.flush()
-        _sys.exit(130)
+        _os.write(2, b"fsjobstore: interrupted\n")
+        _os._exit(130)  # an exception raised in an excepthook is only printed
     _default(kind, value, tb)  # type: ignore[operator]
+
+
+def _cli_loading_sigint(signum: int, frame: object) -> None:
+    """SIGINT while the command line loads, before it has touched anything: end at once. Not a
+    KeyboardInterrupt: one raised inside an import's lock callback is discarded by Python
+    ("Exception ignored in ..."), and ``fsjobstore wait`` then waited forever. The command line
+    puts Python's own handler back just before a command runs (``_cli.main``)."""
+    _os.write(2, b"fsjobstore: interrupted\n")
+    _os._exit(130)
 
 
 if _sys.argv[0].endswith("/fsjobstore") or _sys.orig_argv[1:3] == ["-m", "fsjobstore"]:
     _sys.excepthook = _cli_interrupted  # the command line only: a library user's hook is theirs
+    # The builtin _signal, not signal: importing signal builds its enums, a few ms of Python a
+    # Ctrl-C would interrupt with a traceback.
+    import _signal  # type: ignore[import-not-found]  # typeshed has no stub for the builtin
+
+    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # not if ignored (a background job)
+        _signal.signal(_signal.SIGINT, _cli_loading_sigint)
 
 from typing import TYPE_CHECKING, Any  # after the guard: these imports take a while
 

@@ -259,6 +259,34 @@ def test_a_handler_module_that_raises_on_import_is_named_by_its_own_file_and_lin
     assert 'needsenv.py", line 3, in <module>' in debug.stderr
 
 
+def test_a_handler_module_that_exits_or_has_a_syntax_error_on_import_is_an_import_error(tmp_path: Path) -> None:
+    # From a new user's trial: sys.exit(0) at import ended the worker silently with 0 (cron saw
+    # success), sys.exit("no config") printed only its message; a SyntaxError named its place twice.
+    root = str(tmp_path / "s")
+    JobStore(root).close()
+    write_module(tmp_path, "exitsquietly", """
+        import sys
+
+        sys.exit(0)
+    """)
+    write_module(tmp_path, "exitsloudly", """
+        import sys
+        sys.exit("no config")
+    """)
+    write_module(tmp_path, "badsyntax", """
+        def handle(job)
+            return 1
+    """)
+    done = cli("worker", root, "--handler", "exitsquietly:handle", "--burst", cwd=tmp_path)
+    assert_usage_error(done, "worker", f"importing 'exitsquietly' called sys.exit(0) ({tmp_path / 'exitsquietly.py'}, "
+                                       "line 3)")
+    done = cli("notify", root, "--handler", "exitsloudly:deliver", "--burst", cwd=tmp_path)
+    assert_usage_error(done, "notify", "importing 'exitsloudly' called sys.exit('no config')")
+    done = cli("worker", root, "--handler", "badsyntax:handle", "--burst", cwd=tmp_path)
+    assert_usage_error(done, "worker", "importing 'badsyntax' raised SyntaxError: expected ':' (")
+    assert done.stderr.count("badsyntax.py") == 1
+
+
 # -- 6. one style for every error the arguments cause ---------------------------------------------------
 
 def test_every_error_the_arguments_cause_has_the_usage_line_and_names_the_command(tmp_path: Path) -> None:

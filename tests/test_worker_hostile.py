@@ -123,3 +123,27 @@ def test_forking_while_other_threads_write_log_lines_never_leaves_a_child_stuck(
         logger.removeHandler(handler)
         handler.close()
     assert stuck == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_log_says_how_a_job_goes_on_after_a_time_out(open_store: object, mode: str,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    # From a new user's trial: a time-out's line did not say whether the job would run again.
+    store = open_store(backoff=lambda attempt: 0.0, lease_duration=5.0)  # type: ignore[operator]
+    again = store.create({}, queue="hang", timeout=0.5, max_attempts=2)
+    once = store.create({}, queue="hang", timeout=0.5, max_attempts=1)
+    with caplog.at_level(logging.INFO, logger="fsjobstore.worker"):
+        _bounded_run(Worker(store, {"hang": tasks.hang}, mode=mode))
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith(f"job {again.id} queue=hang attempt=1 ended and is retrying") for m in said), said
+    assert any(m.startswith(f"job {once.id} queue=hang attempt=1 ended failed") for m in said), said
+
+
+def test_an_exception_with_no_message_is_logged_without_a_dangling_colon(
+        open_store: object, caplog: pytest.LogCaptureFixture) -> None:
+    store = open_store(backoff=lambda attempt: 0.0)  # type: ignore[operator]
+    store.create({}, queue="interrupts", max_attempts=1)
+    with caplog.at_level(logging.INFO, logger="fsjobstore.worker"):
+        _bounded_run(Worker(store, tasks.HOSTILE, mode="threads"))
+    [line] = [r.getMessage() for r in caplog.records if "queue=interrupts" in r.getMessage()]
+    assert line.endswith("s): KeyboardInterrupt"), line

@@ -84,6 +84,10 @@ def _main(argv: Sequence[str] | None) -> int:
     bind(args, sub)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="fsjobstore: %(levelname)s: %(message)s")
+    if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.default_int_handler):
+        # fsjobstore's import ended a Ctrl-C at once while nothing had been touched; from here on
+        # a command may hold something to give back, so Ctrl-C is a KeyboardInterrupt again.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         code: int = args.run_command(args)
         return code

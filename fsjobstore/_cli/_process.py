@@ -94,6 +94,9 @@ def load(spec: str) -> Any:
         sys.path.insert(0, os.getcwd())  # as `python -m` would: the project you run it from
     try:
         module = importlib.import_module(module_name)
+    except SystemExit as exc:  # the module called sys.exit() while it was imported: it did not load
+        log.debug("importing %r exited:", module_name, exc_info=exc)
+        raise UsageError(f"importing {module_name!r} called sys.exit({exc.code!r}){_where(exc)}") from None
     except Exception as exc:
         log.debug("importing %r failed:", module_name, exc_info=exc)  # the whole story, at DEBUG
         missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
@@ -102,7 +105,8 @@ def load(spec: str) -> Any:
                              "or put the project on PYTHONPATH)") from None
         # The module itself raised while it was imported (or imported something that is not
         # there): say where in the user's code, not in the library frame that raised.
-        raise UsageError(f"importing {module_name!r} raised {type(exc).__name__}: {exc}{_where(exc)}") from None
+        said = exc.msg if isinstance(exc, SyntaxError) else exc  # its str() repeats the place
+        raise UsageError(f"importing {module_name!r} raised {type(exc).__name__}: {said}{_where(exc)}") from None
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):

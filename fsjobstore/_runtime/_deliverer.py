@@ -75,7 +75,7 @@ class Deliverer:
                     except _StopNow:
                         raise
                     except BaseException as exc:  # deliver code is untrusted; one bad target must not block others
-                        last_error = f"{type(exc).__name__}: {exc}"
+                        last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                         log.warning("delivering job %s to %r failed: %s", note.id, target, last_error)
             except _StopNow:
                 if done:

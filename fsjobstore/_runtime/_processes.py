@@ -184,7 +184,8 @@ class ProcessPool:
         self._pidfds: dict[int, int] = {}  # slot -> a descriptor readable once its child exits
         self._killed: dict[int, tuple[str, str]] = {}  # slot -> (outcome, job id)
         self._extra = Tally()  # attempts of killed children, which could not count them
-        self._crashed: list[str] = []  # jobs of children that died mid-job, to count once recovered
+        # (job id, queue, attempt, counted already) of children killed or dead mid-job: told once recovered
+        self._crashed: list[tuple[str, str, int, bool]] = []
         self._restarts = Restarts()
         self._next_cancel_look = 0.0
 
@@ -266,14 +267,20 @@ class ProcessPool:
             self._count_crashed()
 
     def _count_crashed(self) -> None:
-        """A child that died mid-job could not count its attempt: recovery has ended it now, and
-        the job's state says how (a crash after its commit was written leaves it fulfilled)."""
-        for job_id in self._crashed:
+        """Jobs whose child was killed (a time-out, a cancel) or died mid-job: recovery has ended
+        their attempt now, and the job's state says how it went on; one log line says so, as
+        :func:`run_one` says ``retrying`` or ``failed``. A crashed child could not count its
+        attempt: it is counted here (a crash after its commit was written leaves it fulfilled)."""
+        for job_id, queue, attempt, counted in self._crashed:
             try:
                 state = self._store.get(job_id).state.value
             except Exception:  # purged meanwhile, or unreadable: recovery has said why in the log
                 state = "lost"
-            self._extra.add(state if state in ("fulfilled", "failed", "cancelled", "lost") else "retrying")
+            fate = {"pending": "retrying", "scheduled": "retrying", "active": "retrying"}.get(state, state)
+            if not counted:
+                self._extra.add(fate if fate in ("fulfilled", "failed", "cancelled", "lost", "retrying") else "lost")
+            log.info("job %s queue=%s attempt=%d ended %s", job_id, queue, attempt,
+                     {"retrying": "and is retrying", "lost": "and is lost"}.get(fate, fate))
         self._crashed.clear()
 
     def _exited(self, index: int, status: int, stopping: bool) -> bool:
@@ -282,11 +289,12 @@ class ProcessPool:
         clean = os.waitstatus_to_exitcode(status) == 0 and killed is None
         if killed is not None:
             self._extra.add(killed[0])
+            self._crashed.append((killed[1], view.queue, view.attempt, True))
         elif not clean:
             log.warning("worker process %d exited with %s%s; its job is recovered", view.pid or -1,
                         os.waitstatus_to_exitcode(status), f" while running job {view.job_id}" if view.busy else "")
             if view.busy:
-                self._crashed.append(view.job_id)
+                self._crashed.append((view.job_id, view.queue, view.attempt, False))
         # A child exits cleanly only when told to (stop), when the run's budget is spent, or in a
         # burst when nothing is due: none of those wants a new one. A kill (ours) wants one at
         # once; a crash wants one after a delay that grows while children keep crashing at start.

@@ -162,7 +162,7 @@ def run_one(lease: WorkLease, handler: Handler, reporter: Reporter) -> str:
             _forked_by_handler(pid)
             _drop_own_frame(exc)
             outcome = _fail(lease, exc)
-            why = f": {type(exc).__name__}: {exc}"
+            why = f": {_said(exc)}"
         else:
             _forked_by_handler(pid)
             outcome = _fulfil(lease, value)
@@ -171,6 +171,12 @@ def run_one(lease: WorkLease, handler: Handler, reporter: Reporter) -> str:
                  time.monotonic() - started, why)
         reporter.finished(outcome)
     return outcome
+
+
+def _said(exc: BaseException) -> str:
+    """``Type: message``, or the type alone when there is no message (a bare KeyboardInterrupt)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _forked_by_handler(pid: int) -> None:
