@@ -49,6 +49,7 @@ _DIR_FLAGS = _O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | _O_CLOEXEC
 _NOT_A_DIR = (errno.ELOOP, errno.ENOTDIR, errno.EXDEV)  # a link, a file or FIFO, an escape
 _RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x02, 0x04, 0x08
 _SYS_OPENAT2 = 437  # the same number on every Linux architecture (asm-generic)
+_REPAIRS = 8  # rounds of repair before a directory planted over and over is refused
 _RETIRE_AFTER = 30.0  # a replaced cached descriptor is closed this long after (no call takes that long)
 
 
@@ -171,13 +172,19 @@ class Root:
     def open_dir(self, parent: int, name: str, rel: str, flags: int) -> int:
         """Open directory ``name`` in ``parent`` with ``flags`` (which hold O_NOFOLLOW); a
         link, FIFO or file found there is quarantined and a directory made in its place."""
-        try:
-            return os.open(name, flags, dir_fd=parent)
-        except OSError as exc:
-            if exc.errno not in _NOT_A_DIR and not (exc.errno == errno.ENOENT and rel in _SKELETON):
-                raise
-        self.repair(parent, name, rel)
-        return os.open(name, flags, dir_fd=parent)
+        for _ in range(_REPAIRS):
+            try:
+                return os.open(name, flags, dir_fd=parent)
+            except OSError as exc:
+                if exc.errno not in _NOT_A_DIR and not (exc.errno == errno.ENOENT and rel in _SKELETON):
+                    raise
+            # RACE: a member may plant again between the repair and the open; each round moves
+            # the new plant away too, and a member who keeps winning gets a refusal naming it
+            # (never a raw ENOTDIR, which callers would read as an answer about the last name).
+            self.repair(parent, name, rel)
+        raise UntrustedStore(
+            f"{self.prefix}{rel}: something is planted again each time it is replaced by a directory "
+            f"({_REPAIRS} times in a row); refused")
 
     def repair(self, parent: int, name: str, rel: str) -> None:
         """Move what sits at directory ``rel`` (``name`` in ``parent``) into quarantine and make

@@ -131,16 +131,19 @@ class Tree:
         if dest in FINAL_STATES:
             return self.publish_final(tmp_path, record.id, dest)
         dst = self.dest_path(record, dest)
-        try:
-            self.rename_into(tmp_path, dst)
-        except FileNotFoundError:
-            # A queue's first job: its directory is made on demand (one mkdir per queue, not
-            # one failed mkdir per job). Any other ENOENT (our temp file went) is the caller's.
-            parent = os.path.dirname(dst)
-            if dest != "pending" or fs.is_real_dir(parent):
-                raise
-            self.ensure_dir(parent)
-            self.rename_into(tmp_path, dst)
+        for tries_left in (2, 1, 0):
+            try:
+                self.rename_into(tmp_path, dst)
+                break
+            except FileNotFoundError:
+                # A queue's first job: its directory is made on demand (one mkdir per queue, not
+                # one failed mkdir per job). Any other ENOENT (our temp file went) is the caller's.
+                # RACE: a member may move the new directory away again before the rename; a few
+                # rounds, then the caller's error (the job is not acknowledged, so not lost).
+                parent = os.path.dirname(dst)
+                if dest != "pending" or not tries_left or fs.is_real_dir(parent):
+                    raise
+                self.ensure_dir(parent)
         if dest == "pending":
             self.bell("work")
         return dst

@@ -227,3 +227,62 @@ def test_a_store_leaves_no_directory_descriptor_open_after_close(tmp_path: Path)
             lease.fulfill(None)
         shutil.rmtree(tmp_path / f"s{i}")
     assert len(os.listdir("/proc/self/fd")) <= before + 2
+
+
+@pytest.mark.usefixtures("alarm")
+def test_a_directory_planted_again_after_every_repair_is_refused_with_the_stores_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A member who plants again each time the store replaced the plant by a directory (the
+    # hostile-member trial hit this): the store must give up with its own error naming the
+    # directory, never a bare NotADirectoryError that callers would read as an answer.
+    monkeypatch.setattr(_beneath, "RECHECK_AFTER", 0.0)
+    canary = _canary(tmp_path)
+    root = tmp_path / "store"
+    with JobStore(str(root), durable=False) as store:
+        store.create({"warm": 1})
+        repair = _beneath.Root.repair
+
+        def repair_then_plant_again(self: _beneath.Root, parent: int, name: str, rel: str) -> None:
+            repair(self, parent, name, rel)
+            if rel == "jobs/fulfilled":
+                os.rmdir(root / rel)
+                os.symlink(canary, root / rel)
+
+        monkeypatch.setattr(_beneath.Root, "repair", repair_then_plant_again)
+        os.rmdir(root / "jobs" / "fulfilled")
+        os.symlink(canary, root / "jobs" / "fulfilled")
+        lease = store.pull_work(timeout=0)
+        assert lease is not None
+        with pytest.raises(JobStoreError, match="jobs/fulfilled"):
+            lease.fulfill("v")
+
+
+def test_a_create_whose_temp_file_is_moved_away_raises_the_stores_error_and_acknowledges_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fsjobstore import _syscalls
+
+    # Past the recheck window (within it the cached descriptor follows the moved directory and
+    # the job is published from there: the RACE FORMAT.md describes).
+    monkeypatch.setattr(_beneath, "RECHECK_AFTER", 0.0)
+
+    root = tmp_path / "store"
+    moved = tmp_path / "moved-tmp"
+
+    class MoveTmpAway:
+        def before(self, op: str, args: tuple[Any, ...]) -> None:
+            if op == "rename" and str(args[0]).startswith(f"{root}/tmp/") and not moved.exists():
+                os.rename(root / "tmp", tmp_path / "moved-tmp")  # as a member may
+                os.mkdir(root / "tmp")
+
+        def after(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+            pass
+
+    with JobStore(str(root), durable=False) as store:
+        _syscalls.set_hook(MoveTmpAway())
+        try:
+            with pytest.raises(JobStoreError):
+                store.create({"n": 1})
+        finally:
+            _syscalls.set_hook(None)
+        assert moved.exists()  # the hook did move it
+        assert os.listdir(root / "jobs" / "pending" / "default") == []  # nothing acknowledged, nothing stored
