@@ -286,3 +286,33 @@ def test_a_create_whose_temp_file_is_moved_away_raises_the_stores_error_and_ackn
             _syscalls.set_hook(None)
         assert moved.exists()  # the hook did move it
         assert os.listdir(root / "jobs" / "pending" / "default") == []  # nothing acknowledged, nothing stored
+
+
+@pytest.mark.usefixtures("alarm")
+@pytest.mark.parametrize("where", ["jobs", f"jobs/pending/{QUEUE}"])
+def test_wakeups_never_watch_a_directory_through_a_planted_link(tmp_path: Path, where: str) -> None:
+    # Wake-ups are hints, but a watch through a link would tell this process the names of files
+    # made in a directory outside the store (and hold an inotify watch there). The new-directory
+    # event is the race: a member swaps the new directory for a link before the watch is added.
+    from fsjobstore._wakeup import Waker
+
+    canary = _canary(tmp_path)
+    root = tmp_path / "store"
+    seen: list[str] = []
+    with JobStore(str(root), durable=False) as store:
+        store.create({"warm": 1}, queue=QUEUE)
+        _plant(root, where, "link", canary, tmp_path)
+        waker = Waker(str(root / "jobs"), seen.append)
+        waker.start()
+        try:
+            if waker.mechanism != "inotify":
+                pytest.skip("inotify is not available here")
+            waker._watch_tree(str(root / where))  # as on a new directory's event
+            generation = waker.generation
+            (canary / "default" / "new.json").write_text("{}\n")
+            (canary / "new.json").write_text("{}\n")
+            waker.wait(generation, 0.3)
+        finally:
+            waker.stop()
+    assert [p for p in seen if "new.json" in p] == []
+    assert not (root / where).is_symlink()  # quarantined, a directory in its place
