@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import dumps, loads
-from ._errors import JobNotFound
+from ._errors import JobNotFound, StorageError
 from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, TARGET_RE, Layout
 from ._records import FINAL_STATES, LOST_DATA, JobState, LostJobData, Parsed, Record
 from ._values import integer, number
@@ -257,8 +257,18 @@ class Tree:
                            error: str | None) -> None:
         """Create or replace ``jobs/notify/<id>.json`` atomically."""
         doc = {"id": job_id, "not_before": not_before, "attempts": attempts, "error": error}
-        self.write_new(tmp_path, dumps(doc) + b"\n")
-        self.rename_into(tmp_path, self.layout.notify_path(job_id))
+        for tries_left in (2, 1, 0):
+            self.write_new(tmp_path, dumps(doc) + b"\n")
+            try:
+                self.rename_into(tmp_path, self.layout.notify_path(job_id))
+                return
+            except FileNotFoundError as exc:
+                # RACE: a member of a shared store moved tmp/ (and our file) away between the
+                # write and the rename; tmp/ is made again on the next write (issue 23).
+                if not tries_left:
+                    err = StorageError(exc.errno, exc.strerror, exc.filename)
+                    err.op = "rename"
+                    raise err from None
 
     def read_notify_entry(self, job_id: str) -> NotifyEntry | None:
         """The job's notify entry, or None if there is no usable one. An unusable one (not a

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -316,3 +317,61 @@ def test_wakeups_never_watch_a_directory_through_a_planted_link(tmp_path: Path, 
             waker.stop()
     assert [p for p in seen if "new.json" in p] == []
     assert not (root / where).is_symlink()  # quarantined, a directory in its place
+
+
+class _MoveTmpAwayOnce:
+    """A syscall hook that moves tmp/ away (as a member may) just before the first ``op`` whose
+    source is a temp file with ``marker`` in its name."""
+
+    def __init__(self, root: Path, op: str, marker: str) -> None:
+        self.root, self.op, self.marker, self.moved = root, op, marker, False
+
+    def before(self, op: str, args: tuple[Any, ...]) -> None:
+        src = str(args[0])
+        if not self.moved and op == self.op and src.startswith(f"{self.root}/tmp/") and self.marker in src:
+            self.moved = True
+            os.rename(self.root / "tmp", self.root.parent / f"moved-tmp-{time.time_ns()}")
+
+    def after(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+        pass
+
+
+def test_a_result_commits_and_its_notify_entry_is_made_even_when_tmp_is_moved_away_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fsjobstore import _syscalls
+
+    monkeypatch.setattr(_beneath, "RECHECK_AFTER", 0.0)
+    root = tmp_path / "store"
+    with JobStore(str(root), durable=False) as store:
+        job = store.create({"n": 1})
+        store.queue(job.id, {"to": "web"})
+        lease = store.pull_work(timeout=0)
+        assert lease is not None
+        hook = _MoveTmpAwayOnce(root, "rename", ".notify")
+        _syscalls.set_hook(hook)
+        try:
+            lease.fulfill("v")
+        finally:
+            _syscalls.set_hook(None)
+        assert hook.moved
+        assert store.get(job.id).state.value == "fulfilled"
+        note = store.pull_notification(timeout=0)
+        assert note is not None and note.id == job.id
+
+
+def test_a_target_whose_temp_file_is_moved_away_is_refused_never_silently_dropped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fsjobstore import _syscalls
+
+    monkeypatch.setattr(_beneath, "RECHECK_AFTER", 0.0)
+    root = tmp_path / "store"
+    with JobStore(str(root), durable=False) as store:
+        job = store.create({"n": 1})
+        hook = _MoveTmpAwayOnce(root, "link", ".aux.")
+        _syscalls.set_hook(hook)
+        try:
+            with pytest.raises(JobStoreError):
+                store.queue(job.id, {"to": "web"})
+        finally:
+            _syscalls.set_hook(None)
+        assert hook.moved
