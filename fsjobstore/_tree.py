@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -88,7 +89,37 @@ class Tree:
 
     def read_parsed(self, path: str) -> Parsed:
         """Like :meth:`read_record`, with the result line's final state and the whole length."""
-        return Record.parse(fs.read_regular(path, self.record_cap))
+        return self.read_parsed_links(path)[0]
+
+    def read_parsed_links(self, path: str) -> tuple[Parsed, int, bytes]:
+        """:meth:`read_parsed`, and how many hard links the file has besides its name and its
+        ``ids/<id>`` (:func:`fs.foreign_links`). Such a file was planted by ``link`` (or is in a
+        hard-linked backup): it is read as a job only if every member could read and write it
+        anyway; otherwise it is :class:`fs.Unreadable` and the callers quarantine it, since
+        reading it could show a member what they may not read (issue 23). Whoever writes to
+        it first makes a private copy (:meth:`private_copy`)."""
+        data, st = fs.read_regular_stat(path, self.record_cap)
+        parsed = Record.parse(data)  # and the bytes, for that copy
+        extra = fs.foreign_links(st, self.layout.id_marker(parsed.record.id))
+        if extra and not self._shared_anyway(st):
+            raise fs.Unreadable(f"has {extra} hard link(s) elsewhere and is not the store's own file "
+                                f"(owner {st.st_uid}, group {st.st_gid}, mode {stat.filemode(st.st_mode)})")
+        return parsed, extra, data
+
+    def _shared_anyway(self, st: os.stat_result) -> bool:
+        if self.perms.gid is None:
+            return st.st_uid == os.geteuid()  # nobody else can link into a private store
+        return st.st_gid == self.perms.gid and st.st_mode & 0o060 == 0o060
+
+    def private_copy(self, path: str, data: bytes, tmp: str) -> None:
+        """Replace ``path`` (a name of ours) by a copy of ``data`` in a new file, so a write to
+        it never reaches the other names of a hard-linked file."""
+        self.write_new(tmp, data)
+        try:
+            self.rename_into(tmp, path)
+        except BaseException:
+            fs.unlink_quietly(tmp)
+            raise
 
     def publish_final(self, path: str, job_id: str, state: str) -> str:
         """Move a claimed file that ends in its result line into ``state``'s directory in one

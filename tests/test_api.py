@@ -506,7 +506,7 @@ def test_pull_with_a_timeout_returns_none_when_nothing_arrives(store: JobStore) 
     assert store.pull_work(timeout=0.2) is None
 
 
-def test_a_symlink_to_a_store_is_followed_but_a_symlinked_subdirectory_is_refused(tmp_path: Path) -> None:
+def test_a_symlink_to_a_store_is_followed_but_a_symlinked_subdirectory_is_quarantined(tmp_path: Path) -> None:
     real = tmp_path / "real"
     JobStore(real).close()
     (tmp_path / "link").symlink_to(real)
@@ -514,8 +514,9 @@ def test_a_symlink_to_a_store_is_followed_but_a_symlinked_subdirectory_is_refuse
         assert s.path == str(real)
     (real / "jobs" / "failed").rmdir()
     (real / "jobs" / "failed").symlink_to(tmp_path)
-    with pytest.raises(UntrustedStore, match="symbolic link"):
-        JobStore(real)
+    JobStore(real).close()  # issue 23: moved to quarantine/, a real directory made in its place
+    assert (real / "jobs" / "failed").is_dir() and not (real / "jobs" / "failed").is_symlink()
+    assert any(name.endswith("jobs~failed") for name in os.listdir(real / "quarantine"))
 
 
 def test_an_id_reserved_by_a_create_that_lost_its_file_is_published_on_retry(store: JobStore) -> None:

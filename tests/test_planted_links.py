@@ -375,3 +375,68 @@ def test_a_target_whose_temp_file_is_moved_away_is_refused_never_silently_droppe
         finally:
             _syscalls.set_hook(None)
         assert hook.moved
+
+
+def _job_file(root: Path, state: str, job_id: str) -> Path:
+    found = [p for p in (root / "jobs" / state).rglob("*.json") if job_id in p.name]
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.parametrize("chosen_id", [False, True])
+@pytest.mark.parametrize("owner", ["someone_else", "the_store"])
+def test_a_job_file_hard_linked_from_elsewhere_is_never_written_and_read_only_if_it_is_the_stores(
+        tmp_path: Path, chosen_id: bool, owner: str) -> None:
+    # With fs.protected_hardlinks = 0 a member can hard-link any file into the store (here: a
+    # file holding a valid job, as a copy of a real one would). Appending a result to it would
+    # write outside the store; reading someone else's file as a job would show it to members.
+    # The store's own file hard-linked elsewhere (a `cp -al` backup, a member's second name for
+    # a job) runs on a private copy. A caller-chosen id's file legitimately has a second link,
+    # ids/<id>: it runs in place.
+    if owner == "someone_else" and os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    root = tmp_path / "store"
+    victim = tmp_path / "elsewhere.json"
+    with JobStore(str(root), durable=False) as store:
+        job = store.create({"n": 1}, job_id="chosen" if chosen_id else None)
+        pending = _job_file(root, "pending", job.id)
+        victim.write_bytes(pending.read_bytes())
+        if owner == "someone_else":
+            os.chown(victim, 54_321, 54_321)
+        before = victim.read_bytes()
+        planted = pending.with_suffix(".planting")
+        os.link(victim, planted)
+        os.rename(planted, pending)  # in place of the job file, as a member may
+        lease = store.pull_work(timeout=0)
+        if owner == "someone_else":
+            assert lease is None
+            assert any(job.id in name for name in os.listdir(root / "quarantine"))
+        else:
+            assert lease is not None and lease.id == job.id
+            lease.fulfill("done")
+            assert store.get(job.id).value == "done"
+        ok = store.create({"n": 2}, job_id="chosen2" if chosen_id else None)
+        lease = store.pull_work(timeout=0)
+        assert lease is not None and lease.id == ok.id  # a job of ours still runs, ids/<id> and all
+        lease.fulfill("done")
+        assert store.get(ok.id).value == "done"
+    assert victim.read_bytes() == before
+
+
+def test_a_claimed_file_swapped_for_a_hard_link_after_the_claim_is_never_written(tmp_path: Path) -> None:
+    from fsjobstore import LeaseLost
+
+    root = tmp_path / "store"
+    victim = tmp_path / "someone-elses.json"
+    with JobStore(str(root), durable=False) as store:
+        job = store.create({"n": 1})
+        lease = store.pull_work(timeout=0)
+        assert lease is not None
+        active = _job_file(root, "active", job.id)
+        victim.write_bytes(active.read_bytes())
+        before = victim.read_bytes()
+        os.link(victim, active.with_suffix(".planting"))
+        os.rename(active.with_suffix(".planting"), active)
+        with pytest.raises(LeaseLost):
+            lease.fulfill("done")
+    assert victim.read_bytes() == before
