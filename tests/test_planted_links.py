@@ -97,13 +97,6 @@ def _drive(store: JobStore, acked: set[str]) -> list[str]:
             return fn()
         except JobStoreError:
             return None
-        except OSError as exc:
-            # leases/ moved away takes our owner file with it, as deleting it would: the store says
-            # so (an internal OwnerGone, not yet a JobStoreError: left to the owner-lease code).
-            if type(exc).__name__ == "OwnerGone":
-                return None
-            problems.append(f"{what}: {type(exc).__name__}: {exc}")
-            return None
         except Exception as exc:  # the point is to report it
             problems.append(f"{what}: {type(exc).__name__}: {exc}")
             return None
@@ -440,3 +433,21 @@ def test_a_claimed_file_swapped_for_a_hard_link_after_the_claim_is_never_written
         with pytest.raises(LeaseLost):
             lease.fulfill("done")
     assert victim.read_bytes() == before
+
+
+def test_publishing_a_worker_after_leases_was_moved_away_makes_a_new_identity_and_tells_held_leases(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fsjobstore import LeaseLost
+
+    monkeypatch.setattr(_beneath, "RECHECK_AFTER", 0.0)
+    root = tmp_path / "store"
+    with JobStore(str(root), durable=False) as store:
+        store.create({"n": 1})
+        lease = store.pull_work(timeout=0)
+        assert lease is not None
+        store.publish_worker({"name": "w"})
+        os.rename(root / "leases", tmp_path / "moved-leases")  # as a member may: our owner file goes too
+        store.publish_worker({"name": "w"})  # never a bare OSError: a new owner identity
+        assert [w.name for w in store.workers()] == ["w"]
+        # Told, as by the heartbeat: its claim was made under the identity that went.
+        assert isinstance(lease.compromised, LeaseLost)
