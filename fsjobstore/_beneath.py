@@ -95,12 +95,12 @@ def _openat2(dirfd: int, rel: str) -> int | None:
 class Root:
     """One attached store root: its descriptor and the cached descriptors below it."""
 
-    def __init__(self, path: str, dir_mode: int) -> None:
+    def __init__(self, path: str, dir_mode: int, fd: int | None = None) -> None:
         self.path = path
         self.prefix = path.rstrip("/") + "/"
         self.dir_mode = dir_mode
         self.uses = 1
-        self.fd = os.open(path, _DIR_FLAGS)
+        self.fd = os.open(path, _DIR_FLAGS) if fd is None else os.dup(fd)
         self.cache: dict[str, tuple[int, float, int, int]] = {}  # rel -> fd, looked-up, dev, ino
         self.retired: list[tuple[int, float]] = []
 
@@ -266,13 +266,14 @@ _SKELETON = frozenset({
 _roots: list[Root] = []  # longest prefix first, so a store inside another's directory is found
 
 
-def attach(path: str, dir_mode: int) -> None:
-    """From now on, resolve every path beneath ``path`` (a store root) without following links."""
+def attach(path: str, dir_mode: int, fd: int | None = None) -> None:
+    """From now on, resolve every path beneath ``path`` (a store root) without following links;
+    beneath the directory ``fd`` is open on, if given (whatever is at ``path`` meanwhile)."""
     for root in _roots:
         if root.path == path:
             root.uses += 1
             return
-    _roots.append(Root(path, dir_mode))
+    _roots.append(Root(path, dir_mode, fd))
     _roots.sort(key=lambda r: -len(r.prefix))
 
 

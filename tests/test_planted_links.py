@@ -451,3 +451,29 @@ def test_publishing_a_worker_after_leases_was_moved_away_makes_a_new_identity_an
         assert [w.name for w in store.workers()] == ["w"]
         # Told, as by the heartbeat: its claim was made under the identity that went.
         assert isinstance(lease.compromised, LeaseLost)
+
+
+def test_verify_never_writes_through_a_link_planted_in_place_of_its_scratch_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # verify(dir) works in a scratch directory it makes in ``dir``; in a shared directory a
+    # member can move that away and plant a link to a directory of someone else's in its place
+    # while the checks run. Done here as the first check, so every real check runs after it.
+    from fsjobstore import _verify, verify
+
+    canary = _canary(tmp_path)
+    before = _snapshot(canary)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    aside = tmp_path / "aside"
+
+    def swap(sub: str) -> Any:
+        scratch = os.path.dirname(sub)
+        os.rename(scratch, aside)
+        os.symlink(canary, scratch)
+        return _verify.VerifyCheck("swap", True, "swapped", False)
+
+    monkeypatch.setattr(_verify, "CHECKS", (("swap", swap, False), *_verify.CHECKS))
+    report = verify(str(shared))
+    assert _snapshot(canary) == before
+    assert [c.name for c in report.checks if not c.passed] == []  # the checks ran, in the real scratch
+    assert not aside.exists() or os.listdir(aside) == []  # emptied through its descriptor, wherever it went
