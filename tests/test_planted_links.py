@@ -477,3 +477,21 @@ def test_verify_never_writes_through_a_link_planted_in_place_of_its_scratch_dire
     assert _snapshot(canary) == before
     assert [c.name for c in report.checks if not c.passed] == []  # the checks ran, in the real scratch
     assert not aside.exists() or os.listdir(aside) == []  # emptied through its descriptor, wherever it went
+
+
+def test_a_run_log_swapped_for_a_hard_link_is_never_appended_to(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    victim = tmp_path / "someone-elses.log"
+    victim.write_bytes(b"their lines\n")
+    with JobStore(str(root), durable=False) as store:
+        job = store.create({"n": 1})
+        lease = store.pull_work(timeout=0)
+        assert lease is not None
+        lease.log("first")
+        [log_file] = (root / "runs" / job.id).glob("*.jsonl")
+        os.link(victim, log_file.with_suffix(".planting"))
+        os.rename(log_file.with_suffix(".planting"), log_file)
+        lease.log("second")
+        lease.fulfill("v")
+        assert "second" in log_file.read_text()
+    assert victim.read_bytes() == b"their lines\n"
