@@ -115,6 +115,13 @@ class Root:
             return entry[0], name, False
         if _cacheable(head):
             return self._cache(head, entry), name, False
+        # A per-job directory (runs/<id>, targets/<id>): from its parent's cached descriptor
+        # when that is fresh, so a call here and one made in the parent (the mkdir of this very
+        # directory) reach the same directory even within RECHECK_AFTER of a swap of the parent.
+        up, _, last = head.rpartition("/")
+        parent = self.cache.get(up)
+        if parent is not None and _monotonic() - parent[1] < RECHECK_AFTER:
+            return self.open_dir(parent[0], last, head, _DIR_FLAGS), name, True
         return self.resolve(head), name, True
 
     def _cache(self, head: str, entry: tuple[int, float, int, int] | None) -> int:

@@ -63,11 +63,11 @@ class Notifier:
                     # A notifier or a sweep removed the emptied directory just now; or a member
                     # of a shared store moved targets/ or tmp/ (our file with it) away.
                     if not sc.lexists(tmp):
-                        raise StorageError(errno.ENOENT, "the target's temp file was moved away", tmp) from None
+                        raise _gone("the target's temp file was moved away", tmp) from None
                     continue
                 break
             else:
-                raise StorageError(errno.ENOENT, "targets/<id> kept disappearing", tdir)
+                raise _gone("targets/<id> kept disappearing", tdir)
         finally:
             fs.unlink(tmp)
         # RACE: the job may become final between require() and here; checking again *after* the
@@ -247,3 +247,9 @@ class Notifier:
         for lease in self.held():
             lease._compromise(LeaseLost("the store was closed", reason="closed"))
             self._forget(lease)
+
+
+def _gone(why: str, path: str) -> StorageError:
+    err = StorageError(errno.ENOENT, why, path)
+    err.op = "queue"
+    return err

@@ -159,6 +159,10 @@ def _handle(job: JobContext) -> Any:
     return {"n": job.request["n"]}
 
 
+def _why(exc: BaseException) -> str:
+    return type(exc).__name__ + (f" ({exc.strerror})" if isinstance(exc, OSError) and exc.strerror else "")
+
+
 def trial(base: Path, seconds: float) -> dict[str, Any]:
     """Run the trial in ``base`` (root's, mode 0755); returns its figures and its problems."""
     canary = base / "canary"
@@ -188,7 +192,7 @@ def trial(base: Path, seconds: float) -> dict[str, Any]:
             try:
                 job = store.create({"n": n}, queue=QUEUE)
             except JobStoreError as exc:  # refused: not acknowledged, so not owed
-                refusals[f"create: {type(exc).__name__}"] += 1
+                refusals[f"create: {_why(exc)}"] += 1
                 continue
             except Exception as exc:  # the point is to report it
                 problems.append(f"create: {type(exc).__name__}: {exc}")
@@ -197,7 +201,7 @@ def trial(base: Path, seconds: float) -> dict[str, Any]:
             try:
                 store.queue(job.id, {"to": "web"})
             except JobStoreError as exc:
-                refusals[f"queue: {type(exc).__name__}"] += 1
+                refusals[f"queue: {_why(exc)}"] += 1
             except Exception as exc:
                 problems.append(f"queue: {type(exc).__name__}: {exc}")
 
@@ -209,7 +213,7 @@ def trial(base: Path, seconds: float) -> dict[str, Any]:
             try:
                 notifier.run(poll=0.2)
             except JobStoreError as exc:  # a refusal: the loop goes on, as a supervisor would
-                refusals[f"notify: {type(exc).__name__}"] += 1
+                refusals[f"notify: {_why(exc)}"] += 1
                 time.sleep(0.05)
             except Exception as exc:
                 problems.append(f"notify: {type(exc).__name__}: {exc}")

@@ -495,3 +495,17 @@ def test_a_run_log_swapped_for_a_hard_link_is_never_appended_to(tmp_path: Path) 
         lease.fulfill("v")
         assert "second" in log_file.read_text()
     assert victim.read_bytes() == b"their lines\n"
+
+
+def test_a_target_queued_right_after_targets_was_moved_away_lands_in_one_directory_not_a_refusal(
+        tmp_path: Path) -> None:
+    # Within RECHECK_AFTER of a swap the cached targets/ is the moved directory: the mkdir of
+    # targets/<id> and the link into it must reach the same one (the hostile-member trial saw
+    # a quarter of its queue() calls refused when they did not).
+    root = tmp_path / "store"
+    with JobStore(str(root), durable=False) as store:
+        job = store.create({"n": 1})
+        store.queue(job.id, {"to": "a"})  # targets/ cached
+        os.rename(root / "targets", tmp_path / "moved-targets")
+        store.queue(job.id, {"to": "b"})
+    assert len(os.listdir(tmp_path / "moved-targets" / job.id)) == 2
