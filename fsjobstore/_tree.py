@@ -296,6 +296,7 @@ class Tree:
             except FileNotFoundError as exc:
                 # RACE: a member of a shared store moved tmp/ (and our file) away between the
                 # write and the rename; tmp/ is made again on the next write (issue 23).
+                fs.unlink_quietly(tmp_path)  # if it is still here after all, the next write needs its name
                 if not tries_left:
                     err = StorageError(exc.errno, exc.strerror, exc.filename)
                     err.op = "rename"
