@@ -49,6 +49,7 @@ _DIR_FLAGS = _O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | _O_CLOEXEC
 _NOT_A_DIR = (errno.ELOOP, errno.ENOTDIR, errno.EXDEV)  # a link, a file or FIFO, an escape
 _RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x02, 0x04, 0x08
 _SYS_OPENAT2 = 437  # the same number on every Linux architecture (asm-generic)
+_REPAIRS = 8  # rounds of repair before a directory planted over and over is refused
 _RETIRE_AFTER = 30.0  # a replaced cached descriptor is closed this long after (no call takes that long)
 
 
@@ -94,12 +95,12 @@ def _openat2(dirfd: int, rel: str) -> int | None:
 class Root:
     """One attached store root: its descriptor and the cached descriptors below it."""
 
-    def __init__(self, path: str, dir_mode: int) -> None:
+    def __init__(self, path: str, dir_mode: int, fd: int | None = None) -> None:
         self.path = path
         self.prefix = path.rstrip("/") + "/"
         self.dir_mode = dir_mode
         self.uses = 1
-        self.fd = os.open(path, _DIR_FLAGS)
+        self.fd = os.open(path, _DIR_FLAGS) if fd is None else os.dup(fd)
         self.cache: dict[str, tuple[int, float, int, int]] = {}  # rel -> fd, looked-up, dev, ino
         self.retired: list[tuple[int, float]] = []
 
@@ -114,6 +115,13 @@ class Root:
             return entry[0], name, False
         if _cacheable(head):
             return self._cache(head, entry), name, False
+        # A per-job directory (runs/<id>, targets/<id>): from its parent's cached descriptor
+        # when that is fresh, so a call here and one made in the parent (the mkdir of this very
+        # directory) reach the same directory even within RECHECK_AFTER of a swap of the parent.
+        up, _, last = head.rpartition("/")
+        parent = self.cache.get(up)
+        if parent is not None and _monotonic() - parent[1] < RECHECK_AFTER:
+            return self.open_dir(parent[0], last, head, _DIR_FLAGS), name, True
         return self.resolve(head), name, True
 
     def _cache(self, head: str, entry: tuple[int, float, int, int] | None) -> int:
@@ -171,13 +179,19 @@ class Root:
     def open_dir(self, parent: int, name: str, rel: str, flags: int) -> int:
         """Open directory ``name`` in ``parent`` with ``flags`` (which hold O_NOFOLLOW); a
         link, FIFO or file found there is quarantined and a directory made in its place."""
-        try:
-            return os.open(name, flags, dir_fd=parent)
-        except OSError as exc:
-            if exc.errno not in _NOT_A_DIR and not (exc.errno == errno.ENOENT and rel in _SKELETON):
-                raise
-        self.repair(parent, name, rel)
-        return os.open(name, flags, dir_fd=parent)
+        for _ in range(_REPAIRS):
+            try:
+                return os.open(name, flags, dir_fd=parent)
+            except OSError as exc:
+                if exc.errno not in _NOT_A_DIR and not (exc.errno == errno.ENOENT and rel in _SKELETON):
+                    raise
+            # RACE: a member may plant again between the repair and the open; each round moves
+            # the new plant away too, and a member who keeps winning gets a refusal naming it
+            # (never a raw ENOTDIR, which callers would read as an answer about the last name).
+            self.repair(parent, name, rel)
+        raise UntrustedStore(
+            f"{self.prefix}{rel}: something is planted again each time it is replaced by a directory "
+            f"({_REPAIRS} times in a row); refused")
 
     def repair(self, parent: int, name: str, rel: str) -> None:
         """Move what sits at directory ``rel`` (``name`` in ``parent``) into quarantine and make
@@ -259,13 +273,14 @@ _SKELETON = frozenset({
 _roots: list[Root] = []  # longest prefix first, so a store inside another's directory is found
 
 
-def attach(path: str, dir_mode: int) -> None:
-    """From now on, resolve every path beneath ``path`` (a store root) without following links."""
+def attach(path: str, dir_mode: int, fd: int | None = None) -> None:
+    """From now on, resolve every path beneath ``path`` (a store root) without following links;
+    beneath the directory ``fd`` is open on, if given (whatever is at ``path`` meanwhile)."""
     for root in _roots:
         if root.path == path:
             root.uses += 1
             return
-    _roots.append(Root(path, dir_mode))
+    _roots.append(Root(path, dir_mode, fd))
     _roots.sort(key=lambda r: -len(r.prefix))
 
 

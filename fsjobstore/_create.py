@@ -61,6 +61,13 @@ def publish_new(core: Core, record: Record, *, explicit: bool) -> str:
             # The temp file was still here, so the job was never published: give the id
             # back. (Had it gone, the job would be in place and the id spent.)
             fs.unlink_quietly(marker)
+        if type(exc) is FileNotFoundError:
+            # Our temp file, or the directory it was going to, was moved away meanwhile (a member
+            # of a shared store may): the job was not stored. Said as the store's error, never
+            # as a bare OSError (issue 23).
+            err = StorageError(exc.errno, exc.strerror, exc.filename)
+            err.op = "create"
+            raise err from None
         raise
     core.pending.note_published(record, dest)
     return dest

@@ -23,6 +23,7 @@ from ._errors import StorageError, UntrustedStore
 
 O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -104,13 +105,46 @@ def touch(path: str, mode: int = FILE_MODE) -> None:
     sc.close(sc.open(path, os.O_WRONLY | os.O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode))
 
 
-def write_at(path: str, offset: int, data: bytes, *, durable: bool, clean: bool) -> None:
+def foreign_links(st: os.stat_result, linked_as: str | None) -> int:
+    """How many hard links the file of ``st`` has beyond its own name and ``linked_as`` (the
+    one other name it may legitimately have: a job's ``ids/<id>``); 0 for a file of ours.
+
+    A member of a shared store can hard-link into it any file of the filesystem where
+    ``fs.protected_hardlinks`` is 0, or another job's file (a final result, say); the store
+    appends to a claimed file in place, so such a file is never written to (issue 23)."""
+    if st.st_nlink <= 1:
+        return 0
+    if linked_as is not None and st.st_nlink == 2:
+        try:
+            other = sc.lstat(linked_as)
+        except FileNotFoundError:
+            return 1
+        if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+            return 0
+    return st.st_nlink - 1
+
+
+def write_at(path: str, offset: int, data: bytes, *, durable: bool, clean: bool,
+             linked_as: str | None = None) -> None:
     """Write ``data`` into the existing file ``path`` at ``offset`` and fsync it if durable.
     Unless the caller knows the file ends at ``offset`` (``clean``), anything past it is cut off
     first. On any error the file is cut back to ``offset`` where that is still possible, and
     the error is raised: the file then reads as it did before. FileNotFoundError means
-    ``path`` is gone and nothing was written."""
-    fd = sc.open(path, os.O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+    ``path`` is gone and nothing was written. :class:`Unreadable` (nothing written): the file
+    is not a regular file, or has hard links other than ``linked_as`` (:func:`foreign_links`)."""
+    fd = sc.open(path, os.O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+    try:
+        # Checked on the descriptor written through, so a file swapped in after the claim's
+        # read is caught too.
+        st = sc.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Unreadable(f"is not a regular file (mode {stat.filemode(st.st_mode)})")
+        extra = foreign_links(st, linked_as)
+        if extra:
+            raise Unreadable(f"has {extra} hard link(s) elsewhere: a planted link, never written to")
+    except BaseException:
+        sc.close_read(fd)
+        raise
     try:
         if not clean:
             sc.ftruncate(fd, offset)  # a torn tail or an earlier attempt's: never write after it
@@ -195,6 +229,11 @@ def unlink_quietly(path: str) -> bool:
 
 
 def read_regular(path: str, cap: int) -> bytes:
+    """:func:`read_regular_stat`'s data."""
+    return read_regular_stat(path, cap)[0]
+
+
+def read_regular_stat(path: str, cap: int) -> tuple[bytes, os.stat_result]:
     """Read a regular file without following links, blocking on FIFOs, or reading past ``cap``.
 
     Raises FileNotFoundError if it is gone, :class:`Unreadable` for anything else wrong. A
@@ -211,7 +250,7 @@ def read_regular(path: str, cap: int) -> bytes:
     raise AssertionError("unreachable")
 
 
-def _read_regular_once(path: str, cap: int) -> bytes:
+def _read_regular_once(path: str, cap: int) -> tuple[bytes, os.stat_result]:
     try:
         fd = sc.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
     except FileNotFoundError:
@@ -245,7 +284,7 @@ def _read_regular_once(path: str, cap: int) -> bytes:
             data = b"".join(chunks)
         if len(data) > cap:
             raise Unreadable(f"grew past the cap of {cap} bytes while being read")
-        return data
+        return data, st
     finally:
         sc.close_read(fd)
 

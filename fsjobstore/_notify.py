@@ -17,7 +17,7 @@ from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import canonical, dumps, target_key
 from ._core import Core
-from ._errors import InvalidRequest, InvalidState, LeaseLost, ValueTooLarge
+from ._errors import InvalidRequest, InvalidState, LeaseLost, StorageError, ValueTooLarge
 from ._handles import NotificationLease, OnCompromised
 from ._layout import FINAL_RE
 from ._leases import NotifyLock, break_if_expired
@@ -54,14 +54,20 @@ class Notifier:
         self._tree.write_new(tmp, doc)
         try:
             for _ in range(100):
-                self._tree.ensure_dir(tdir)
                 try:
+                    self._tree.ensure_dir(tdir)
                     self._tree.link_into(tmp, os.path.join(tdir, f"{key}.json"))
                 except FileExistsError:
                     pass  # already queued: keep its original place in line
                 except FileNotFoundError:
-                    continue  # a notifier or a sweep removed the emptied directory just now
+                    # A notifier or a sweep removed the emptied directory just now; or a member
+                    # of a shared store moved targets/ or tmp/ (our file with it) away.
+                    if not sc.lexists(tmp):
+                        raise _gone("the target's temp file was moved away", tmp) from None
+                    continue
                 break
+            else:
+                raise _gone("targets/<id> kept disappearing", tdir)
         finally:
             fs.unlink(tmp)
         # RACE: the job may become final between require() and here; checking again *after* the
@@ -241,3 +247,9 @@ class Notifier:
         for lease in self.held():
             lease._compromise(LeaseLost("the store was closed", reason="closed"))
             self._forget(lease)
+
+
+def _gone(why: str, path: str) -> StorageError:
+    err = StorageError(errno.ENOENT, why, path)
+    err.op = "queue"
+    return err

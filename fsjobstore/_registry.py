@@ -8,8 +8,10 @@ state) every second or so with what it is doing; each rewrite also beats the own
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +19,9 @@ from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import dumps, loads
 from ._core import Core
+from ._errors import StorageError
 from ._layout import WORKER_RE
+from ._leases import OwnerGone
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +43,25 @@ class WorkerInfo:
     current: tuple[dict[str, Any], ...]  # the jobs it runs now: id, queue, attempt, started_at
 
 
-def publish(core: Core, info: dict[str, Any]) -> None:
-    """Write this store's worker entry (and beat its owner, so the entry stays alive)."""
+def publish(core: Core, info: dict[str, Any], on_owner_gone: Callable[[], None]) -> None:
+    """Write this store's worker entry (and beat its owner, so the entry stays alive).
+
+    ``on_owner_gone`` is the heartbeat's own answer to an owner file found gone (held leases
+    told, the identity dropped); the entry is then published under a new identity."""
     owner = core.ensure_owner()
-    owner.beat()
+    try:
+        owner.beat()
+    except OwnerGone:
+        # Another process judged us gone; or a member of a shared store moved leases/ away
+        # (issue 23). Never a bare OSError to the caller.
+        on_owner_gone()
+        owner = core.ensure_owner()
+        try:
+            owner.beat()
+        except OwnerGone as exc:  # gone again at once: refused, as the store's own error
+            err = StorageError(errno.ENOENT, str(exc), core.layout.leases)
+            err.op = "publish_worker"
+            raise err from None
     doc = dict(info, owner=owner.owner, host=socket.gethostname(), pid=os.getpid(),
                last_heartbeat=core.wall())
     path = core.layout.worker_path(owner.owner)

@@ -74,9 +74,17 @@ class RunLog:
             # attempt's own file, which the next attempt never writes: lines cannot mix.
             fd = sc.open(self._path, os.O_WRONLY | os.O_APPEND | fs.O_NOFOLLOW | fs.O_CLOEXEC)
             try:
+                if sc.fstat(fd).st_nlink > 1:
+                    # A hard link planted in place of our log (issue 23): never append to a file
+                    # that has another name; begin a file of our own under ours.
+                    sc.close_read(fd)
+                    fd = -1
+                    self._start()
+                    fd = sc.open(self._path, os.O_WRONLY | os.O_APPEND | fs.O_NOFOLLOW | fs.O_CLOEXEC)
                 sc.write(fd, data)
             finally:
-                sc.close_read(fd)
+                if fd >= 0:
+                    sc.close_read(fd)
             self._size += len(data)
             if self._size > LOG_CAP:
                 self._compact()

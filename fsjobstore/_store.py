@@ -399,7 +399,7 @@ class JobStore:
         store's owner identity, and each call also beats it, so a worker loop that does not
         pull (a supervisor of worker processes) stays alive to others."""
         self._check_open()
-        registry.publish(self._core, dict(info))
+        registry.publish(self._core, dict(info), on_owner_gone=self._heart.beat_once)
 
     def retract_worker(self) -> None:
         """Remove this process's entry from :meth:`workers` (a worker stopping cleanly)."""

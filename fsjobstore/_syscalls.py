@@ -111,9 +111,10 @@ def _translate(op: str, args: tuple[Any, ...], exc: OSError) -> OSError:
 
 
 # -- store roots ------------------------------------------------------------------------------
-def attach(root: str, dir_mode: int) -> None:
-    """Resolve every path below ``root`` beneath it without following links, until :func:`detach`."""
-    _beneath.attach(root, dir_mode)
+def attach(root: str, dir_mode: int, fd: int | None = None) -> None:
+    """Resolve every path below ``root`` beneath it (beneath the directory ``fd`` is open on, if
+    given) without following links, until :func:`detach`."""
+    _beneath.attach(root, dir_mode, fd)
 
 
 def prime(root: str) -> None:

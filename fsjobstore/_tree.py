@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any, NamedTuple
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import dumps, loads
-from ._errors import JobNotFound
+from ._errors import JobNotFound, StorageError
 from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, TARGET_RE, Layout
 from ._records import FINAL_STATES, LOST_DATA, JobState, LostJobData, Parsed, Record
 from ._values import integer, number
@@ -88,7 +89,37 @@ class Tree:
 
     def read_parsed(self, path: str) -> Parsed:
         """Like :meth:`read_record`, with the result line's final state and the whole length."""
-        return Record.parse(fs.read_regular(path, self.record_cap))
+        return self.read_parsed_links(path)[0]
+
+    def read_parsed_links(self, path: str) -> tuple[Parsed, int, bytes]:
+        """:meth:`read_parsed`, and how many hard links the file has besides its name and its
+        ``ids/<id>`` (:func:`fs.foreign_links`). Such a file was planted by ``link`` (or is in a
+        hard-linked backup): it is read as a job only if every member could read and write it
+        anyway; otherwise it is :class:`fs.Unreadable` and the callers quarantine it, since
+        reading it could show a member what they may not read (issue 23). Whoever writes to
+        it first makes a private copy (:meth:`private_copy`)."""
+        data, st = fs.read_regular_stat(path, self.record_cap)
+        parsed = Record.parse(data)  # and the bytes, for that copy
+        extra = fs.foreign_links(st, self.layout.id_marker(parsed.record.id))
+        if extra and not self._shared_anyway(st):
+            raise fs.Unreadable(f"has {extra} hard link(s) elsewhere and is not the store's own file "
+                                f"(owner {st.st_uid}, group {st.st_gid}, mode {stat.filemode(st.st_mode)})")
+        return parsed, extra, data
+
+    def _shared_anyway(self, st: os.stat_result) -> bool:
+        if self.perms.gid is None:
+            return st.st_uid == os.geteuid()  # nobody else can link into a private store
+        return st.st_gid == self.perms.gid and st.st_mode & 0o060 == 0o060
+
+    def private_copy(self, path: str, data: bytes, tmp: str) -> None:
+        """Replace ``path`` (a name of ours) by a copy of ``data`` in a new file, so a write to
+        it never reaches the other names of a hard-linked file."""
+        self.write_new(tmp, data)
+        try:
+            self.rename_into(tmp, path)
+        except BaseException:
+            fs.unlink_quietly(tmp)
+            raise
 
     def publish_final(self, path: str, job_id: str, state: str) -> str:
         """Move a claimed file that ends in its result line into ``state``'s directory in one
@@ -131,16 +162,19 @@ class Tree:
         if dest in FINAL_STATES:
             return self.publish_final(tmp_path, record.id, dest)
         dst = self.dest_path(record, dest)
-        try:
-            self.rename_into(tmp_path, dst)
-        except FileNotFoundError:
-            # A queue's first job: its directory is made on demand (one mkdir per queue, not
-            # one failed mkdir per job). Any other ENOENT (our temp file went) is the caller's.
-            parent = os.path.dirname(dst)
-            if dest != "pending" or fs.is_real_dir(parent):
-                raise
-            self.ensure_dir(parent)
-            self.rename_into(tmp_path, dst)
+        for tries_left in (2, 1, 0):
+            try:
+                self.rename_into(tmp_path, dst)
+                break
+            except FileNotFoundError:
+                # A queue's first job: its directory is made on demand (one mkdir per queue, not
+                # one failed mkdir per job). Any other ENOENT (our temp file went) is the caller's.
+                # RACE: a member may move the new directory away again before the rename; a few
+                # rounds, then the caller's error (the job is not acknowledged, so not lost).
+                parent = os.path.dirname(dst)
+                if dest != "pending" or not tries_left or fs.is_real_dir(parent):
+                    raise
+                self.ensure_dir(parent)
         if dest == "pending":
             self.bell("work")
         return dst
@@ -254,8 +288,19 @@ class Tree:
                            error: str | None) -> None:
         """Create or replace ``jobs/notify/<id>.json`` atomically."""
         doc = {"id": job_id, "not_before": not_before, "attempts": attempts, "error": error}
-        self.write_new(tmp_path, dumps(doc) + b"\n")
-        self.rename_into(tmp_path, self.layout.notify_path(job_id))
+        for tries_left in (2, 1, 0):
+            self.write_new(tmp_path, dumps(doc) + b"\n")
+            try:
+                self.rename_into(tmp_path, self.layout.notify_path(job_id))
+                return
+            except FileNotFoundError as exc:
+                # RACE: a member of a shared store moved tmp/ (and our file) away between the
+                # write and the rename; tmp/ is made again on the next write (issue 23).
+                fs.unlink_quietly(tmp_path)  # if it is still here after all, the next write needs its name
+                if not tries_left:
+                    err = StorageError(exc.errno, exc.strerror, exc.filename)
+                    err.op = "rename"
+                    raise err from None
 
     def read_notify_entry(self, job_id: str) -> NotifyEntry | None:
         """The job's notify entry, or None if there is no usable one. An unusable one (not a

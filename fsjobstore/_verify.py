@@ -18,6 +18,7 @@ import errno
 import multiprocessing
 import os
 import shutil
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -184,8 +185,7 @@ def check_rename(scratch: str, rounds: int = 2000) -> VerifyCheck:
     a notification's due time or a worker's status, are read by code that treats a missing file
     as "look again"), and some network filesystems (GlusterFS) do show it."""
     target = os.path.join(scratch, "target")
-    with open(target, "wb") as fh:
-        fh.write(b"00000000" * 64)
+    _write_file(target, b"00000000" * 64)
     ctx = multiprocessing.get_context("fork")
     writer = ctx.Process(target=_renamer, args=(scratch, rounds))
     writer.start()
@@ -193,8 +193,7 @@ def check_rename(scratch: str, rounds: int = 2000) -> VerifyCheck:
     try:
         while writer.is_alive() or reads == 0:
             try:
-                with open(target, "rb") as fh:
-                    data = fh.read()
+                data = _read_file(target)
             except OSError as exc:
                 if exc.errno == errno.ESTALE:  # a network filesystem's stale handle: the store opens again
                     stale += 1
@@ -218,8 +217,7 @@ def check_rename(scratch: str, rounds: int = 2000) -> VerifyCheck:
 
 def check_links(scratch: str) -> VerifyCheck:
     src, dst = os.path.join(scratch, "linksrc"), os.path.join(scratch, "linkdst")
-    with open(src, "wb") as fh:
-        fh.write(b"x")
+    _write_file(src, b"x")
     try:
         sc.link(src, dst)
         sc.link(src, dst)
@@ -249,9 +247,27 @@ def check_fsync(scratch: str, rounds: int = 20) -> VerifyCheck:
 
 def _touch_later(path: str) -> None:
     time.sleep(0.2)
-    with open(path, "wb"):
-        pass
+    _write_file(path, b"")
     os._exit(0)
+
+
+# Files in the scratch directory go through _syscalls like the store's own, so they are reached
+# beneath the scratch directory's descriptor (verify attaches it), never through a link.
+def _write_file(path: str, data: bytes) -> None:
+    fd = sc.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_CLOEXEC, FILE_MODE)
+    try:
+        if data:
+            sc.write(fd, data)
+    finally:
+        sc.close(fd)
+
+
+def _read_file(path: str) -> bytes:
+    fd = sc.open(path, os.O_RDONLY | O_CLOEXEC)
+    try:
+        return sc.read(fd, 1 << 16)
+    finally:
+        sc.close_read(fd)
 
 
 def check_inotify(scratch: str, wait: float = 3.0) -> VerifyCheck:
@@ -259,7 +275,7 @@ def check_inotify(scratch: str, wait: float = 3.0) -> VerifyCheck:
     cannot be used) and let another process create a file in it: the waiting thread must wake."""
     seen: list[float] = []
     watched = os.path.join(scratch, "watched")
-    os.mkdir(watched, DIR_MODE)
+    sc.mkdir(watched, DIR_MODE)
     waker = Waker(watched, lambda path: seen.append(time.perf_counter()))
     waker.start()
     try:
@@ -325,22 +341,26 @@ def verify(directory: str) -> VerifyReport:
         raise InvalidRequest(f"{directory} {what}; verify checks the filesystem of an existing directory")
     scratch = os.path.join(directory, f".fsjobstore-verify-{os.getpid()}-{time.monotonic_ns() % 10**9}")
     try:
-        os.mkdir(scratch, DIR_MODE)
+        dfd = _make_scratch(scratch)
     except OSError as exc:
         raise InvalidRequest(f"cannot write in {directory} ({exc.strerror}); verify needs to make a "
                              "scratch directory there") from None
     warnings: list[str] = []
     checks = []
+    # Everything below the scratch directory is reached from its descriptor, never through a
+    # link: in a shared directory another user may swap it for a link meanwhile (issue 23).
+    sc.attach(scratch, DIR_MODE, dfd)
     try:
         for name, test, required in CHECKS:
             sub = os.path.join(scratch, test.__name__)
             try:
-                os.mkdir(sub, DIR_MODE)
+                sc.mkdir(sub, DIR_MODE)
                 checks.append(test(sub))
             except Exception as exc:  # a check that cannot even run has failed
                 checks.append(VerifyCheck(name, False, f"{type(exc).__name__}: {exc}", required))
     finally:
-        problem = _remove_tree(scratch)
+        sc.detach(scratch)
+        problem = _remove_scratch(scratch, dfd)
         if problem:
             warnings.append(f"could not remove the scratch directory {scratch}: {problem}")
     fstype = filesystem_type(directory)
@@ -359,17 +379,54 @@ def verify(directory: str) -> VerifyReport:
     return VerifyReport(directory, fstype, tuple(checks), trust, wakeups, tuple(warnings), safe)
 
 
-def _remove_tree(path: str) -> str | None:
-    """Remove ``path`` and everything in it; on a network filesystem a just-closed file can be
-    busy for a moment, so try a few times. Returns what went wrong, or None."""
-    last: OSError | None = None
-    for delay in (0.0, 0.1, 0.5, 1.0):
-        time.sleep(delay)
+def _make_scratch(path: str) -> int:
+    """Make directory ``path`` and return a descriptor of it, checked to be the one just made
+    (ours, mode 0700): not a link, nor a directory someone renamed into its place."""
+    os.mkdir(path, DIR_MODE)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | O_CLOEXEC)
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        os.close(fd)
+        raise OSError(errno.EEXIST, "the scratch directory was replaced as it was made", path)
+    return fd
+
+
+def _remove_scratch(path: str, fd: int) -> str | None:
+    """Empty the scratch directory through its descriptor, then remove its name if that is still
+    it. On a network filesystem a just-closed file can be busy for a moment, so try a few times.
+    Returns what went wrong, or None."""
+    try:
+        last: OSError | None = None
+        for delay in (0.0, 0.1, 0.5, 1.0):
+            time.sleep(delay)
+            try:
+                for name in os.listdir(fd):
+                    # rmtree with dir_fd never follows a link, at the top or below it.
+                    if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                        shutil.rmtree(name, dir_fd=fd)
+                    else:
+                        os.unlink(name, dir_fd=fd)
+                last = None
+                break
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                last = exc
+        if last is not None:
+            return f"{last.strerror or last}"
+        mine = os.fstat(fd)
         try:
-            shutil.rmtree(path)
-            return None
+            named = os.lstat(path)
         except FileNotFoundError:
-            return None
+            return "it was moved away while verify ran (left there, empty)"
+        if (named.st_dev, named.st_ino) != (mine.st_dev, mine.st_ino):
+            return "it was moved away while verify ran, and something else put in its place (both left)"
+        # RACE: a swap between this lstat and the rmdir makes rmdir fail (a link, a file: ENOTDIR;
+        # a non-empty directory: ENOTEMPTY): it never removes anything but an empty directory.
+        try:
+            os.rmdir(path)
         except OSError as exc:
-            last = exc
-    return f"{last.strerror or last}" if last is not None else None
+            return f"{exc.strerror or exc}"
+        return None
+    finally:
+        os.close(fd)

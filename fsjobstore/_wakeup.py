@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import _syscalls as sc
 from ._syscalls import libc_function
 
 log = logging.getLogger("fsjobstore")
@@ -35,8 +36,16 @@ _IN_CREATE = 0x00000100
 _IN_Q_OVERFLOW = 0x00004000
 _IN_IGNORED = 0x00008000
 _IN_ONLYDIR = 0x01000000
+_IN_DONT_FOLLOW = 0x02000000
 _IN_ISDIR = 0x40000000
+# Never through a link (issue 23): the watched directory is opened beneath the store's root by
+# _syscalls (a link, FIFO or file planted there is quarantined and a directory made in its
+# place), and the watch is added on that very descriptor through /proc/self/fd, so no component
+# of the path is looked up again. Without /proc the path is used, with IN_DONT_FOLLOW on its
+# last name and the components above it checked just before by the open.
 _MASK = _IN_CREATE | _IN_MOVED_TO | _IN_ONLYDIR
+_DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_BY_FD = os.path.isdir("/proc/self/fd")
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
 # Pullers wait on pending, scheduled and notify; nobody waits for a claim, and waiting for
 # results (JobStore.wait) uses a Waker of its own on the final directories.
@@ -94,25 +103,39 @@ class Waker:
             return True  # watchdog would hit the same limit
         return True
 
-    def _watch(self, directory: str) -> bool:
-        wd = _ADD_WATCH(self._fd, os.fsencode(directory), _MASK)
+    def _watch(self, directory: str) -> list[str] | None:
+        """Watch ``directory``; returns the names of the directories in it (None: not watched)."""
+        try:
+            dfd = sc.open(directory, _DIR_OPEN)
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # gone: nothing to watch
+        try:
+            if _BY_FD:  # the directory just opened, whatever happens to its path meanwhile
+                wd = _ADD_WATCH(self._fd, f"/proc/self/fd/{dfd}".encode(), _MASK)
+            else:
+                wd = _ADD_WATCH(self._fd, os.fsencode(directory), _MASK | _IN_DONT_FOLLOW)
+            code = ctypes.get_errno() if wd < 0 else 0
+            subdirs: list[str] = []
+            if wd >= 0:
+                # Listed through the same descriptor (d_type, no stat per entry), so a link
+                # planted in place of the directory meanwhile is never listed either.
+                with contextlib.suppress(OSError), os.scandir(dfd) as it:
+                    subdirs = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+        finally:
+            sc.close_read(dfd)
         if wd < 0:
-            code = ctypes.get_errno()
             if code in (errno.ENOENT, errno.ENOTDIR):
-                return False  # gone, or not a directory: nothing to watch
+                return None  # gone, or not a directory: nothing to watch
             raise OSError(code, os.strerror(code), directory)
         self._dirs[wd] = directory
-        return True
+        return subdirs
 
     def _watch_tree(self, directory: str) -> None:
         """Watch ``directory`` and the directories below it (queue directories, ...)."""
-        if not self._watch(directory):
-            return
-        with contextlib.suppress(OSError), os.scandir(directory) as it:
-            subdirs = [e.path for e in it if e.is_dir(follow_symlinks=False)]
-        for sub in subdirs:
-            if os.path.basename(sub) not in _UNWATCHED:
-                self._watch_tree(sub)
+        subdirs = self._watch(directory)
+        for name in subdirs or ():
+            if name not in _UNWATCHED:
+                self._watch_tree(os.path.join(directory, name))
 
     def _start_watchdog(self) -> None:
         try:

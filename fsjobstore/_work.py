@@ -88,7 +88,11 @@ class Work:
         not a job that may run. ``give_back``: where it came from, for a read fault."""
         tree = self._core.tree
         try:
-            parsed = tree.read_parsed(active)
+            parsed, extra_links, data = tree.read_parsed_links(active)
+            if extra_links:
+                # Hard-linked (a member's link, a `cp -al` backup): the result is appended to
+                # this file in place, so it becomes a file of its own first (issue 23).
+                tree.private_copy(active, data, self._core.layout.tmp_path(token, "aux", f"{job_id}.copy"))
         except FileNotFoundError:
             return None
         except StorageError:
@@ -267,8 +271,15 @@ class Work:
         core = self._core
         lease._committing = True
         try:
-            fs.write_at(active, lease._size, line, durable=core.durable, clean=lease._clean)
+            fs.write_at(active, lease._size, line, durable=core.durable, clean=lease._clean,
+                        linked_as=core.layout.id_marker(job_id))
         except FileNotFoundError:
+            raise self._lost(lease) from None
+        except fs.Unreadable as exc:
+            # Swapped since the claim for a hard link (or a FIFO) a member planted: nothing was
+            # written; the file is kept aside like any planted one, and this attempt is void.
+            lease._committing = False
+            core.tree.quarantine(active, f"claimed job file {exc}")
             raise self._lost(lease) from None
         except OSError as exc:
             lease._committing = False  # the line was cut back (if it could be): a retry truncates first

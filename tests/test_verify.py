@@ -130,7 +130,7 @@ def test_verify_removes_its_scratch_directory_even_when_a_check_fails(tmp_path: 
 
 def test_verify_says_when_it_could_not_remove_its_scratch_directory(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    def busy(path: str) -> None:
+    def busy(path: str, **kwargs: object) -> None:  # kwargs: dir_fd (the scratch's descriptor)
         raise OSError(errno.EBUSY, "Device or resource busy")
 
     monkeypatch.setattr(_verify, "CHECKS", _verify.CHECKS[1:2])  # hard links only: quick
