@@ -116,6 +116,7 @@ def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     repo = subprocess.run(["git", "-C", here, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
                           check=True).stdout.strip()
+    # In the current directory, so it measures the filesystem it is run on; ignored by git (.gitignore).
     work = tempfile.mkdtemp(prefix="fsjobstore-ab-", dir=".")
     trees = {}
     try:
