@@ -27,8 +27,9 @@ def _cli_interrupted(kind: type[BaseException], value: BaseException, tb: object
 def _cli_loading_sigint(signum: int, frame: object) -> None:
     """SIGINT while the command line loads, before it has touched anything: end at once. Not a
     KeyboardInterrupt: one raised inside an import's lock callback is discarded by Python
-    ("Exception ignored in ..."), and ``fsjobstore wait`` then waited forever. The command line
-    puts Python's own handler back just before a command runs (``_cli.main``)."""
+    ("Exception ignored in ..."), and ``fsjobstore wait`` then waited forever. It stays for the
+    command itself (every store operation is safe to end at any instant, as under SIGKILL), except
+    where the command installs its own (worker, notify) or puts Python's back (verify: ``_cli.main``)."""
     _os.write(2, b"fsjobstore: interrupted\n")
     _os._exit(130)
 

@@ -285,6 +285,11 @@ def test_a_handler_module_that_exits_or_has_a_syntax_error_on_import_is_an_impor
     done = cli("worker", root, "--handler", "badsyntax:handle", "--burst", cwd=tmp_path)
     assert_usage_error(done, "worker", "importing 'badsyntax' raised SyntaxError: expected ':' (")
     assert done.stderr.count("badsyntax.py") == 1
+    write_module(tmp_path, "interrupts", """
+        raise KeyboardInterrupt
+    """)
+    done = cli("worker", root, "--handler", "interrupts:handle", "--burst", cwd=tmp_path)
+    assert_usage_error(done, "worker", "importing 'interrupts' raised KeyboardInterrupt (")
 
 
 # -- 6. one style for every error the arguments cause ---------------------------------------------------

@@ -84,9 +84,13 @@ def _main(argv: Sequence[str] | None) -> int:
     bind(args, sub)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="fsjobstore: %(levelname)s: %(message)s")
-    if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.default_int_handler):
-        # fsjobstore's import ended a Ctrl-C at once while nothing had been touched; from here on
-        # a command may hold something to give back, so Ctrl-C is a KeyboardInterrupt again.
+    if args.command == "verify" and signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN,
+                                                                              signal.default_int_handler):
+        # fsjobstore's import ends a Ctrl-C at once (fsjobstore/__init__.py says why), and it stays
+        # so for every command: what they do on disk is safe at any instant, as under SIGKILL, and
+        # a KeyboardInterrupt can be discarded by Python (a trial saw `wait` go on, 1 run in 250).
+        # worker and notify install their own graceful handlers when they run. verify removes
+        # its scratch files on the way out, so for it Ctrl-C is a KeyboardInterrupt again.
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         code: int = args.run_command(args)

@@ -9,6 +9,7 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
 import sysconfig
 import traceback
@@ -97,6 +98,13 @@ def load(spec: str) -> Any:
     except SystemExit as exc:  # the module called sys.exit() while it was imported: it did not load
         log.debug("importing %r exited:", module_name, exc_info=exc)
         raise UsageError(f"importing {module_name!r} called sys.exit({exc.code!r}){_where(exc)}") from None
+    except KeyboardInterrupt as exc:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            raise  # it may be a real Ctrl-C (main() called from Python, not the fsjobstore command)
+        # Not a Ctrl-C: under the command line that ends the process at once (fsjobstore/__init__.py).
+        # The module raised it itself, so it did not load.
+        log.debug("importing %r raised KeyboardInterrupt:", module_name, exc_info=exc)
+        raise UsageError(f"importing {module_name!r} raised KeyboardInterrupt{_where(exc)}") from None
     except Exception as exc:
         log.debug("importing %r failed:", module_name, exc_info=exc)  # the whole story, at DEBUG
         missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
