@@ -32,11 +32,9 @@ from types import FrameType
 from .. import JobStore, WorkLease
 from ._board import Board
 from ._restarts import Restarts
-from ._slot import Handler, Tally, WorkerShutdown, serve
+from ._slot import CANCEL_POLL, Handler, Tally, WorkerShutdown, fate, say_fate, serve
 
 log = logging.getLogger("fsjobstore.worker")
-
-CANCEL_POLL = 0.1  # seconds between looks at the cancel requests of running jobs
 
 
 class _ChildGate:
@@ -272,15 +270,10 @@ class ProcessPool:
         :func:`run_one` says ``retrying`` or ``failed``. A crashed child could not count its
         attempt: it is counted here (a crash after its commit was written leaves it fulfilled)."""
         for job_id, queue, attempt, counted in self._crashed:
-            try:
-                state = self._store.get(job_id).state.value
-            except Exception:  # purged meanwhile, or unreadable: recovery has said why in the log
-                state = "lost"
-            fate = {"pending": "retrying", "scheduled": "retrying", "active": "retrying"}.get(state, state)
+            outcome = fate(self._store, job_id) or "lost"  # unreadable: recovery has said why in the log
             if not counted:
-                self._extra.add(fate if fate in ("fulfilled", "failed", "cancelled", "lost", "retrying") else "lost")
-            log.info("job %s queue=%s attempt=%d ended %s", job_id, queue, attempt,
-                     {"retrying": "and is retrying", "lost": "and is lost"}.get(fate, fate))
+                self._extra.add(outcome if outcome in ("fulfilled", "failed", "cancelled", "retrying") else "lost")
+            say_fate(job_id, queue, attempt, outcome)
         self._crashed.clear()
 
     def _exited(self, index: int, status: int, stopping: bool) -> bool:

@@ -119,6 +119,26 @@ def serve(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str
 OUTCOMES = ("fulfilled", "retrying", "failed", "cancelled", "timed-out", "lost", "released")
 """What :func:`run_one` returns: how one attempt ended (RunSummary counts each)."""
 
+CANCEL_POLL = 0.1  # seconds between a pool's looks at the cancel requests of running jobs
+
+
+def fate(store: JobStore, job_id: str) -> str | None:
+    """How a job goes on once an attempt was ended outside :func:`run_one` (a time-out, a kill,
+    a crash): its outcome as in :data:`OUTCOMES` (``retrying`` while it is to run again), or
+    None when its state cannot be read (purged meanwhile, or unreadable)."""
+    try:
+        state = store.get(job_id).state.value
+    except Exception as exc:  # a status, not state: never stop a pool's monitor for it
+        log.debug("job %s: could not read its state: %s", job_id, exc)
+        return None
+    return "retrying" if state in ("pending", "scheduled", "active") else state
+
+
+def say_fate(job_id: str, queue: str, attempt: int, outcome: str) -> None:
+    """The log line that tells it, in both pools."""
+    log.info("job %s queue=%s attempt=%d ended %s", job_id, queue, attempt,
+             {"retrying": "and is retrying", "lost": "and is lost"}.get(outcome, outcome))
+
 
 class Tally:
     """How many attempts ended with each outcome, in :data:`OUTCOMES`' order."""

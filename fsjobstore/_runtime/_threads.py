@@ -16,9 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .. import JobStore, WorkLease
 from ._restarts import Restarts
-from ._slot import Gate, Handler, Tally, serve
-
-CANCEL_POLL = 0.1  # seconds between looks at the cancel requests of running jobs
+from ._slot import CANCEL_POLL, Gate, Handler, Tally, fate, say_fate, serve
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -112,7 +110,9 @@ class ThreadPool:
                     log.info("job %s queue=%s attempt=%d timed-out: ran past its time limit (%.1fs); its "
                              "thread cannot be stopped and is left to finish, fenced (processes mode kills)",
                              lease.id, lease.queue, lease.attempt, time.time() - slot.started)
-                    self._say_fate(lease)
+                    outcome = fate(self._store, lease.id)
+                    if outcome is not None:
+                        say_fate(lease.id, lease.queue, lease.attempt, outcome)
                     self._replace(i, slot)
                     continue
                 if look_at_cancels:
@@ -120,16 +120,6 @@ class ThreadPool:
             if slot.crashed and slot.thread is not None and not slot.thread.is_alive() and not stopping:
                 slot.crashed = False  # scheduled once: the flag is set again only by a new thread's crash
                 self._restarts.died(i, "worker threads")  # a thread that died on an unexpected error
-
-    def _say_fate(self, lease: WorkLease) -> None:
-        """One line on how the job goes on, as process mode says it once recovery has ended the attempt."""
-        try:
-            state = self._store.get(lease.id).state.value
-        except Exception as exc:  # a status line, not state: never stop the monitor for it
-            log.debug("job %s: could not read its state: %s", lease.id, exc)
-            return
-        fate = "and is retrying" if state in ("pending", "scheduled", "active") else state
-        log.info("job %s queue=%s attempt=%d ended %s", lease.id, lease.queue, lease.attempt, fate)
 
     def _replace(self, i: int, slot: _Slot) -> None:
         slot.tally.add("timed-out")
