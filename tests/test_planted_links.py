@@ -20,6 +20,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from faultkit import hooked
 
 from fsjobstore import JobStore, JobStoreError, _beneath
 
@@ -253,7 +254,6 @@ def test_a_directory_planted_again_after_every_repair_is_refused_with_the_stores
 
 def test_a_create_whose_temp_file_is_moved_away_raises_the_stores_error_and_acknowledges_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fsjobstore import _syscalls
 
     # Past the recheck window (within it the cached descriptor follows the moved directory and
     # the job is published from there: the RACE FORMAT.md describes).
@@ -272,12 +272,8 @@ def test_a_create_whose_temp_file_is_moved_away_raises_the_stores_error_and_ackn
             pass
 
     with JobStore(str(root), durable=False) as store:
-        _syscalls.set_hook(MoveTmpAway())
-        try:
-            with pytest.raises(JobStoreError):
-                store.create({"n": 1})
-        finally:
-            _syscalls.set_hook(None)
+        with hooked(MoveTmpAway()), pytest.raises(JobStoreError):
+            store.create({"n": 1})
         assert moved.exists()  # the hook did move it
         assert os.listdir(root / "jobs" / "pending" / "default") == []  # nothing acknowledged, nothing stored
 
@@ -331,7 +327,6 @@ class _MoveTmpAwayOnce:
 
 def test_a_result_commits_and_its_notify_entry_is_made_even_when_tmp_is_moved_away_meanwhile(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fsjobstore import _syscalls
 
     monkeypatch.setattr(_beneath, "RECHECK_AFTER", 0.0)
     root = tmp_path / "store"
@@ -341,11 +336,8 @@ def test_a_result_commits_and_its_notify_entry_is_made_even_when_tmp_is_moved_aw
         lease = store.pull_work(timeout=0)
         assert lease is not None
         hook = _MoveTmpAwayOnce(root, "rename", ".notify")
-        _syscalls.set_hook(hook)
-        try:
+        with hooked(hook):
             lease.fulfill("v")
-        finally:
-            _syscalls.set_hook(None)
         assert hook.moved
         assert store.get(job.id).state.value == "fulfilled"
         note = store.pull_notification(timeout=0)
@@ -354,19 +346,14 @@ def test_a_result_commits_and_its_notify_entry_is_made_even_when_tmp_is_moved_aw
 
 def test_a_target_whose_temp_file_is_moved_away_is_refused_never_silently_dropped(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fsjobstore import _syscalls
 
     monkeypatch.setattr(_beneath, "RECHECK_AFTER", 0.0)
     root = tmp_path / "store"
     with JobStore(str(root), durable=False) as store:
         job = store.create({"n": 1})
         hook = _MoveTmpAwayOnce(root, "link", ".aux.")
-        _syscalls.set_hook(hook)
-        try:
-            with pytest.raises(JobStoreError):
-                store.queue(job.id, {"to": "web"})
-        finally:
-            _syscalls.set_hook(None)
+        with hooked(hook), pytest.raises(JobStoreError):
+            store.queue(job.id, {"to": "web"})
         assert hook.moved
 
 
