@@ -105,6 +105,7 @@ def _logging_quiet() -> Iterator[None]:
     loggers = [logging.getLogger(), *(v for v in logging.Logger.manager.loggerDict.values()
                                       if isinstance(v, logging.Logger))]
     handlers = sorted({id(h): h for lg in loggers for h in lg.handlers}.items())
+    parent = os.getpid()
     held: list[logging.Handler] = []
     try:
         for _, handler in handlers:
@@ -112,18 +113,15 @@ def _logging_quiet() -> Iterator[None]:
             held.append(handler)
         yield
     finally:
-        if os.getpid() == _supervisor_pid[0]:  # in the child, logging re-made these locks already
+        if os.getpid() == parent:  # in the child, logging re-made these locks already
             for handler in reversed(held):
                 handler.release()
 
-
-_supervisor_pid = [0]
 
 
 def fork_child(body: Callable[[], None]) -> int:
     """Fork; the child runs ``body`` (which must not return) with every signal blocked until
     it unblocks them. Returns the child's pid in the parent. See the module docstring."""
-    _supervisor_pid[0] = os.getpid()
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
     try:
         with _logging_quiet():
