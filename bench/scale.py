@@ -1,0 +1,203 @@
+"""What a store's backlog costs: the same operations at several backlog sizes, as ratios in one run.
+
+    python bench/scale.py                          # 10,000 / 300,000 / 1,000,000 pending
+    python bench/scale.py --sizes 10000,100000 --fillers 2
+    python bench/scale.py --finished 100000        # 100,000 finished jobs retained, against none
+
+For each size a fresh store (durable=False, one queue) is filled with that many pending jobs by
+``--fillers`` processes in parallel (each creating through the public API), then, each in a fresh
+process so nothing is warm that a user's process would not have warm:
+
+- **cold first lease**: ``python -c`` that imports fsjobstore, opens the store and leases one job
+  (``pull_work(timeout=0)``); wall time from before the interpreter starts to the lease;
+- **claim+fulfil/s** with 1 and with 2 worker processes, ``--claims`` jobs each, and the **slowest
+  single pull** any of them saw;
+- **get, fulfill(id), queue(id)** of a pending job picked at random (median of ``--lookups``);
+- **statistics()** (median of 5), and the **RSS** of the 1-worker process after its claims.
+
+Every figure is printed with its ratio to the first (smallest) size of the same run, which is what
+issue 24's targets are stated in. With ``--finished N`` the comparison is instead a store with N
+finished jobs (created and fulfilled, kept) against a store with none, each with 10,000 pending.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from fsjobstore import JobStore
+
+_COLD = r"""
+import sys, time
+t0 = float(sys.argv[2])
+from fsjobstore import JobStore
+s = JobStore(sys.argv[1], durable=False)
+lease = s.pull_work(timeout=0)
+assert lease is not None, "no job to lease"
+t1 = time.time()
+lease.release()
+s.close()
+print(t1 - t0)
+"""
+
+
+def _fill(root: str, n: int, tag: int) -> None:
+    with JobStore(root, durable=False) as s:
+        for i in range(n):
+            s.create({"n": i, "filler": tag, "pad": "x" * 40})
+
+
+def fill(root: str, n: int, fillers: int) -> float:
+    """Create ``n`` pending jobs with ``fillers`` processes; returns the seconds it took."""
+    JobStore(root, durable=False).close()
+    t = time.perf_counter()
+    ctx = mp.get_context("fork")
+    share = [n // fillers + (1 if k < n % fillers else 0) for k in range(fillers)]
+    procs = [ctx.Process(target=_fill, args=(root, share[k], k)) for k in range(fillers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            raise SystemExit(f"a filler process failed with exit code {p.exitcode}")
+    return time.perf_counter() - t
+
+
+def _worker(root: str, claims: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    with JobStore(root, durable=False) as s:
+        worst, t = 0.0, time.perf_counter()
+        for _ in range(claims):
+            p0 = time.perf_counter()
+            lease = s.pull_work(timeout=0)
+            worst = max(worst, time.perf_counter() - p0)
+            if lease is None:
+                break
+            lease.fulfill(b"")
+        elapsed = time.perf_counter() - t
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux: KiB)
+    out.put((claims / elapsed, worst, rss))
+
+
+def drain(root: str, workers: int, claims: int) -> tuple[float, float, float]:
+    """claim+fulfil/s summed over ``workers`` processes, the slowest single pull, max RSS."""
+    ctx = mp.get_context("fork")
+    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    procs = [ctx.Process(target=_worker, args=(root, claims, out)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    results = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(r[0] for r in results), max(r[1] for r in results), max(r[2] for r in results)
+
+
+def cold_first_lease(root: str) -> float:
+    t0 = time.time()
+    out = subprocess.run([sys.executable, "-c", _COLD, root, repr(t0)], check=True, capture_output=True,
+                         text=True)
+    return float(out.stdout.strip())
+
+
+def lookups(root: str, count: int) -> dict[str, float]:
+    with JobStore(root, durable=False) as s:
+        ids = [j.id for j in _sample_pending(s, count)]
+        out: dict[str, list[float]] = {"get": [], "queue(id)": [], "fulfill(id)": []}
+        for job_id in ids:
+            t = time.perf_counter()
+            s.get(job_id)
+            out["get"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            s.queue(job_id, {"to": "bench"})
+            out["queue(id)"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            s.fulfill(job_id, None)
+            out["fulfill(id)"].append(time.perf_counter() - t)
+        stats = []
+        for _ in range(5):
+            t = time.perf_counter()
+            s.statistics()
+            stats.append(time.perf_counter() - t)
+    result = {k: statistics.median(v) for k, v in out.items()}
+    result["statistics()"] = statistics.median(stats)
+    return result
+
+
+def _sample_pending(s: JobStore, count: int) -> list:  # type: ignore[type-arg]
+    """``count`` pending jobs spread over the backlog, read from the queue directory's names."""
+    directory = os.path.join(s.path, "jobs", "pending", "default")
+    names = []
+    for dirpath, _dirs, files in os.walk(directory):
+        names += [os.path.join(dirpath, f) for f in files if f.endswith(".json")]
+    picks = random.Random(7).sample(names, min(count, len(names)))
+    return [s.get(os.path.basename(p).split(".")[2]) for p in picks]
+
+
+def measure(root: str, args: argparse.Namespace) -> dict[str, float]:
+    row: dict[str, float] = {}
+    row["cold first lease s"] = statistics.median(cold_first_lease(root) for _ in range(3))
+    for name, seconds in lookups(root, args.lookups).items():
+        row[f"{name} ms"] = seconds * 1000
+    rate1, worst1, rss = drain(root, 1, args.claims)
+    rate2, worst2, _ = drain(root, 2, args.claims)
+    row["claim+fulfil/s 1 worker"] = rate1
+    row["claim+fulfil/s 2 workers"] = rate2
+    row["slowest pull ms"] = max(worst1, worst2) * 1000
+    row["worker RSS MiB"] = rss
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="10000,300000,1000000", help="pending backlogs, comma-separated")
+    ap.add_argument("--finished", type=int, default=0, help="compare N finished jobs retained against none")
+    ap.add_argument("--fillers", type=int, default=2, help="processes that fill each store")
+    ap.add_argument("--claims", type=int, default=3000, help="claim+fulfils per worker process")
+    ap.add_argument("--lookups", type=int, default=20, help="jobs looked up by id")
+    ap.add_argument("--dir", default=None, help="where to make the stores (default: a temp dir)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    base = tempfile.mkdtemp(prefix="fsjobstore-scale-", dir=args.dir)
+    rows: dict[str, dict[str, float]] = {}
+    try:
+        if args.finished:
+            plan = [("none finished", 10_000, 0), (f"{args.finished:,} finished", 10_000, args.finished)]
+        else:
+            plan = [(f"{n:,} pending", n, 0) for n in (int(x) for x in args.sizes.split(","))]
+        for label, pending, finished in plan:
+            root = os.path.join(base, label.split()[0].replace(",", ""))
+            fill_s = fill(root, finished + pending, args.fillers)
+            if finished:
+                drain(root, args.fillers, (finished + args.fillers - 1) // args.fillers)
+            rows[label] = measure(root, args)
+            rows[label]["fill s"] = fill_s
+            print(f"{label}: done", file=sys.stderr, flush=True)
+            shutil.rmtree(root)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    if args.json:
+        print(json.dumps(rows))
+        return
+    labels = list(rows)
+    first = rows[labels[0]]
+    print(f"{'':28}" + "".join(f"{label:>26}" for label in labels))
+    for key in first:
+        cells = []
+        for label in labels:
+            v = rows[label][key]
+            ratio = v / first[key] if first[key] else float("nan")
+            cells.append(f"{v:>14.3f} ({ratio:5.2f}x)")
+        print(f"{key:28}" + "".join(f"{c:>26}" for c in cells))
+
+
+if __name__ == "__main__":
+    main()
