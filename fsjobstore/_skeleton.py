@@ -107,7 +107,9 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
             fs.check_trusted(directory, config.perms)
         sc.prime(root)
         if config.format < FORMAT_VERSION:
-            config = _migrate_to_3(layout, config, DEFAULT_RETAIN if retain is None else retain, made_as)
+            # A store made before retention promised to keep every job: an upgrade keeps that
+            # promise (forever) unless the opener asks for a retention period itself.
+            config = _migrate_to_3(layout, config, FOREVER if retain is None else retain, made_as)
     except BaseException:
         sc.detach(root)
         raise

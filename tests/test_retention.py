@@ -177,6 +177,12 @@ def _format2_store(root: Path) -> list[str]:
         for name in names:
             os.unlink(os.path.join(dirpath, name))
         os.rmdir(dirpath)
+    for state in ("fulfilled", "failed", "cancelled"):  # format-2 records have no "retain"
+        for path in (root / "jobs" / state).iterdir():
+            first, rest = path.read_bytes().split(b"\n", 1)
+            record = json.loads(first)
+            del record["retain"]
+            path.write_bytes(json.dumps(record, separators=(",", ":")).encode() + b"\n" + rest)
     marker = json.loads((root / "fsjobstore.json").read_text())
     marker["format"] = 2
     del marker["retain"]
@@ -191,8 +197,10 @@ def test_a_format_2_store_is_migrated_final_jobs_get_index_entries_and_a_second_
     ids = _format2_store(root)
     JobStore(root).close()
     marker = json.loads((root / "fsjobstore.json").read_text())
-    assert (marker["format"], marker["migrated_from"], marker["retain"]) == (3, 2, 7 * 24 * 3600)
+    # A store made before retention kept every job: the upgrade keeps doing so unless asked.
+    assert (marker["format"], marker["migrated_from"], marker["retain"]) == (3, 2, None)
     entries = _finished(root)
+    assert all(e.split(".")[1] == "9" * 17 for e in entries)  # <EXP>: forever
     assert sorted(e.rsplit(".", 1)[1] for e in entries) == ids
     assert removal_leftovers(str(root), job_files(str(root))) == []
     caplog.clear()
@@ -247,3 +255,12 @@ def test_a_removal_killed_midway_is_finished_by_the_next_recovery_and_the_job_ne
         assert list(files) == [other] and removal_leftovers(str(root), files) == []
         assert os.listdir(root / "tmp") == []
         assert s.create({"new": True}, job_id="k").request == {"new": True}
+
+
+def test_a_format_2_store_opened_first_with_retain_keeps_its_final_jobs_that_long(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    _format2_store(root)
+    JobStore(root, retain=3600).close()
+    marker = json.loads((root / "fsjobstore.json").read_text())
+    assert marker["retain"] == 3600
+    assert all(e.split(".")[1] != "9" * 17 for e in _finished(root))
