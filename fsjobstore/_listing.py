@@ -48,16 +48,13 @@ from ._layout import (
     prio_field,
 )
 from ._records import FINAL_STATES, Job, JobState, Record
+from ._retention import STALE_AFTER
 from ._tree import Location
 from ._values import integer
 
 log = logging.getLogger("fsjobstore")
 
 MAX_LIMIT = 10_000
-# A finished-index entry whose job is not where it says is stale (the commit failed after it, or
-# the job was retried or removed). It is created before the rename that publishes the job, so a
-# young one may belong to a commit still under way: only one older than this is unlinked.
-STALE_AFTER = 600.0
 # The order of an all-states walk; the final states share one phase (the finished index).
 _PHASES = ("active", "pending", "scheduled", "final")
 _FINAL = frozenset(JobState(s) for s in FINAL_STATES)
@@ -285,8 +282,9 @@ def _final(core: Core, states: frozenset[JobState], queue: str | None, after: ob
 
 
 def drop_if_stale(core: Core, entry: str, fin: int) -> None:
-    """Unlink a finished-index entry found stale, once it is old enough that no commit can still
-    be publishing its job (see STALE_AFTER)."""
+    """Unlink a finished-index entry found stale (its job is not where it says, or finished at
+    another time), once it is old enough that no commit can still be publishing its job: the
+    rule retention follows (``_retention.STALE_AFTER``)."""
     # RACE: the entry is made before the rename that publishes the job; a commit between the two
     # is a few system calls, and a holder stopped there past its lease is fenced (taken over),
     # so its rename fails and the entry is stale indeed. STALE_AFTER is far beyond both.
