@@ -1,6 +1,6 @@
 """Purge rate, and a worker's drain rate while a purge runs against without (issue 24).
 
-    python bench/purge.py [--finished 20000] [--pending 20000] [--durable] [--no-logs]
+    python bench/purge.py [--finished 20000] [--pending 20000] [--durable] [--no-logs] [--rounds 2]
 
 1. Fills a fresh store with ``--finished`` fulfilled jobs (each with a run log line, as a worker
    leaves them) and times ``store.purge()`` of them all in this process: jobs/s.
@@ -11,7 +11,7 @@
    the purge runs (the jobs it fulfils while both run, over that time), and the purge rate
    beside it.
 
-Prints one line per figure and the ratio (drain during a purge / drain alone). Both rates are
+2 and 3 are repeated ``--rounds`` times in turn. Prints one line per figure. Both rates are
 wall-clock rates on this machine; run it alone (2 cores here).
 """
 
@@ -73,7 +73,7 @@ def fulfil_times(out: str) -> list[float]:
         return [float(line) for line in fh if line.strip()]
 
 
-def run(finished: int, pending: int, durable: bool, logs: bool) -> None:
+def run(finished: int, pending: int, durable: bool, logs: bool, rounds: int) -> None:
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as scratch:
         # 1. purge alone
         root = os.path.join(scratch, "alone")
@@ -85,43 +85,51 @@ def run(finished: int, pending: int, durable: bool, logs: bool) -> None:
         assert removed == finished, removed
         print(f"purge alone: {removed} finished jobs in {took:.2f} s = {removed / took:,.0f} jobs/s")
 
-        # 2. drain alone
-        root = os.path.join(scratch, "drain")
-        with JobStore(root, durable=durable) as store:
-            fill_pending(store, pending)
-        out = os.path.join(scratch, "drain.log")
+        for round_ in range(rounds):  # alone and beside a purge in turn: the disk's weather changes
+            drain_alone(scratch, pending, durable, round_)
+            drain_beside_purge(scratch, finished, pending, durable, logs, round_)
+
+
+def drain_alone(scratch: str, pending: int, durable: bool, round_: int) -> float:
+    root = os.path.join(scratch, f"drain{round_}")
+    with JobStore(root, durable=durable) as store:
+        fill_pending(store, pending)
+    out = os.path.join(scratch, f"drain{round_}.log")
+    worker = start_worker(root, out)
+    assert worker.stdin is not None
+    t0 = time.monotonic()
+    worker.stdin.write("go\n")
+    worker.stdin.flush()
+    worker.wait()
+    times = fulfil_times(out)
+    alone = len(times) / (times[-1] - t0)
+    print(f"round {round_}: drain alone: {len(times)} jobs in {times[-1] - t0:.2f} s = {alone:,.0f} jobs/s")
+    return alone
+
+
+def drain_beside_purge(scratch: str, finished: int, pending: int, durable: bool, logs: bool, round_: int) -> float:
+    root = os.path.join(scratch, f"both{round_}")
+    with JobStore(root, durable=durable) as store:
+        fill_finished(store, finished, logs)
+        fill_pending(store, pending)
+        out = os.path.join(scratch, f"both{round_}.log")
         worker = start_worker(root, out)
         assert worker.stdin is not None
-        t0 = time.monotonic()
         worker.stdin.write("go\n")
         worker.stdin.flush()
+        t0 = time.monotonic()
+        removed = store.purge(states="fulfilled")
+        t1 = time.monotonic()
         worker.wait()
-        times = fulfil_times(out)
-        alone = len(times) / (times[-1] - t0)
-        print(f"drain alone: {len(times)} jobs in {times[-1] - t0:.2f} s = {alone:,.0f} jobs/s")
-
-        # 3. both at once
-        root = os.path.join(scratch, "both")
-        with JobStore(root, durable=durable) as store:
-            fill_finished(store, finished, logs)
-            fill_pending(store, pending)
-            out = os.path.join(scratch, "both.log")
-            worker = start_worker(root, out)
-            assert worker.stdin is not None
-            worker.stdin.write("go\n")
-            worker.stdin.flush()
-            t0 = time.monotonic()
-            removed = store.purge(states="fulfilled")
-            t1 = time.monotonic()
-            worker.wait()
-        times = fulfil_times(out)
-        # Both ran from t0 until the first of them ended: the drain rate over that stretch.
-        end = min(t1, times[-1])
-        ran = sum(1 for t in times if t <= end)
-        during = ran / (end - t0)
-        print(f"purge beside a draining worker: {removed} jobs in {t1 - t0:.2f} s = {removed / (t1 - t0):,.0f} jobs/s")
-        print(f"drain during the purge: {ran} jobs in {end - t0:.2f} s = {during:,.0f} jobs/s = "
-              f"{during / alone:.2f}x of the drain alone")
+    times = fulfil_times(out)
+    # Both ran from t0 until the first of them ended: the drain rate over that stretch.
+    end = min(t1, times[-1])
+    ran = sum(1 for t in times if t <= end)
+    during = ran / (end - t0)
+    print(f"round {round_}: purge beside a draining worker: {removed} jobs in {t1 - t0:.2f} s = "
+          f"{removed / (t1 - t0):,.0f} jobs/s; the drain meanwhile: {ran} jobs in {end - t0:.2f} s = "
+          f"{during:,.0f} jobs/s")
+    return during
 
 
 def main() -> None:
@@ -129,11 +137,12 @@ def main() -> None:
     parser.add_argument("--finished", type=int, default=20_000)
     parser.add_argument("--pending", type=int, default=20_000)
     parser.add_argument("--durable", action="store_true", help="fsync (default: durable=False)")
+    parser.add_argument("--rounds", type=int, default=2, help="drain alone / beside a purge, in turn")
     parser.add_argument("--no-logs", action="store_true", help="jobs that wrote no log line (no runs/<id>/)")
     args = parser.parse_args()
     print(f"fsjobstore purge bench: {args.finished} finished, {args.pending} pending, durable={args.durable}, "
           f"logs={not args.no_logs}, commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M')}")
-    run(args.finished, args.pending, args.durable, not args.no_logs)
+    run(args.finished, args.pending, args.durable, not args.no_logs, args.rounds)
 
 
 def _commit() -> str:

@@ -283,13 +283,16 @@ DRAINER = """
 
 
 def test_a_purge_while_a_worker_drains_the_queue_never_both_runs_and_purges_a_job(store: JobStore) -> None:
-    made = [store.create(i, job_id=f"p{i:04d}").id for i in range(600)]
+    made = [store.create(i, job_id=f"p{i:04d}").id for i in range(1500)]
     worker = run_child(DRAINER, store.path)
-    time.sleep(0.3)  # let it start draining
+    deadline = time.monotonic() + 30
+    while not os.listdir(f"{store.path}/jobs/fulfilled") and time.monotonic() < deadline:
+        time.sleep(0.01)  # until it drains
     purged = store.purge(states="pending")
     out, _ = worker.communicate(timeout=120)
     assert worker.returncode == 0
     ran = out.split()
+    assert ran and purged, "the two did not overlap"
     assert len(ran) + purged == len(made)
     assert len(set(ran)) == len(ran)
     for job_id in made:
