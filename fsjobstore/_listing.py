@@ -170,13 +170,13 @@ def _walk(core: Core, chosen: JobState | None, queue: str | None, limit: int | N
         else:
             found = _final(core, finals, queue, key)
         for job in found:
-            if limit is not None and given >= limit:
-                return
             if job.id in seen:
                 continue  # it moved forward during the walk and was shown already
             seen.add(job.id)
             given += 1
             yield job
+            if limit is not None and given >= limit:
+                return  # before reading the next file
 
 
 def _read(core: Core, loc: Location, job_id: str) -> Record | None:
