@@ -33,6 +33,7 @@ BUDGET = 0.05  # ... or seconds spent, whichever comes first
 # An entry is made just before its job's publishing rename: one whose job is missing is judged
 # stale only once it is this old, so a commit between the two is never robbed of its entry.
 STALE_AFTER = 120.0
+_AT_LEAST = 16  # entries one pass considers whatever its time budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,7 @@ class Retention:
         # bucket -> (its signature when listed, the earliest <EXP> left in it): a settled bucket
         # that did not change is not listed again before that time.
         self._seen: dict[str, tuple[tuple[int, int, int], int]] = {}
+        self._left: dict[str, list[str]] = {}  # bucket -> names a pass stopped before
 
     def run_pass(self, *, batch: int = BATCH, budget: float = BUDGET) -> PassResult:
         core = self._core
@@ -80,12 +82,17 @@ class Retention:
                 break  # finished in a later hour than now (a clock set back): nothing due there
             signature, settled = fs.dir_signature(bdir)
             seen = self._seen.get(bucket)
-            if seen is not None and seen[0] == signature and seen[1] > now:
+            if seen is not None and seen[0] == signature and seen[1] > now and bucket not in self._left:
                 continue
-            names = sorted(fs.scan_names(bdir))
+            # The names a pass cut short did not reach are taken up where it stopped, so a large
+            # bucket is listed once per walk through it, not once per pass.
+            names = self._left.pop(bucket, None) or sorted(fs.scan_names(bdir))
             earliest = none_left = 10**18
-            for name in names:
-                if removed >= batch or core.clock() >= stop_at:
+            for i, name in enumerate(names):
+                # At least a few entries per pass whatever the clock says: listing a large bucket
+                # may use the whole budget, and a pass must still make progress.
+                if removed >= batch or (i >= _AT_LEAST and core.clock() >= stop_at):
+                    self._left[bucket] = names[i:]
                     return PassResult(removed, True)
                 left = self._consider(bdir, name, now)
                 if left is True:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,19 @@ def _open(root: Path, clock: Clock, **kw: Any) -> JobStore:
     return JobStore(root, wall_clock=clock, durable=False, **kw)
 
 
+def _gone(store: JobStore, job_id: str) -> bool:
+    """Whether the job is removed once retention has had its chance: recover() makes a pass, and
+    a store that pulled has its retention thread too (it may hold the lock, or be first)."""
+    for _ in range(50):
+        store.recover()
+        try:
+            store.get(job_id)
+        except JobNotFound:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def _only_skeleton_left(root: Path) -> None:
     files = job_files(str(root))
     assert files == {} and removal_leftovers(str(root), files) == []
@@ -55,11 +69,10 @@ def test_retention_removes_a_finished_job_after_its_retain_with_its_runs_ids_and
         _run(s, job_id="a", retain=60)
         assert len(_finished(tmp_path / "s")) == 1 and os.listdir(tmp_path / "s" / "runs") == ["a"]
         clock.now += 59
-        assert s.recover().removed == 0 and s.get("a").state is JobState.FULFILLED
+        s.recover()
+        assert s.get("a").state is JobState.FULFILLED
         clock.now += 2
-        assert s.recover().removed == 1
-        with pytest.raises(JobNotFound):
-            s.get("a")
+        assert _gone(s, "a")
     _only_skeleton_left(tmp_path / "s")
 
 
@@ -72,11 +85,12 @@ def test_a_job_with_targets_waiting_is_kept_until_they_are_delivered(tmp_path: P
         assert lease is not None
         lease.fulfill(b"v")
         clock.now += 10
-        assert s.recover().removed == 0 and s.get(job.id).waiting == ("someone",)
+        s.recover()
+        assert s.get(job.id).waiting == ("someone",)
         note = s.pull_notification()
         assert note is not None
         note.done(note.waiting)
-        assert s.recover().removed == 1
+        assert _gone(s, job.id)
     _only_skeleton_left(tmp_path / "s")
 
 
@@ -86,12 +100,11 @@ def test_retain_zero_removes_a_job_as_soon_as_it_is_final_and_forever_keeps_it(t
         _run(s, job_id="gone", retain=0)
         _run(s, job_id="kept", retain="forever")
         _run(s, job_id="week", retain=timedelta(days=7))
+        assert _gone(s, "gone")
+        assert s.get("week").state is JobState.FULFILLED
         clock.now += 365 * 24 * 3600
-        assert s.recover().removed == 2
+        assert _gone(s, "week")
         assert s.get("kept").state is JobState.FULFILLED
-        for job_id in ("gone", "week"):
-            with pytest.raises(JobNotFound):
-                s.get(job_id)
 
 
 def test_the_store_default_is_recorded_in_the_marker_and_followed_by_a_later_open(tmp_path: Path) -> None:
@@ -103,7 +116,7 @@ def test_the_store_default_is_recorded_in_the_marker_and_followed_by_a_later_ope
         assert s.retain == 30
         _run(s, job_id="a")
         clock.now += 31
-        assert s.recover().removed == 1
+        assert _gone(s, "a")
     with _open(root, clock, retain="forever") as s:  # this process's own default, for its jobs
         assert s.retain == float("inf")
         _run(s, job_id="b")
@@ -128,7 +141,7 @@ def test_a_removed_jobs_id_can_be_created_again_and_the_old_job_never_comes_back
     with _open(tmp_path / "s", clock) as s:
         _run(s, job_id="order-7", retain=0)
         clock.now += 1
-        assert s.recover().removed == 1
+        assert _gone(s, "order-7")
         again = s.create({"second": True}, job_id="order-7")
         assert again.state is JobState.PENDING
         with pytest.raises(JobExists):
