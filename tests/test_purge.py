@@ -343,3 +343,15 @@ def test_sigkill_during_a_purge_leaves_every_job_intact_or_gone_entirely_after_r
             assert kinds == [], (job_id, files.get(job_id))
     assert files_under(f"{root}/tmp") == []
     assert store.purge() == len(left)  # what is left is whole: a purge removes it all
+
+
+def test_a_stale_index_entry_of_a_job_finished_again_does_not_select_it(walled: JobStore, wall: FakeWall) -> None:
+    walled.create(1, job_id="again")
+    finish(walled, "again", "failed")
+    wall.advance(2 * 3600)
+    walled.retry("again")
+    finish(walled, "again", "failed")  # a newer entry; the first one is stale now
+    wall.advance(60)
+    assert walled.purge(older_than=3600) == 0  # by its stale entry it finished 2 h ago: not so
+    assert walled.get("again").state.value == "failed"
+    assert walled.purge(older_than=30) == 1
