@@ -15,14 +15,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from . import _fsops as fs
+from . import _listing, _purge
 from . import _registry as registry
 from . import _syscalls as sc
 from ._byid import ById
@@ -505,6 +507,45 @@ class JobStore:
 
     def __repr__(self) -> str:
         return f"<JobStore {self.path!r} durable={self.durable}>"
+
+    # == finding and removing jobs (_listing, _purge) =============================================
+    def jobs(self, *, state: str | JobState | None = None, queue: str | None = None, limit: int | None = 100,
+             after: str | None = None) -> Iterator[Job]:
+        """Snapshots of the jobs in ``state`` (None: all), a page at a time, read as iterated.
+
+        Order: ``active`` by id, ``pending`` in run order (priority, then creation, across
+        queues as claims take them), ``scheduled`` by due time, final states newest first
+        (merged); None walks them in that order. ``queue``: that queue only. ``limit``: 1 ..
+        10,000, or None. ``after``: the last id of the previous page; the page starts right after
+        that job's place, from its record, so paging is stable while jobs come and go
+        (:class:`JobNotFound` if it is gone; with ``state=None`` its phase is its current state).
+        A snapshot holds the job file only (no ``waiting``, ``progress``, ``logs``: see
+        :meth:`get`). A job that moves while listed is passed over, or shown in its new state if
+        the walk reaches it later; none twice. Pending lists each queue's directory whole.
+        """
+        self._check_open()
+        return _listing.jobs(self._core, state=state, queue=queue, limit=limit, after=after)
+
+    def purge(self, *, states: str | JobState | Sequence[str | JobState] = ("fulfilled", "failed", "cancelled"),
+              queue: str | None = None, older_than: float | timedelta | None = None,
+              match: str | re.Pattern[str] | None = None, limit: int | None = None, dry_run: bool = False,
+              progress: Callable[[int], object] | None = None) -> int:
+        """Remove the selected jobs with every file of each; returns how many this call removed.
+
+        ``states``: any of pending, scheduled, fulfilled, failed, cancelled (default the final
+        three; ``active`` is refused: cancel a running job first). ``older_than`` (seconds or
+        timedelta): finished (final) or created (waiting) that long ago. ``match``: a regex
+        searched in the id and the request's stored JSON text. ``limit``: at most this many.
+        ``dry_run``: count only. ``progress(done)``: called every ~0.25 s and at the end.
+        A final job whose targets have not all heard is skipped (not counted); a waiting job
+        goes with its targets, never notified. Claimed first by a worker: skipped. Concurrent
+        purges remove each job once; a killed one is finished by recovery. A removed job never
+        comes back; its id may be used again.
+        """
+        self._check_open()
+        selection = _purge.check(self._core, states=states, queue=queue, older_than=older_than, match=match,
+                                 limit=limit, dry_run=dry_run, progress=progress)
+        return _purge.purge(self._core, selection)
 
 
 def _reset_after_fork() -> None:
