@@ -42,7 +42,14 @@ GENERATED_ID_RE = re.compile(r"[0-9a-f]{32}\Z")  # uuid4().hex: what create() ma
 TARGET_RE = re.compile(r"(?P<key>[0-9a-f]{32})\.json\Z")
 OWNER_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.owner\Z")
 NOTIFY_LOCK_RE = re.compile(rf"(?P<id>{_ID})\.notify\Z")
-TMP_RE = re.compile(rf"(?P<token>{_TOKEN})\.(?P<purpose>new|newid|commit|aux)\.(?P<rest>.+)\Z")
+TMP_RE = re.compile(rf"(?P<token>{_TOKEN})\.(?P<purpose>new|newid|commit|aux|gone)\.(?P<rest>.+)\Z")
+# The finished index (FORMAT.md, "Tree"): finished/<B>/<FIN>.<EXP>.<state>.<queue>.<id>, empty.
+FINISHED_RE = re.compile(
+    rf"(?P<fin>\d{{17}})\.(?P<exp>\d{{17}})\.(?P<state>fulfilled|failed|cancelled)\.(?P<queue>{_Q})\.(?P<id>{_ID})\Z"
+)
+BUCKET_RE = re.compile(r"\d{10}\Z")
+FOREVER = 99_999_999_999_999_999  # <EXP> of a job kept forever: later than any time a field can hold
+BUCKET_US = 3_600_000_000  # one bucket of the finished index per hour of finishing
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,7 @@ class Layout:
     ids: str = field(init=False)
     tmp: str = field(init=False)
     quarantine: str = field(init=False)
+    finished: str = field(init=False)  # the finished index (retention and listings walk it)
 
     def __post_init__(self) -> None:
         def put(name: str, path: str) -> None:
@@ -80,7 +88,7 @@ class Layout:
         put("jobs", os.path.join(self.root, "jobs"))
         for sub in ("pending", "scheduled", "active", "fulfilled", "failed", "cancelled", "notify"):
             put(sub, os.path.join(self.jobs, sub))
-        for sub in ("targets", "control", "runs", "workers", "leases", "ids", "tmp", "quarantine"):
+        for sub in ("targets", "control", "runs", "workers", "leases", "ids", "tmp", "quarantine", "finished"):
             put(sub, os.path.join(self.root, sub))
         for sub in ("paused", "deadlines", "doorbell"):
             put(sub, os.path.join(self.control, sub))
@@ -92,6 +100,7 @@ class Layout:
             self.jobs, self.pending, self.scheduled, self.active, self.fulfilled, self.failed,
             self.cancelled, self.notify, self.targets, self.control, self.paused, self.cancels,
             self.deadlines, self.doorbell, self.runs, self.workers, self.leases, self.ids, self.tmp, self.quarantine,
+            self.finished,
         )
 
     def final_dirs(self) -> tuple[tuple[str, str], ...]:
@@ -152,6 +161,17 @@ class Layout:
     def tmp_path(self, token: str, purpose: str, rest: str) -> str:
         return os.path.join(self.tmp, f"{token}.{purpose}.{rest}")
 
+    def gone_tmp_path(self, token: str, job_id: str) -> str:
+        """A job being removed (``_removal``): fenced here, then its other files go, then this."""
+        return self.tmp_path(token, "gone", f"{job_id}.json")
+
+    def finished_bucket(self, bucket: str) -> str:
+        return f"{self.finished}/{bucket}"
+
+    def finished_entry(self, fin: int, exp: int, state: str, queue: str, job_id: str) -> str:
+        """The finished-index entry of a final job: ``fin`` and ``exp`` in µs (see FORMAT.md)."""
+        return f"{self.finished}/{bucket_field(fin)}/{fin:017d}.{exp:017d}.{state}.{queue}.{job_id}"
+
     def commit_tmp_path(self, token: str, job_id: str, dest: str) -> str:
         """The new version of a job being committed by claim ``token`` (recovery finishes it)."""
         return self.tmp_path(token, "commit", f"{job_id}.{dest}.json")
@@ -168,6 +188,24 @@ def prio_value(field: str) -> int:
 def due_field(due: float) -> str:
     """Due time as whole microseconds since the epoch, fixed width so names sort by time."""
     return f"{max(0, int(due * 1_000_000)):017d}"
+
+
+def micros(at: float) -> int:
+    """Epoch seconds as whole µs (the <DUE> and <FIN> fields), never negative."""
+    return max(0, int(at * 1_000_000))
+
+
+def expiry(fin: int, retain: float) -> int:
+    """<EXP>: when retention may remove a job that finished at ``fin`` µs and is kept ``retain``
+    seconds (``math.inf``: forever)."""
+    if retain == float("inf"):
+        return FOREVER
+    return min(FOREVER, fin + int(retain * 1_000_000))
+
+
+def bucket_field(fin: int) -> str:
+    """<B>: the hour of finishing, since the epoch, 10 digits."""
+    return f"{fin // BUCKET_US:010d}"
 
 
 def seq_field(created_ns: int) -> str:

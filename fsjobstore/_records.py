@@ -31,6 +31,7 @@ class JobState(enum.StrEnum):
 
 _FINAL = frozenset({JobState.FULFILLED, JobState.FAILED, JobState.CANCELLED})
 FINAL_STATES = ("fulfilled", "failed", "cancelled")
+FOREVER = float("inf")  # a retain that keeps a job forever
 
 
 LOST_DATA = ("its data never reached the disk, as after a power cut in a store opened with durable=False "
@@ -169,6 +170,9 @@ class Record:
     # most MAX_ATTEMPT_ERRORS. A final failure's error is the record's ``error``, not listed here
     # (it is written on the result line, whose fields are fixed: see FORMAT.md).
     attempt_errors: tuple[dict[str, Any], ...] = ()
+    # Seconds the job is kept once final (``math.inf``: forever, null on disk), resolved at
+    # create; None: a file written before format 3, which gets the store's recorded default.
+    retain: float | None = None
     # The request already serialised (create has it): spares serialising it a second time.
     request_json: bytes | None = field(default=None, compare=False, repr=False)
 
@@ -192,6 +196,8 @@ class Record:
         }
         if self.attempt_errors:  # optional: files without it read as an empty list
             doc["attempt_errors"] = list(self.attempt_errors)
+        if self.retain is not None:
+            doc["retain"] = None if self.retain == FOREVER else self.retain
         if self.request_json is not None:  # "request" comes last either way
             return dumps(doc, what="job record")[:-1] + b',"request":' + self.request_json + b"}\n"
         doc["request"] = self.request
@@ -266,6 +272,7 @@ class Record:
                 timeout=_opt_seconds(doc.get("timeout"), "timeout"),
                 history=_history(doc.get("history")),
                 attempt_errors=_attempt_errors(doc.get("attempt_errors")),
+                retain=_retain(doc),
             )
         except KeyError as exc:
             raise ValueError(f"missing field {exc.args[0]!r}") from None
@@ -417,6 +424,13 @@ def _attempt_errors(v: Any) -> tuple[dict[str, Any], ...]:
                     "at": number(e.get("at"), "attempt_errors' at", at_least=0, error=ValueError),
                     "error": e["error"]})
     return tuple(out)
+
+
+def _retain(doc: dict[str, Any]) -> float | None:
+    if "retain" not in doc:
+        return None  # format 2: the store's default applies
+    v = doc["retain"]
+    return FOREVER if v is None else number(v, "retain (seconds, or null)", at_least=0, below=1e11, error=ValueError)
 
 
 def _seq(v: Any) -> str:

@@ -38,7 +38,8 @@ from ._layout import (
 )
 from ._leases import NotifyLock, break_if_expired
 from ._notify import Notifier
-from ._records import FINAL_STATES, LostJobData
+from ._records import FINAL_STATES, LostJobData, Record
+from ._removal import finish_gone
 from ._tree import DESTS
 from ._values import time_limit_error
 
@@ -68,6 +69,7 @@ class RecoveryReport:
     # quarantined); lost_ids names them, the first MAX_LOST_IDS of one pass.
     lost_to_power_loss: int = 0
     lost_ids: tuple[str, ...] = ()
+    removed: int = 0  # jobs removed: retention's, and removals others began and did not finish
 
 
 class Counts(dict[str, int]):
@@ -229,7 +231,7 @@ def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job
         _quarantine_job(core, mine, f"active job file {exc}", exc, counts)
         return
     if parsed.final is not None:
-        _finish_final(core, notifier, mine, job_id, parsed.final, counts)
+        _finish_final(core, notifier, mine, parsed.record, parsed.final, counts)
         return
     # A torn result line (the holder died mid-append) is ignored: the job is requeued from
     # its record line into a fresh file, so the tail never reaches the queue.
@@ -272,12 +274,13 @@ def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job
         notifier.after_final(job_id)
 
 
-def _finish_final(core: Core, notifier: Notifier, mine: str, job_id: str, state: str, counts: dict[str, int]) -> None:
+def _finish_final(core: Core, notifier: Notifier, mine: str, record: Record, state: str,
+                  counts: dict[str, int]) -> None:
     """The holder appended its whole result line and died (or hung) before the rename that
     publishes it: publish it."""
-    tree = core.tree
+    tree, job_id = core.tree, record.id
     try:
-        tree.publish_found_result(mine, job_id, state)
+        tree.publish_found_result(mine, record, state)
     except FileExistsError:  # a result exists already: ours was a stray copy
         core.drop(mine)
         counts["duplicates_dropped"] += 1
@@ -332,6 +335,10 @@ def _sweep_tmp(core: Core, me: str, counts: dict[str, int]) -> None:
             continue
         if m["purpose"] == "newid":
             _finish_create(core, path, counts)
+        elif m["purpose"] == "gone" and FINAL_RE.match(m["rest"]):
+            # A removal whose remover died after its fence: finish it, never publish it back.
+            finish_gone(core, path, m["rest"][: -len(".json")])
+            counts["removed"] += 1
         elif fs.unlink(path):
             counts["temp_files_removed"] += 1
 

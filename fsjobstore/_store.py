@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from . import _fsops as fs
+from . import _listing, _purge
 from . import _registry as registry
 from . import _syscalls as sc
 from ._byid import ById
@@ -479,6 +481,84 @@ class JobStore:
 
     def __repr__(self) -> str:
         return f"<JobStore {self.path!r} durable={self.durable}>"
+
+    # == finding and removing jobs (issue 24: _listing, _purge) ====================================
+    def jobs(
+        self,
+        *,
+        state: str | JobState | None = None,
+        queue: str | None = None,
+        limit: int | None = 100,
+        after: str | None = None,
+    ) -> Iterator[Job]:
+        """Snapshots of the jobs in ``state`` (all states when None), in a stable order, a page
+        at a time. Arguments are checked, and ``after`` placed, at the call; the snapshots are
+        read lazily, as the iterator is consumed.
+
+        Order: ``active`` by id; ``pending`` in run order (priority, then creation, across
+        queues as a claim would take them); ``scheduled`` by due time; the final states
+        (``fulfilled``, ``failed``, ``cancelled``) newest first, merged. ``state=None`` walks
+        active, pending, scheduled, then the final states merged.
+
+        ``queue``: only this queue's jobs. ``limit``: at most this many (1 .. 10,000; None: no
+        limit). ``after``: the id of the last job of the previous page; the page starts right
+        after that job's place, computed from its record (priority and creation, due time, or
+        ``finished_at``), so paging is stable while jobs arrive, run and finish: a job that
+        arrives behind the cursor is on a later page, one that arrives before it is not.
+        Raises :class:`JobNotFound` if that job does not exist (any more), or if paging a final
+        state after a job that was retried since. With ``state=None`` the cursor's phase is the
+        state its job is in now: to follow jobs that move, page one state at a time.
+
+        A snapshot holds what the job's file says (state, queue, priority, request, attempts,
+        value or error, times); ``waiting``, ``progress`` and ``logs`` are left empty (use
+        :meth:`get`). A job that moves between the listing of its directory and the read of its
+        file is passed over, or shown in its new state if the walk reaches it later; one call
+        never yields a job twice. A file that cannot be read is passed over.
+
+        Cost: final states read only the finished index's newest hours until the page is full;
+        pending lists each queue's directory (every name, no file beyond those returned), so a
+        page of a deep backlog costs one listing of it.
+        """
+        self._check_open()
+        return _listing.jobs(self._core, state=state, queue=queue, limit=limit, after=after)
+
+    def purge(
+        self,
+        *,
+        states: str | JobState | Sequence[str | JobState] = ("fulfilled", "failed", "cancelled"),
+        queue: str | None = None,
+        older_than: float | timedelta | None = None,
+        match: str | re.Pattern[str] | None = None,
+        limit: int | None = None,
+        dry_run: bool = False,
+        progress: Callable[[int], object] | None = None,
+    ) -> int:
+        """Remove the selected jobs, each with every file of it (its run logs, its id's
+        reservation, a cancel request); returns how many this call removed.
+
+        ``states``: one or several of ``pending``, ``scheduled``, ``fulfilled``, ``failed``,
+        ``cancelled`` (default: the three final states). ``active`` is refused
+        (:class:`InvalidRequest`): a running job is never purged; cancel it first. ``queue``:
+        only this queue's jobs. ``older_than`` (seconds or a timedelta): a final job that
+        finished, a waiting one that was created, at least that long ago. ``match``: a regular
+        expression (a str or compiled), ``re.search``-ed in the job's id and in its request as
+        stored (compact JSON text: ``'"user":"ann"'`` matches ``{"user": "ann"}``). ``limit``:
+        stop after removing this many. ``dry_run``: count what would go, change nothing.
+        ``progress``: called as ``progress(done)`` every quarter second or so, and once at the
+        end.
+
+        A final job whose notification is still due (targets waiting to hear of it) is skipped
+        and not counted; a later purge or the retention pass removes it once they have. A
+        pending or scheduled job is removed with its queued targets, which are never notified.
+        A job a worker claims first is skipped; processes purging the same jobs at once remove
+        each once. A removed job never comes back, and its id is free for a new job. A process
+        killed mid-purge leaves every job whole or gone: the next recovery pass finishes the one
+        it was removing.
+        """
+        self._check_open()
+        selection = _purge.check(self._core, states=states, queue=queue, older_than=older_than, match=match,
+                                 limit=limit, dry_run=dry_run, progress=progress)
+        return _purge.purge(self._core, selection)
 
 
 def _reset_after_fork() -> None:

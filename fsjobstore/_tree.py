@@ -22,13 +22,15 @@ from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import dumps, loads
 from ._errors import JobNotFound, StorageError
-from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, TARGET_RE, Layout
+from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, TARGET_RE, Layout, expiry, micros
 from ._records import FINAL_STATES, LOST_DATA, JobState, LostJobData, Parsed, Record
 from ._values import integer, number
 
 log = logging.getLogger("fsjobstore")
 
 DESTS = ("pending", "scheduled", *FINAL_STATES)
+DEFAULT_RETAIN = 7 * 24 * 3600.0  # a new store's default retention (FORMAT.md, "Opening")
+_CREATE_EMPTY = os.O_WRONLY | os.O_CREAT | os.O_EXCL | fs.O_NOFOLLOW | fs.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,9 @@ class Tree:
         self.record_cap = record_cap
         self.target_cap = target_cap
         self.perms = perms
+        # Seconds a job is kept once final when its record does not say (a format-2 job, or a
+        # store whose default the caller has not set yet): the store's recorded default.
+        self.default_retain = DEFAULT_RETAIN
         # Rung after a job becomes due ("work") or final ("done"); the doorbell sets it.
         self.bell: Callable[[str], None] = lambda kind: None
 
@@ -121,17 +126,47 @@ class Tree:
             fs.unlink_quietly(tmp)
             raise
 
-    def publish_final(self, path: str, job_id: str, state: str) -> str:
+    def publish_final(self, path: str, record: Record, state: str, finished_at: float) -> str:
         """Move a claimed file that ends in its result line into ``state``'s directory in one
         rename that never replaces an existing result (FileExistsError instead), then make
-        the new entry durable. FileNotFoundError: ``path`` was moved (taken over)."""
-        dst = self.layout.final_path(state, job_id)
+        the new entry durable. FileNotFoundError: ``path`` was moved (taken over).
+
+        Every final job is published here, so here it gets its finished-index entry, made
+        before the rename and never fsynced on its own: the directory fsync after the rename
+        makes it durable too (name operations reach the disk in program order). An entry
+        whose rename then fails is stale, and whoever meets it unlinks it (``_retention``)."""
+        self.index_final(record, state, finished_at)
+        dst = self.layout.final_path(state, record.id)
         sc.rename_noreplace(path, dst)
         self.bell("done")
         fs.sync_applied(os.path.dirname(dst), durable=self.durable)
         return dst
 
-    def publish_found_result(self, path: str, job_id: str, state: str) -> str:
+    def index_final(self, record: Record, state: str, finished_at: float) -> str:
+        """Create the finished-index entry of ``record`` final in ``state`` (EEXIST: it is
+        there already, from an earlier try); returns its path."""
+        fin = micros(finished_at)
+        retain = self.default_retain if record.retain is None else record.retain
+        entry = self.layout.finished_entry(fin, expiry(fin, retain), state, record.queue, record.id)
+        for tries_left in (2, 1, 0):
+            try:
+                sc.close(sc.open(entry, _CREATE_EMPTY, self.perms.file_mode))
+                break
+            except FileExistsError:
+                break
+            except FileNotFoundError:
+                # The hour's first entry: its bucket is made on demand (unfsynced, as the entry).
+                # RACE: retention may rmdir an emptied bucket between our mkdir and our create;
+                # it never removes the current hour's, so a few rounds are enough.
+                if not tries_left:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    sc.mkdir(os.path.dirname(entry), self.perms.dir_mode)
+                    if self.perms.dir_mode != fs.DIR_MODE:
+                        sc.chmod(os.path.dirname(entry), self.perms.dir_mode)
+        return entry
+
+    def publish_found_result(self, path: str, record: Record, state: str) -> str:
         """Publish a file that already ends in a whole result line nobody published: its holder
         died, hung or lost power between the append and the rename. Its fsync may not have
         happened, so the data is made durable before the name, as the holder would have.
@@ -142,7 +177,7 @@ class Tree:
                 sc.fsync(fd)
             finally:
                 sc.close_read(fd)
-        return self.publish_final(path, job_id, state)
+        return self.publish_final(path, record, state, record.finished_at or time.time())
 
     def dest_path(self, record: Record, dest: str) -> str:
         lay = self.layout
@@ -160,7 +195,7 @@ class Tree:
         FileExistsError instead of replacing it, so at most one result per job can ever exist.
         """
         if dest in FINAL_STATES:
-            return self.publish_final(tmp_path, record.id, dest)
+            return self.publish_final(tmp_path, record, dest, record.finished_at or time.time())
         dst = self.dest_path(record, dest)
         for tries_left in (2, 1, 0):
             try:

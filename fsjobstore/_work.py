@@ -129,7 +129,7 @@ class Work:
         the job again would make a second result for it. Nothing here fails the pull."""
         tree = self._core.tree
         try:
-            tree.publish_found_result(active, record.id, state)
+            tree.publish_found_result(active, record, state)
         except FileExistsError:
             # A result exists already: this was a second copy (a restored backup). Kept aside.
             tree.quarantine(active, f"a second copy of job {record.id}, which is already final")
@@ -179,7 +179,7 @@ class Work:
             # A job resolved by id ran no attempt here: its cancel counts none either.
             asked, kind, payload = kind, "withdraw" if kind == "resolve" else "cancel", reason
             new, dest = self._next_record(record, token, kind, payload, False, None)
-            self._commit_final(lease, active, record.id, new.result_bytes(dest), dest)
+            self._commit_final(lease, active, new.result_bytes(dest), dest, new.finished_at or core.wall())
             log.info("job %s was cancelled while it ran; its %s became the cancel", record.id, asked)
             if asked != "release":
                 raise JobCancelled(f"job {record.id} was cancelled ({reason}); it was not committed as asked")
@@ -193,12 +193,13 @@ class Work:
             # JobStore.fulfill by id: work done elsewhere, so no attempt of this store's is counted.
             value = result_value(payload, core.settings.max_value_bytes)
             attempts = record.attempts + (kind == "fulfill")
-            line = result_line("fulfilled", attempts, record.error, core.wall(), token, None, value)
-            self._commit_final(lease, active, record.id, line, "fulfilled")
+            now = core.wall()
+            line = result_line("fulfilled", attempts, record.error, now, token, None, value)
+            self._commit_final(lease, active, line, "fulfilled", now)
             return
         new, dest = self._next_record(record, token, kind, payload, retry, delay)
         if dest in FINAL_STATES:
-            self._commit_final(lease, active, record.id, new.result_bytes(dest), dest)
+            self._commit_final(lease, active, new.result_bytes(dest), dest, new.finished_at or core.wall())
             return
         tmp = lay.commit_tmp_path(token, record.id, dest)
         fs.unlink_quietly(tmp)  # a failed earlier attempt of this very commit may have left it
@@ -260,7 +261,7 @@ class Work:
         self._finish(lease)
         core.pending.note_published(record, "pending")
 
-    def _commit_final(self, lease: WorkLease, active: str, job_id: str, line: bytes, dest: str) -> None:
+    def _commit_final(self, lease: WorkLease, active: str, line: bytes, dest: str, finished_at: float) -> None:
         """A result is final: append it to the claimed file as one line, then move that file
         into its final directory with one rename that never replaces a result.
 
@@ -268,7 +269,7 @@ class Work:
         most filesystems). The rename is the fence: once a recoverer has moved our claim, it
         fails with ENOENT. Durable order: write, fsync the file, rename, fsync the directory.
         """
-        core = self._core
+        core, job_id = self._core, lease._record.id
         lease._committing = True
         try:
             fs.write_at(active, lease._size, line, durable=core.durable, clean=lease._clean,
@@ -288,7 +289,7 @@ class Work:
                 raise self._lost(lease) from None
             raise
         try:
-            core.tree.publish_final(active, job_id, dest)
+            core.tree.publish_final(active, lease._record, dest, finished_at)
         except FileNotFoundError:
             # RACE: we were judged hung and a recoverer moved our claim. If it saw our whole
             # result line it published that (our commit stands); otherwise it requeued the job

@@ -1,0 +1,108 @@
+"""Removing a job and every file of it: the one primitive retention and purge share (FORMAT.md,
+"Transitions", *remove*).
+
+1. The fence: the job's file is renamed to ``tmp/<token>.gone.<id>.json``. Whoever wins that
+   rename owns the removal; a loser sees ENOENT (the job was claimed, retried or removed by
+   someone else) and skips it. From here on the job is in no state: no lookup finds it.
+2. ``ids/<id>`` (so the id is free again, and ``ids/`` does not grow), ``runs/<id>/``, a cancel
+   request, and for a job removed with its targets (a purged waiting job) ``targets/<id>/`` and
+   its notify entry are unlinked.
+3. The temp file, then the job's finished-index entry, are unlinked.
+
+Recovery finishes a ``gone`` temp of a gone owner by steps 2-3 (:func:`finish_gone`): it never
+publishes it back. So a process killed at any instant leaves nothing half-removed once the next
+pass has run, and the job never comes back. Nothing here is fsynced: a power cut may bring back
+files of a removed job (a stray ``runs/<id>`` or ``ids/<id>``), which are what removal leaves
+after a crash too, and are removed again by the next create or removal that meets them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+
+from . import _fsops as fs
+from . import _syscalls as sc
+from ._core import Core
+from ._layout import FINISHED_RE, bucket_field, micros
+
+log = logging.getLogger("fsjobstore")
+
+
+def remove_job(core: Core, path: str, job_id: str, *, drop_targets: bool, entry: str | None = None) -> bool:
+    """Remove the job whose file is at ``path`` (``<state>/<id>.json``, ``pending/<q>/<name>``
+    or ``scheduled/<name>``) with every file of it; True if this call removed it.
+
+    False if the file was gone (someone else moved it first), or if ``drop_targets`` is false
+    and the job turned out to have a notification due after the fence: it is put back, since a
+    target queued meanwhile must still be delivered. ``entry`` is the job's finished-index
+    entry, if the caller knows it (found from the job's record otherwise)."""
+    token = core.new_token()
+    gone = core.layout.gone_tmp_path(token, job_id)
+    try:
+        sc.rename(path, gone)
+    except FileNotFoundError:
+        return False
+    if not drop_targets and notification_due(core, job_id):
+        # RACE: a target was queued between the caller's look and our fence. Put the job back
+        # (the name is free: the id's reservation still stands, so nobody made another job
+        # there); a later pass removes it once the target was delivered.
+        try:
+            sc.rename_noreplace(gone, path)
+            return False
+        except OSError as exc:
+            log.warning("could not put job %s back after finding a target queued for it (%s); "
+                        "removing it with its targets", job_id, exc)
+    finish_gone(core, gone, job_id, entry=entry)
+    return True
+
+
+def notification_due(core: Core, job_id: str) -> bool:
+    """Whether some target still waits to hear about the job (it must not be removed)."""
+    return sc.lexists(core.layout.notify_path(job_id)) or core.tree.has_targets(job_id)
+
+
+def finish_gone(core: Core, gone: str, job_id: str, *, entry: str | None = None) -> None:
+    """Steps 2 and 3 of a removal whose fence (``gone``, the temp file) is done. Idempotent:
+    a removal cut short is finished by running this again (recovery does, for a gone owner)."""
+    lay = core.layout
+    if entry is None:
+        entry = _find_entry(core, gone, job_id)
+    # The job is ours since the fence, so ids/<id> names it whatever inode it is: no create can
+    # have replaced it (a create frees an id only when no gone temp names it: _create).
+    fs.unlink(lay.id_marker(job_id))
+    _remove_dir(lay.run_dir(job_id))
+    fs.unlink(lay.cancel_path(job_id))
+    # A removed job has no notification left to make: a waiting job's targets were never to
+    # hear (purge says so), a final job is removed only once they have heard.
+    _remove_dir(lay.target_dir(job_id))
+    fs.unlink(lay.notify_path(job_id))
+    fs.unlink(gone)
+    if entry is not None:
+        fs.unlink(entry)
+
+
+def _remove_dir(path: str) -> None:
+    for name in fs.scan_names(path):
+        fs.unlink(os.path.join(path, name))
+    with contextlib.suppress(FileNotFoundError, OSError):
+        sc.rmdir(path)  # ENOTEMPTY: something arrived meanwhile (a late log line): left for later
+
+
+def _find_entry(core: Core, gone: str, job_id: str) -> str | None:
+    """The finished-index entry of the job in ``gone``, from its ``finished_at``; None if it is
+    not final, cannot be read, or has none (a stale entry left anyway is unlinked when met)."""
+    try:
+        record = core.tree.read_record(gone)
+    except (FileNotFoundError, fs.Unreadable, ValueError):
+        return None
+    if record.finished_at is None:
+        return None
+    fin = micros(record.finished_at)
+    bucket = core.layout.finished_bucket(bucket_field(fin))
+    for name in fs.scan_names(bucket):
+        m = FINISHED_RE.match(name)
+        if m and m["id"] == job_id and int(m["fin"]) == fin:
+            return os.path.join(bucket, name)
+    return None
