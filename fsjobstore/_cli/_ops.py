@@ -111,7 +111,7 @@ def list_jobs(args: argparse.Namespace) -> int:
 
 
 def job_table(jobs: list[Job], now: float, room: int) -> list[str]:
-    columns = [screen.Column("ID"), screen.Column("STATE", drop=2), screen.Column("QUEUE", drop=3),
+    columns = [screen.Column("ID"), screen.Column("STATE", drop=2), screen.Column("QUEUE", shrink_to=8, drop=3),
                screen.Column("ATT", right=True, drop=4), screen.Column("AGE", right=True, drop=5),
                screen.Column("REQUEST", shrink_to=12, drop=6)]
     rows = [[job.id, job.state.value, job.queue, f"{job.attempts}/{job.max_attempts}", age(job, now),

@@ -80,15 +80,15 @@ def snapshot(store: JobStore) -> dict[str, Any]:
             if seen > WALK_CAP:
                 capped.append(state)
                 break
-            for name, span in WINDOWS:
-                if job.finished_at >= now - span:
+            for name, width in WINDOWS:
+                if job.finished_at >= now - width:
                     counts[name] += 1
                     if name == QUEUE_WINDOW:
                         queues[job.queue][state] += 1
         recent[state] = counts
     for q in stats.paused:
         queues.setdefault(q, Counter())  # a paused queue is shown even when it holds nothing
-    span = dict(WINDOWS)
+    seconds = dict(WINDOWS)
     return {
         "at": now,
         "path": str(store.path),
@@ -96,12 +96,12 @@ def snapshot(store: JobStore) -> dict[str, Any]:
         "fulfilled": stats.fulfilled, "failed": stats.failed, "cancelled": stats.cancelled,
         "oldest_pending_age": stats.oldest_pending_age,
         "paused": sorted(stats.paused),
-        "per_minute": {state: {w: round(n * 60 / span[w], 2) for w, n in counts.items()}
+        "per_minute": {state: {w: round(n * 60 / seconds[w], 2) for w, n in counts.items()}
                        for state, counts in recent.items()},
         "capped": sorted(set(capped)),
         "queues": {q: {"pending": c["pending"], "scheduled": c["scheduled"], "active": c["active"],
-                       f"fulfilled_per_minute_{QUEUE_WINDOW}": round(c["fulfilled"] * 60 / span[QUEUE_WINDOW], 2),
-                       f"failed_per_minute_{QUEUE_WINDOW}": round(c["failed"] * 60 / span[QUEUE_WINDOW], 2),
+                       f"fulfilled_per_minute_{QUEUE_WINDOW}": round(c["fulfilled"] * 60 / seconds[QUEUE_WINDOW], 2),
+                       f"failed_per_minute_{QUEUE_WINDOW}": round(c["failed"] * 60 / seconds[QUEUE_WINDOW], 2),
                        "paused": q in stats.paused}
                    for q, c in sorted(queues.items())},
         "workers": [{"name": w.name, "host": w.host, "pid": w.pid, "queues": w.queues, "running": len(w.current),
