@@ -22,8 +22,6 @@ from typing import Any
 import pytest
 
 from fsjobstore import JobNotFound, JobStore
-from fsjobstore._cli import _ops
-from fsjobstore._cli._args import duration
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -160,6 +158,8 @@ def test_purge_says_what_it_would_remove_then_removes_it(tmp_path: Path) -> None
 
 
 def test_durations_take_units_from_seconds_to_weeks_and_plain_seconds() -> None:
+    from fsjobstore._cli._args import duration
+
     assert [duration(t) for t in ("90s", "15m", "12h", "7d", "2w", "3600", "1.5h")] == [
         90, 900, 43_200, 604_800, 1_209_600, 3600, 5400]
     for bad in ("7x", "", "-1d", "d", "1e3", "nan", "inf", "9999999999w"):
@@ -196,6 +196,8 @@ def test_bulk_retry_and_cancel_say_how_many(tmp_path: Path) -> None:
 
 def test_a_job_that_moves_during_a_bulk_retry_is_counted_as_skipped(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from fsjobstore._cli import _ops
+
     root = tmp_path / "s"
     ids = fill(root, failed=3)
     args = argparse.Namespace(dir=str(root), state="failed", queue=None, json=True, no_fsync=False)
@@ -310,7 +312,9 @@ def test_status_watch_piped_prints_one_snapshot_per_interval_with_a_blank_line_b
         out = ""
         assert proc.stdout is not None
         while out.count(marker) < 3:
-            out += proc.stdout.readline()
+            line = proc.stdout.readline()
+            assert line, proc.communicate(timeout=30)  # it ended before three snapshots
+            out += line
         proc.send_signal(signal.SIGINT)
         rest, err = proc.communicate(timeout=30)
         out += rest
