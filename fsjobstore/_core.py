@@ -77,6 +77,8 @@ class Core:
         self._tokens = itertools.count(1)
         self._last_seq = 0
         self._litter: set[str] = set()
+        # Removals this store fenced and could not finish (a fault): gone temp -> (id, entry).
+        self.unfinished_removals: dict[str, tuple[str, str | None]] = {}
         self.waker: Waker | None = None
         self.final_waker: Waker | None = None  # for wait(): results arriving in the final directories
         self.pending = Pending(self.layout, self.tree, durable=self.durable,

@@ -2,14 +2,16 @@
 
 A generated id needs no reservation (it is random); a chosen id is reserved by hard-linking the
 temp file to ``ids/<id>`` before the job is published, so a second create with that id fails
-with EEXIST (``JobExists``) in every process, forever. A chosen id in the shape of a generated
+with EEXIST (``JobExists``) in every process, for as long as the job exists. A removed job's
+reservation goes with it (``_removal``), so its id is free again; one whose job is nowhere (its
+file deleted by hand, or a removal a power cut undid in part) is freed by the create that meets
+it (:func:`free_orphan`). A chosen id in the shape of a generated
 one (32 lowercase hex digits) is also checked against the jobs that exist, so a generated id
 cannot be created twice either. FORMAT.md, "Transitions", has the steps.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import stat
@@ -36,16 +38,18 @@ def publish_new(core: Core, record: Record, *, explicit: bool) -> str:
     marker = lay.id_marker(record.id) if explicit else ""
     try:
         if explicit:
-            try:
-                core.tree.link_into(tmp, marker)
-            except FileExistsError:
-                republish_orphan(core, record.id)
-                raise JobExists(f"a job with id {record.id!r} was already created in this store") from None
-            except StorageError as exc:
-                if exc.applied:  # reserved but not durably: give the id back, as if never taken
-                    fs.unlink_quietly(marker)
-                    exc.applied = False
-                raise
+            for tries_left in (1, 0):
+                try:
+                    core.tree.link_into(tmp, marker)
+                    break
+                except FileExistsError:
+                    if not tries_left or not free_orphan(core, record.id):
+                        raise JobExists(f"a job with id {record.id!r} exists in this store") from None
+                except StorageError as exc:
+                    if exc.applied:  # reserved but not durably: give the id back, as if never taken
+                        fs.unlink_quietly(marker)
+                        exc.applied = False
+                    raise
             reserved = True
             if GENERATED_ID_RE.match(record.id) and core.tree.exists(record.id):
                 # A generated id is not reserved under ids/ (that would cost every create a
@@ -73,36 +77,48 @@ def publish_new(core: Core, record: Record, *, explicit: bool) -> str:
     return dest
 
 
-def republish_orphan(core: Core, job_id: str) -> None:
-    """If ``ids/<id>`` is the only copy of a job (a create lost its temp file to a crash or
-    power loss after reserving the id), publish the job from it: the id is spent, so the job
-    it names must exist. The marker's flock makes concurrent repairs take turns."""
+def free_orphan(core: Core, job_id: str) -> bool:
+    """Unlink ``ids/<id>`` if no job holds it: the job is in no state and no removal or create
+    is under way for it. True if the id is free now (the caller links its own reservation).
+
+    Such a reservation is what a job's file deleted by hand leaves (or a removal a power cut
+    undid in part): the job is gone, and is never brought back from it. The marker's flock
+    makes two creates that meet it take turns; a live create's reservation shares its inode
+    with that create's temp file or published job, so it has a second link and is never taken."""
     marker = core.layout.id_marker(job_id)
     try:
-        # O_NONBLOCK: a FIFO planted here must not hang us (it then fails the checks below).
+        # O_NONBLOCK: a FIFO planted here must not hang us.
         fd = sc.open(marker, os.O_RDONLY | fs.O_NOFOLLOW | os.O_NONBLOCK | fs.O_CLOEXEC)
+    except FileNotFoundError:
+        return True  # freed meanwhile (a removal finished): try again
     except OSError:
-        return
+        return False
     try:
-        if not stat.S_ISREG(sc.fstat(fd).st_mode):
-            return  # planted: it still spends the id, but there is nothing to publish
+        st = sc.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False  # planted: it still spends the id
         sc.lock_blocking(fd)
         # RACE: the job may be moving while we look (a claim, a retry that rewrote it under a new
         # inode, leaving this marker's link count at 1); exists() looks in both directions of
-        # travel, so only four opposed moves timed into its passes could hide it.
-        if sc.fstat(fd).st_nlink > 1 or core.tree.exists(job_id):
-            return  # published, or a create is between its link and its rename
+        # travel, so only four opposed moves timed into its passes could hide it. A removal
+        # holds the job in tmp/ as a gone temp from its fence until after it unlinked ids/<id>:
+        # looking for one after exists() cannot miss a job that is being removed.
+        if sc.fstat(fd).st_nlink > 1 or core.tree.exists(job_id) or _being_removed(core, job_id):
+            return False
         try:
-            record = core.tree.read_record(marker)
-        except (FileNotFoundError, fs.Unreadable, ValueError):
-            return
-        if record.id != job_id:
-            return
-        due = record.not_before is not None and record.not_before > core.wall()
-        dst = core.tree.dest_path(record, "scheduled" if due else "pending")
-        core.tree.ensure_dir(os.path.dirname(dst))
-        with contextlib.suppress(FileExistsError):
-            core.tree.link_into(marker, dst)
-            log.warning("job %s was reserved but never published; published it from ids/", job_id)
+            now = sc.lstat(marker)
+        except FileNotFoundError:
+            return True
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return False  # another create freed it and reserved it anew meanwhile
+        fs.unlink(marker)
+        log.warning("the reservation of id %s named no job (its file was removed by hand?): the id is free again",
+                    job_id)
+        return True
     finally:
         sc.close_read(fd)  # releases the flock
+
+
+def _being_removed(core: Core, job_id: str) -> bool:
+    tail = f".gone.{job_id}.json"
+    return any(name.endswith(tail) for name in fs.scan_names(core.layout.tmp))

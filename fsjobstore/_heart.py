@@ -4,7 +4,9 @@ One thread per open store, started by its first pull (or, in a heartbeat-only st
 as the store has an owner identity: a producer there must beat too). Each beat rewrites the owner file (so
 observers see this process alive), then tells every held lease whose claim or lock is gone, or
 every held lease if this process could not beat in time (``stalled``). Every
-``max(heartbeat_interval, lease_duration / 2)`` it also runs a recovery pass.
+``max(heartbeat_interval, lease_duration / 2)`` it also runs a recovery pass. A second thread
+removes final jobs whose retention is over (``_retention``): its own, so a long removal never
+delays a beat; a bounded batch per pass, passes repeated quickly while a backlog is left.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from ._errors import LeaseLost
 from ._leases import OwnerGone
 from ._notify import Notifier
 from ._recovery import recover
+from ._retention import Retention
 from ._work import Work
 
 log = logging.getLogger("fsjobstore")
+
+RETENTION_INTERVAL = 1.0  # seconds between retention passes with nothing left to remove
 
 
 class Heart:
@@ -29,11 +34,13 @@ class Heart:
         self._work = work
         self._notifier = notifier
         self._control = control
+        self.retention = Retention(core)
         self._reset()
 
     def _reset(self) -> None:
         self.thread: threading.Thread | None = None
         self.watchdog: threading.Thread | None = None
+        self.remover: threading.Thread | None = None
         self.stop_event = threading.Event()
         self._first_pass = threading.Event()
         self._last_beat = self._core.clock()
@@ -79,6 +86,8 @@ class Heart:
         self.thread.start()
         self.watchdog = threading.Thread(target=self._watch, name=f"fsjobstore-watchdog-{core.pid}", daemon=True)
         self.watchdog.start()
+        self.remover = threading.Thread(target=self._remove, name=f"fsjobstore-retention-{core.pid}", daemon=True)
+        self.remover.start()
 
     def _first_recovery(self) -> None:
         try:
@@ -105,6 +114,22 @@ class Heart:
             if self.stop_event.wait(settings.heartbeat_interval):
                 return
             self.beat_once()
+
+    def _remove(self) -> None:
+        """Retention passes: every RETENTION_INTERVAL, and while a backlog is left, again after
+        a pause twice as long as the pass took, so removing a backlog takes at most a third of
+        the time this process's workers could use (they keep most of their rate meanwhile)."""
+        core = self._core
+        self._first_pass.wait(60)  # after the first recovery pass, which finishes cut-short removals
+        pause = 0.0
+        while not self.stop_event.wait(pause):
+            began = core.clock()
+            try:
+                more = self.retention.run_pass().more
+            except Exception:
+                log.exception("retention pass failed; will try again")
+                more = False
+            pause = max(0.005, 2 * (core.clock() - began)) if more else RETENTION_INTERVAL
 
     def _watch(self) -> None:
         """Judge, on this process's monotonic clock alone, whether its heartbeat still lands.
@@ -158,6 +183,6 @@ class Heart:
 
     def stop(self) -> None:
         self.stop_event.set()
-        for thread in (self.thread, self.watchdog):
+        for thread in (self.thread, self.watchdog, self.remover):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=5.0)

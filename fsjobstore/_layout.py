@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ._codec import QUEUE_NAME_RE, QUEUE_PATTERN
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MARKER = "fsjobstore.json"
 
 # Priority: lower runs sooner (beanstalkd/kqueue convention). Stored offset so that the

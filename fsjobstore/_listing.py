@@ -37,11 +37,11 @@ from ._errors import InvalidJobId, InvalidRequest, JobNotFound
 from ._layout import (
     ACTIVE_RE,
     BUCKET_RE,
-    BUCKET_US,
     FINISHED_RE,
     PENDING_RE,
     QUEUE_RE,
     SCHEDULED_RE,
+    bucket_field,
     due_field,
     micros,
     pending_name,
@@ -156,7 +156,7 @@ def _key(record: Record, phase: str) -> str | tuple[int, str]:
 
 def _walk(core: Core, chosen: JobState | None, queue: str | None, limit: int | None,
           cursor: Cursor | None) -> Iterator[Job]:
-    phases = _PHASES if chosen is None else (_phase_of(chosen),)
+    phases: tuple[str, ...] = _PHASES if chosen is None else (_phase_of(chosen),)
     finals = _FINAL if chosen is None else frozenset({chosen}) & _FINAL
     if cursor is not None:
         phases = phases[phases.index(cursor.phase):]
@@ -218,6 +218,11 @@ def _drain(names: list[str]) -> Iterator[str]:
         yield heapq.heappop(names)
 
 
+def _tagged(names: Iterator[str], queue: str) -> Iterator[tuple[str, str]]:
+    for name in names:
+        yield name, queue
+
+
 def _pending(core: Core, queue: str | None, after: object) -> Iterator[Job]:
     lay = core.layout
     # Names of jobs sort from "0"; dot names (a writer's temp file) sort before them.
@@ -229,7 +234,7 @@ def _pending(core: Core, queue: str | None, after: object) -> Iterator[Job]:
             names = [n for n in fs.scan_names(lay.pending_dir(q)) if n > low]
         except NotADirectoryError:
             continue  # a file planted where a queue belongs: the next pull quarantines it
-        streams.append(((n, q) for n in _drain(names)))
+        streams.append(_tagged(_drain(names), q))
     for name, q in heapq.merge(*streams):
         m = PENDING_RE.match(name)
         if not m:
@@ -255,7 +260,7 @@ def _final(core: Core, states: frozenset[JobState], queue: str | None, after: ob
     """Final jobs newest first, from the finished index, newest bucket first."""
     lay = core.layout
     below = after if isinstance(after, tuple) else None
-    top = None if below is None else f"{below[0] // BUCKET_US:010d}"
+    top = None if below is None else bucket_field(below[0])
     buckets = sorted((b for b in fs.scan_names(lay.finished) if BUCKET_RE.match(b)), reverse=True)
     wanted = {s.value for s in states}
     for bucket in buckets:

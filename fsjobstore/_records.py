@@ -320,7 +320,7 @@ class Parsed:
     torn: bool  # bytes follow the whole lines (an append cut short)
 
 
-_READABLE = frozenset({1, FORMAT_VERSION})
+_READABLE = frozenset({1, 2, FORMAT_VERSION})
 _RESULT_FIELDS = frozenset({"attempts", "error", "finished_at", "committed_by", "not_before", "value"})
 
 

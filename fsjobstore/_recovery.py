@@ -39,7 +39,7 @@ from ._layout import (
 from ._leases import NotifyLock, break_if_expired
 from ._notify import Notifier
 from ._records import FINAL_STATES, LostJobData, Record
-from ._removal import finish_gone
+from ._removal import finish_gone, finish_unfinished
 from ._tree import DESTS
 from ._values import time_limit_error
 
@@ -93,6 +93,7 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     counts = new_counts()
     me = core.owner_id()
     counts["duplicates_dropped"] += core.sweep_litter()
+    counts["removed"] += finish_unfinished(core)
     # What the store promises decides, not what this process does: a process that fsyncs in a
     # store that does not still meets the files others wrote without fsync.
     emptiable = not core.settings.store_durable

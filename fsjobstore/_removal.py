@@ -7,7 +7,9 @@
 2. ``ids/<id>`` (so the id is free again, and ``ids/`` does not grow), ``runs/<id>/``, a cancel
    request, and for a job removed with its targets (a purged waiting job) ``targets/<id>/`` and
    its notify entry are unlinked.
-3. The temp file, then the job's finished-index entry, are unlinked.
+3. The job's finished-index entry, then the temp file, are unlinked (in that order, so a
+   removal cut short before its last step still has its temp file, from which recovery
+   finishes it, and never leaves an entry naming no job).
 
 Recovery finishes a ``gone`` temp of a gone owner by steps 2-3 (:func:`finish_gone`): it never
 publishes it back. So a process killed at any instant leaves nothing half-removed once the next
@@ -18,7 +20,7 @@ after a crash too, and are removed again by the next create or removal that meet
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import logging
 import os
 
@@ -44,18 +46,40 @@ def remove_job(core: Core, path: str, job_id: str, *, drop_targets: bool, entry:
         sc.rename(path, gone)
     except FileNotFoundError:
         return False
-    if not drop_targets and notification_due(core, job_id):
-        # RACE: a target was queued between the caller's look and our fence. Put the job back
-        # (the name is free: the id's reservation still stands, so nobody made another job
-        # there); a later pass removes it once the target was delivered.
-        try:
-            sc.rename_noreplace(gone, path)
-            return False
-        except OSError as exc:
-            log.warning("could not put job %s back after finding a target queued for it (%s); "
-                        "removing it with its targets", job_id, exc)
-    finish_gone(core, gone, job_id, entry=entry)
+    try:
+        if not drop_targets and notification_due(core, job_id):
+            # RACE: a target was queued between the caller's look and our fence. Put the job
+            # back (the name is free: the id's reservation still stands, so nobody made another
+            # job there); a later pass removes it once the target was delivered.
+            try:
+                sc.rename_noreplace(gone, path)
+                return False
+            except FileExistsError as exc:
+                log.warning("could not put job %s back after finding a target queued for it (%s); "
+                            "removing it with its targets", job_id, exc)
+        finish_gone(core, gone, job_id, entry=entry)
+    except BaseException:
+        # A fault midway (EIO, say): the job is removed for every reader already; the rest is
+        # retried by this store's next recovery pass (another's once this process is gone).
+        with core.mutex:
+            core.unfinished_removals[gone] = (job_id, entry)
+        raise
     return True
+
+
+def finish_unfinished(core: Core) -> int:
+    """Retry the removals of this store that a fault cut short (:func:`remove_job`)."""
+    with core.mutex:
+        todo, core.unfinished_removals = core.unfinished_removals, {}
+    done = 0
+    for gone, (job_id, entry) in todo.items():
+        try:
+            finish_gone(core, gone, job_id, entry=entry)
+            done += 1
+        except OSError:
+            with core.mutex:
+                core.unfinished_removals[gone] = (job_id, entry)
+    return done
 
 
 def notification_due(core: Core, job_id: str) -> bool:
@@ -78,16 +102,21 @@ def finish_gone(core: Core, gone: str, job_id: str, *, entry: str | None = None)
     # hear (purge says so), a final job is removed only once they have heard.
     _remove_dir(lay.target_dir(job_id))
     fs.unlink(lay.notify_path(job_id))
-    fs.unlink(gone)
     if entry is not None:
         fs.unlink(entry)
+    fs.unlink(gone)  # last: until here, recovery can find this removal and finish it
 
 
 def _remove_dir(path: str) -> None:
     for name in fs.scan_names(path):
         fs.unlink(os.path.join(path, name))
-    with contextlib.suppress(FileNotFoundError, OSError):
-        sc.rmdir(path)  # ENOTEMPTY: something arrived meanwhile (a late log line): left for later
+    try:
+        sc.rmdir(path)
+    except OSError as exc:
+        # RACE: ENOTEMPTY, something arrived meanwhile (a late log line of a fenced-out holder):
+        # left, as a crash would leave it. Anything else is a fault: the removal is retried.
+        if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+            raise
 
 
 def _find_entry(core: Core, gone: str, job_id: str) -> str | None:

@@ -25,12 +25,15 @@ from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import dumps
 from ._errors import InvalidRequest, StoreFormatError, StoreNotFound, UntrustedStore
-from ._layout import FORMAT_VERSION, MARKER, Layout
-from ._values import integer
+from ._layout import FINAL_RE, FORMAT_VERSION, MARKER, Layout
+from ._records import FOREVER
+from ._tree import DEFAULT_RETAIN, Tree
+from ._values import integer, number
 
 log = logging.getLogger("fsjobstore")
 
 _MARKER_CAP = 65536
+_MIGRATE_READ_CAP = 1 << 30  # a job file of any size this library wrote
 _INIT_PREFIX = f".{MARKER}."  # a marker being written: .fsjobstore.json.<hex>.init
 # What an "empty" directory may hold: a filesystem's own lost+found (a store at the root of
 # a dedicated mount), and the temp file of a store creation that died before its link.
@@ -45,10 +48,11 @@ class StoreConfig:
     durable: bool  # what the store promises: every process fsyncs at least this much
     perms: fs.Perms  # private to its owner, or shared with a group
     created_at: float
+    retain: float = DEFAULT_RETAIN  # seconds a final job is kept by default (math.inf: forever)
 
 
 def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | None,
-                  create: bool) -> StoreConfig:
+                  create: bool, retain: float | None = None) -> StoreConfig:
     """Find (or, where allowed, make) the store at ``layout.root``, check it is ours to use and
     that this process's settings agree with it, and make sure every directory exists."""
     root = layout.root
@@ -77,9 +81,11 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
             raise StoreNotFound(f"there is no store at {root}{empty}; check the path, or make one "
                                 "(fsjobstore init DIR, or JobStore(path) in Python)")
         else:
-            doc = _initialise(layout, durable=True if durable is None else durable, gid=wanted_gid)
+            doc = _initialise(layout, durable=True if durable is None else durable, gid=wanted_gid,
+                              retain=DEFAULT_RETAIN if retain is None else retain)
     config = _config(layout, doc, durable)
-    if config.format < FORMAT_VERSION:
+    made_as = config.format
+    if config.format < 2:
         config = _migrate(layout, doc, config)
     _check_access(root, config.perms)
     if wanted_gid is not None and config.perms.gid != wanted_gid:
@@ -100,6 +106,8 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
             fs.fsync_dir(directory)  # opens it as a directory: whatever else is planted there is moved aside
             fs.check_trusted(directory, config.perms)
         sc.prime(root)
+        if config.format < FORMAT_VERSION:
+            config = _migrate_to_3(layout, config, DEFAULT_RETAIN if retain is None else retain, made_as)
     except BaseException:
         sc.detach(root)
         raise
@@ -142,7 +150,11 @@ def _config(layout: Layout, doc: dict[str, Any], durable: bool | None) -> StoreC
     if group is not None:
         integer(gid, f"the group's gid in {layout.marker}", at_least=0, error=StoreFormatError)
     created = doc.get("created_at")
+    recorded_retain = doc.get("retain", DEFAULT_RETAIN)
+    kept = FOREVER if recorded_retain is None else number(
+        recorded_retain, f"the retain setting in {layout.marker}", at_least=0, error=StoreFormatError)
     return StoreConfig(
+        retain=kept,
         format=version,
         # Format 1 did not record durability; until it is migrated the process decides, as then.
         durable=recorded if isinstance(recorded, bool) else (True if durable is None else durable),
@@ -168,7 +180,7 @@ def _looks_like_store(layout: Layout) -> bool:
 
 
 # == writing ==========================================================================================
-def _initialise(layout: Layout, *, durable: bool, gid: int | None) -> dict[str, Any]:
+def _initialise(layout: Layout, *, durable: bool, gid: int | None, retain: float) -> dict[str, Any]:
     root = layout.root
     perms = fs.Perms(gid)
     fs.makedirs(os.path.dirname(root))
@@ -187,7 +199,8 @@ def _initialise(layout: Layout, *, durable: bool, gid: int | None) -> dict[str, 
     if made:
         fs.fsync_dir(os.path.dirname(root))
     doc: dict[str, Any] = {"format": FORMAT_VERSION, "created_at": time.time(), "durable": durable,
-                           "group": None if gid is None else {"gid": gid, "name": _group_name(gid)}}
+                           "group": None if gid is None else {"gid": gid, "name": _group_name(gid)},
+                           "retain": _retain_field(retain)}
     _write_marker(layout, doc, perms, replace=False)
     log.info("created a store at %s (durable=%s%s)", root, durable, "" if gid is None else f", gid {gid}")
     again = _read_marker(layout)
@@ -204,11 +217,56 @@ def _readopt(layout: Layout, durable: bool | None) -> dict[str, Any]:
 
 def _migrate(layout: Layout, doc: dict[str, Any], config: StoreConfig) -> StoreConfig:
     """Format 1 to 2: job files of format 1 are read as they are; only the marker changes, and
-    with it the store's durability becomes recorded (as this process opens it)."""
-    new = dict(doc, format=FORMAT_VERSION, durable=config.durable, group=None, migrated_from=config.format)
+    with it the store's durability becomes recorded (as this process opens it). Format 3
+    follows (:func:`_migrate_to_3`), once the tree is in place."""
+    new = dict(doc, format=2, durable=config.durable, group=None, migrated_from=config.format)
     _write_marker(layout, new, config.perms, replace=True)
-    log.warning("upgraded the store at %s from format %d to %d", layout.root, config.format, FORMAT_VERSION)
-    return StoreConfig(FORMAT_VERSION, config.durable, config.perms, config.created_at)
+    log.warning("upgraded the store at %s from format %d to 2", layout.root, config.format)
+    return StoreConfig(2, config.durable, config.perms, config.created_at, config.retain)
+
+
+def _migrate_to_3(layout: Layout, config: StoreConfig, retain: float, made_as: int) -> StoreConfig:
+    """Format 2 to 3: every final job gets its finished-index entry (its ``finished_at`` from
+    its file, kept for ``retain``, the store's default from now on), then the marker says 3.
+
+    Under ``control/migrate.lock`` (flock), so concurrent opens take turns and the second finds
+    the marker rewritten. A crash midway leaves format 2 in the marker: the next open does it
+    all again (an entry already there is fine). A file that cannot be read is left as it is, for
+    the quarantine that whoever reads it next makes."""
+    lock = os.path.join(layout.control, "migrate.lock")
+    fd = sc.open(lock, os.O_RDWR | os.O_CREAT | fs.O_NOFOLLOW | fs.O_CLOEXEC, config.perms.file_mode)
+    try:
+        sc.lock_blocking(fd)
+        doc = _read_marker(layout)
+        if doc is None:
+            raise StoreFormatError(f"{layout.marker} went away while the store was being upgraded")
+        if integer(doc.get("format"), "format", error=StoreFormatError) >= FORMAT_VERSION:
+            return _config(layout, doc, config.durable)  # another process did it meanwhile
+        tree = Tree(layout, durable=False, record_cap=_MIGRATE_READ_CAP, target_cap=65536, perms=config.perms)
+        tree.default_retain = retain
+        indexed = 0
+        for state, directory in layout.final_dirs():
+            for name in fs.scan_names(directory):
+                if not FINAL_RE.match(name):
+                    continue
+                try:
+                    record = tree.read_parsed(os.path.join(directory, name)).record
+                except (FileNotFoundError, fs.Unreadable, ValueError):
+                    continue
+                if record.finished_at is not None:
+                    tree.index_final(record, state, record.finished_at)
+                    indexed += 1
+        new = dict(doc, format=FORMAT_VERSION, retain=_retain_field(retain), migrated_from=made_as)
+        _write_marker(layout, new, config.perms, replace=True)
+    finally:
+        sc.close(fd)  # releases the flock
+    log.warning("upgraded the store at %s from format %d to %d (%d final jobs indexed)",
+                layout.root, made_as, FORMAT_VERSION, indexed)
+    return StoreConfig(FORMAT_VERSION, config.durable, config.perms, config.created_at, retain)
+
+
+def _retain_field(retain: float) -> float | None:
+    return None if retain == FOREVER else retain
 
 
 def _write_marker(layout: Layout, doc: dict[str, Any], perms: fs.Perms, *, replace: bool) -> None:

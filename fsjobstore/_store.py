@@ -12,6 +12,7 @@ a file it cannot read.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -55,6 +56,7 @@ from ._values import (
     integer,
     number,
     result_value,
+    retain_seconds,
 )
 from ._verify import locks_prove_death
 from ._work import Work
@@ -100,6 +102,11 @@ class JobStore:
     :param doorbell: wake waiting pullers when another *host* makes work due, by a directory
         they list every 25 ms (inotify sees only this host). None (the default) turns it on for
         network filesystems only. See FORMAT.md, "Doorbell".
+    :param retain: how long the jobs this process creates are kept once final, before
+        retention removes them with every file of theirs: seconds (a number or a ``timedelta``;
+        0 removes a job as soon as it is final and its targets have heard) or ``"forever"``.
+        None (the default) follows the store's default, recorded when it is made: a new store
+        records the ``retain`` it is made with (7 days if None). See README, "Retention".
     :param clock: monotonic seconds, for leases and timeouts (injectable for tests).
     :param wall_clock: epoch seconds, for ``run_at``/``delay`` and timestamps.
     """
@@ -122,6 +129,7 @@ class JobStore:
         watch: bool = True,
         lock_takeover: bool | None = None,
         doorbell: bool | None = None,
+        retain: float | timedelta | str | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -152,7 +160,9 @@ class JobStore:
         # store, symlinked directories are refused (see _fsops.check_trusted).
         self.path = os.path.realpath(os.path.abspath(raw))
         layout = Layout(self.path)
-        config = open_skeleton(layout, durable=durable, group=group, create=create)
+        own_retain = retain_seconds(retain)
+        config = open_skeleton(layout, durable=durable, group=group, create=create, retain=own_retain)
+        self._retain = config.retain if own_retain is None else own_retain
         # Ends the root's attachment (_syscalls.attach, made by open_skeleton) at close, or when
         # a store that was never closed is collected: at most once either way.
         self._detach = weakref.finalize(self, sc.detach, self.path)
@@ -164,6 +174,7 @@ class JobStore:
         record_cap = 2 * max_value_bytes + max_request_bytes + errors * 6 + 65536
         tree = Tree(layout, durable=durable, record_cap=record_cap, target_cap=max_request_bytes + 4096,
                     perms=config.perms)
+        tree.default_retain = config.retain  # for jobs whose record does not say (format 2)
         local = locks_prove_death(self.path)  # a local filesystem: locks reach every process, inotify too
         settings = Settings(
             path=self.path, durable=durable, store_durable=config.durable, lease_duration=lease,
@@ -199,6 +210,12 @@ class JobStore:
     @property
     def heartbeat_interval(self) -> float:
         return self._core.settings.heartbeat_interval
+
+    @property
+    def retain(self) -> float:
+        """Seconds the jobs this process creates are kept once final by default (``math.inf``:
+        forever): its own ``retain=``, else the store's recorded default."""
+        return self._retain
 
     @property
     def max_attempts(self) -> int:
@@ -245,6 +262,7 @@ class JobStore:
         max_attempts: int | None = None,
         job_id: str | None = None,
         timeout: float | None = None,
+        retain: float | timedelta | str | None = None,
     ) -> Job:
         """Store a new job and return its snapshot once it is durable.
 
@@ -255,6 +273,9 @@ class JobStore:
         ``timeout``: seconds one attempt may run (default: the store's ``default_timeout``);
         the worker runtime stops an attempt that overruns it, counted as a failed attempt, and
         any process takes the job over once it overran by a further ``lease_duration``.
+        ``retain``: how long the job is kept once final (seconds, a timedelta, or ``"forever"``;
+        0: removed as soon as it is final and its targets have heard); default: the store's
+        ``retain``. A removed job's id may be used again.
         """
         self._check_open()
         core = self._core
@@ -271,11 +292,13 @@ class JobStore:
             raise ValueTooLarge(
                 f"request is {len(request_bytes)} bytes; max_request_bytes is {settings.max_request_bytes}")
         limit = self.default_timeout if timeout is None else check_timeout(timeout, "timeout")
+        kept = retain_seconds(retain)
         now = core.wall()
         not_before = due_time(now, delay, run_at)
         record = Record(id=job_id, queue=queue, priority=priority, request=request, created_at=now,
                         seq=core.next_seq(), max_attempts=attempts_cap, not_before=not_before,
-                        timeout=limit, request_json=request_bytes)
+                        timeout=limit, retain=self._retain if kept is None else kept,
+                        request_json=request_bytes)
         dest = publish_new(core, record, explicit=explicit)
         return record.snapshot(JobState(dest))
 
@@ -444,9 +467,12 @@ class JobStore:
         ``deep``: in a store that does not fsync, also look for job files a power cut left
         empty, queued or final (one stat per job file: pass False for a periodic pass over a deep
         backlog); each is quarantined, counted in ``lost_to_power_loss`` and named in
-        ``lost_ids``."""
+        ``lost_ids``. It also makes one bounded retention pass (README, "Retention"), counted
+        in ``removed`` with the removals others began and it finished."""
         self._check_open()
-        return recover(self._core, self._notifier, self._control, deep=deep)
+        report = recover(self._core, self._notifier, self._control, deep=deep)
+        removed = self._heart.retention.run_pass().removed  # one bounded pass (its thread does the rest)
+        return dataclasses.replace(report, removed=report.removed + removed)
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's counts: jobs in each state, pending jobs per queue, final
@@ -482,78 +508,39 @@ class JobStore:
     def __repr__(self) -> str:
         return f"<JobStore {self.path!r} durable={self.durable}>"
 
-    # == finding and removing jobs (issue 24: _listing, _purge) ====================================
-    def jobs(
-        self,
-        *,
-        state: str | JobState | None = None,
-        queue: str | None = None,
-        limit: int | None = 100,
-        after: str | None = None,
-    ) -> Iterator[Job]:
-        """Snapshots of the jobs in ``state`` (all states when None), in a stable order, a page
-        at a time. Arguments are checked, and ``after`` placed, at the call; the snapshots are
-        read lazily, as the iterator is consumed.
+    # == finding and removing jobs (_listing, _purge) =============================================
+    def jobs(self, *, state: str | JobState | None = None, queue: str | None = None, limit: int | None = 100,
+             after: str | None = None) -> Iterator[Job]:
+        """Snapshots of the jobs in ``state`` (None: all), a page at a time, read as iterated.
 
-        Order: ``active`` by id; ``pending`` in run order (priority, then creation, across
-        queues as a claim would take them); ``scheduled`` by due time; the final states
-        (``fulfilled``, ``failed``, ``cancelled``) newest first, merged. ``state=None`` walks
-        active, pending, scheduled, then the final states merged.
-
-        ``queue``: only this queue's jobs. ``limit``: at most this many (1 .. 10,000; None: no
-        limit). ``after``: the id of the last job of the previous page; the page starts right
-        after that job's place, computed from its record (priority and creation, due time, or
-        ``finished_at``), so paging is stable while jobs arrive, run and finish: a job that
-        arrives behind the cursor is on a later page, one that arrives before it is not.
-        Raises :class:`JobNotFound` if that job does not exist (any more), or if paging a final
-        state after a job that was retried since. With ``state=None`` the cursor's phase is the
-        state its job is in now: to follow jobs that move, page one state at a time.
-
-        A snapshot holds what the job's file says (state, queue, priority, request, attempts,
-        value or error, times); ``waiting``, ``progress`` and ``logs`` are left empty (use
-        :meth:`get`). A job that moves between the listing of its directory and the read of its
-        file is passed over, or shown in its new state if the walk reaches it later; one call
-        never yields a job twice. A file that cannot be read is passed over.
-
-        Cost: final states read only the finished index's newest hours until the page is full;
-        pending lists each queue's directory (every name, no file beyond those returned), so a
-        page of a deep backlog costs one listing of it.
+        Order: ``active`` by id, ``pending`` in run order (priority, then creation, across
+        queues as claims take them), ``scheduled`` by due time, final states newest first
+        (merged); None walks them in that order. ``queue``: that queue only. ``limit``: 1 ..
+        10,000, or None. ``after``: the last id of the previous page; the page starts right after
+        that job's place, from its record, so paging is stable while jobs come and go
+        (:class:`JobNotFound` if it is gone; with ``state=None`` its phase is its current state).
+        A snapshot holds the job file only (no ``waiting``, ``progress``, ``logs``: see
+        :meth:`get`). A job that moves while listed is passed over, or shown in its new state if
+        the walk reaches it later; none twice. Pending lists each queue's directory whole.
         """
         self._check_open()
         return _listing.jobs(self._core, state=state, queue=queue, limit=limit, after=after)
 
-    def purge(
-        self,
-        *,
-        states: str | JobState | Sequence[str | JobState] = ("fulfilled", "failed", "cancelled"),
-        queue: str | None = None,
-        older_than: float | timedelta | None = None,
-        match: str | re.Pattern[str] | None = None,
-        limit: int | None = None,
-        dry_run: bool = False,
-        progress: Callable[[int], object] | None = None,
-    ) -> int:
-        """Remove the selected jobs, each with every file of it (its run logs, its id's
-        reservation, a cancel request); returns how many this call removed.
+    def purge(self, *, states: str | JobState | Sequence[str | JobState] = ("fulfilled", "failed", "cancelled"),
+              queue: str | None = None, older_than: float | timedelta | None = None,
+              match: str | re.Pattern[str] | None = None, limit: int | None = None, dry_run: bool = False,
+              progress: Callable[[int], object] | None = None) -> int:
+        """Remove the selected jobs with every file of each; returns how many this call removed.
 
-        ``states``: one or several of ``pending``, ``scheduled``, ``fulfilled``, ``failed``,
-        ``cancelled`` (default: the three final states). ``active`` is refused
-        (:class:`InvalidRequest`): a running job is never purged; cancel it first. ``queue``:
-        only this queue's jobs. ``older_than`` (seconds or a timedelta): a final job that
-        finished, a waiting one that was created, at least that long ago. ``match``: a regular
-        expression (a str or compiled), ``re.search``-ed in the job's id and in its request as
-        stored (compact JSON text: ``'"user":"ann"'`` matches ``{"user": "ann"}``). ``limit``:
-        stop after removing this many. ``dry_run``: count what would go, change nothing.
-        ``progress``: called as ``progress(done)`` every quarter second or so, and once at the
-        end.
-
-        A final job whose notification is still due (targets waiting to hear of it) is skipped
-        and not counted; a later purge or the retention pass removes it once they have. A
-        pending or scheduled job is removed with its queued targets, which are never notified.
-        A job a worker claims first is skipped; processes purging the same jobs at once remove
-        each once. A removed job never comes back, and its id is free for a new job. A process
-        killed mid-purge leaves every job whole or gone: the next recovery pass finishes the one
-        it was removing.
+        ``states``: any of pending, scheduled, fulfilled, failed, cancelled (default the final
+        three; ``active`` is refused: cancel a running job first). ``older_than`` (seconds or
+        timedelta): finished (final) or created (waiting) that long ago. ``match``: a regex
+        searched in the id and the request's stored JSON text. ``limit``: at most this many.
+        ``dry_run``: count only. ``progress(done)``: called every ~0.25 s and at the end.
+        A final job whose targets have not all heard is skipped (not counted); a waiting job
+        goes with its targets, never notified. Claimed first by a worker: skipped. Concurrent
+        purges remove each job once; a killed one is finished by recovery. A removed job never
+        comes back; its id may be used again.
         """
         self._check_open()
         selection = _purge.check(self._core, states=states, queue=queue, older_than=older_than, match=match,

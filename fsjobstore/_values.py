@@ -75,6 +75,22 @@ def seconds(value: object, what: str, *, at_least: float | None = None, above: f
                   at_least=at_least, above=above, below=below)
 
 
+MAX_RETAIN = 1e10  # seconds (~317 years); "forever" is said as such
+
+
+def retain_seconds(value: object, what: str = "retain") -> float | None:
+    """How long a job is kept once final: None (the default applies), ``math.inf`` for
+    ``"forever"``, or a number of seconds (a number or a ``timedelta``; 0 = as soon as it is
+    final and its targets have heard)."""
+    if value is None:
+        return None
+    if value == "forever" and isinstance(value, str):
+        return math.inf
+    if isinstance(value, str):
+        raise InvalidRequest(f'{what} must be a number of seconds, a timedelta or "forever", got {value!r}')
+    return seconds(value, f'{what} (seconds, a timedelta, or "forever")', at_least=0, below=MAX_RETAIN)
+
+
 def default_backoff(attempt: int) -> float:
     """Seconds before retry number ``attempt``: 1, 2, 4, ... capped at 300, times a random
     factor in [0.5, 1) so that jobs failed together do not retry together."""

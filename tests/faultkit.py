@@ -16,7 +16,7 @@ from typing import Any
 from internals import die_unlinked, freeze, temp_path
 
 from fsjobstore import InvalidState, JobExists, JobStore, _syscalls
-from fsjobstore._layout import ACTIVE_RE, FINAL_RE, PENDING_RE, SCHEDULED_RE, TMP_RE
+from fsjobstore._layout import ACTIVE_RE, FINAL_RE, FINISHED_RE, PENDING_RE, SCHEDULED_RE, TMP_RE
 from fsjobstore._records import Record
 
 CRASH_EXIT = 77
@@ -202,6 +202,33 @@ def _recover(store: JobStore, ctx: Ctx) -> None:
     ctx.outcome = store.recover()
 
 
+def _final_kept_an_hour(store: JobStore, ctx: Ctx) -> None:
+    """A final job with every file a job can have (ids/, runs/, a finished-index entry), kept
+    for an hour: not acknowledged to survive, since the operation removes it."""
+    store.create({"kept": 1}, job_id="kept-1", retain=3600)
+    lease = store.pull_work()
+    assert lease is not None and lease.id == "kept-1"
+    lease.log("a line")
+    lease.fulfill(b"v")
+    ctx.outcome = "kept-1"
+
+
+def _retention_later(store: JobStore, ctx: Ctx) -> None:
+    """recover() two hours on: its retention pass removes the job."""
+    real = store._core.wall
+    store._core.wall = lambda: real() + 7200
+    try:
+        store.recover()
+    finally:
+        store._core.wall = real
+
+
+def _remove(store: JobStore, ctx: Ctx) -> None:
+    from fsjobstore._removal import remove_job
+    core = store._core
+    remove_job(core, core.layout.final_path("fulfilled", "kept-1"), "kept-1", drop_targets=False)
+
+
 def _job_setup(store: JobStore, ctx: Ctx) -> None:
     _job(store, ctx)
 
@@ -243,6 +270,8 @@ SCENARIOS = [
     Scenario("pull_notification", _final_with_target, _pull_note),
     Scenario("done", _noted, _done, _retry_done),
     Scenario("recover", _dead_owner, _recover),
+    Scenario("retention", _final_kept_an_hour, _retention_later),
+    Scenario("remove_job", _final_kept_an_hour, _remove),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 
@@ -321,6 +350,8 @@ def check_store(root: str, ctx: Ctx, *, settled: bool, litter_ok: bool = False,
         states = [s for s, _ in files.get(job_id, [])]
         if state not in states:
             problems.append(f"acknowledged result of {job_id} ({state}) is lost; it is {states}")
+    if not power_loss_ok and not litter_ok:  # right after a fault, a removal may be midway
+        problems += removal_leftovers(root, files)
     quarantine = _ls(os.path.join(root, "quarantine"))
     if quarantine and not power_loss_ok:
         problems.append(f"good files were quarantined: {quarantine}")
@@ -334,6 +365,28 @@ def check_store(root: str, ctx: Ctx, *, settled: bool, litter_ok: bool = False,
             indexed = os.path.exists(os.path.join(root, "jobs", "notify", f"{job_id}.json"))
             if final and waiting and not indexed:
                 problems.append(f"final job {job_id} has targets waiting but no notify entry")
+    return problems
+
+
+def removal_leftovers(root: str, files: dict[str, list[tuple[str, str]]]) -> list[str]:
+    """What a removal cut short would leave: a reservation, run logs or a finished-index entry
+    of a job that has no file; and a final job without its index entry."""
+    problems = [f"{where}/{job_id} names no job" for where in ("ids", "runs")
+                for job_id in _ls(os.path.join(root, where)) if job_id not in files]
+    indexed: set[tuple[str, str]] = set()
+    for bucket in _ls(os.path.join(root, "finished")):
+        for name in _ls(os.path.join(root, "finished", bucket)):
+            m = FINISHED_RE.match(name)
+            if m is None:
+                problems.append(f"finished/{bucket}/{name} is not an index entry")
+                continue
+            indexed.add((m["id"], m["state"]))
+            if m["id"] not in files:
+                problems.append(f"finished/{bucket}/{name} names no job")
+    for job_id, places in files.items():
+        for state, _ in places:
+            if state in ("fulfilled", "failed", "cancelled") and (job_id, state) not in indexed:
+                problems.append(f"final job {job_id} ({state}) has no finished-index entry")
     return problems
 
 

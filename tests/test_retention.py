@@ -1,0 +1,236 @@
+"""Retention (issue 24, D2), removal (D3), free ids (D4) and the format 2 -> 3 migration (D1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faultkit import job_files, removal_leftovers
+
+from fsjobstore import InvalidRequest, JobExists, JobNotFound, JobState, JobStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _finished(root: Path) -> list[str]:
+    return sorted(n for _, _, names in os.walk(root / "finished") for n in names)
+
+
+def _run(store: JobStore, **kw: Any) -> str:
+    job = store.create({"n": 1}, **kw)
+    lease = store.pull_work()
+    assert lease is not None and lease.id == job.id
+    lease.log("a line")
+    lease.fulfill(b"v")
+    return job.id
+
+
+def _open(root: Path, clock: Clock, **kw: Any) -> JobStore:
+    return JobStore(root, wall_clock=clock, durable=False, **kw)
+
+
+def _only_skeleton_left(root: Path) -> None:
+    files = job_files(str(root))
+    assert files == {} and removal_leftovers(str(root), files) == []
+    assert os.listdir(root / "ids") == [] and os.listdir(root / "runs") == [] and _finished(root) == []
+
+
+def test_retention_removes_a_finished_job_after_its_retain_with_its_runs_ids_and_index_entry(tmp_path: Path) -> None:
+    clock = Clock()
+    with _open(tmp_path / "s", clock) as s:
+        _run(s, job_id="a", retain=60)
+        assert len(_finished(tmp_path / "s")) == 1 and os.listdir(tmp_path / "s" / "runs") == ["a"]
+        clock.now += 59
+        assert s.recover().removed == 0 and s.get("a").state is JobState.FULFILLED
+        clock.now += 2
+        assert s.recover().removed == 1
+        with pytest.raises(JobNotFound):
+            s.get("a")
+    _only_skeleton_left(tmp_path / "s")
+
+
+def test_a_job_with_targets_waiting_is_kept_until_they_are_delivered(tmp_path: Path) -> None:
+    clock = Clock()
+    with _open(tmp_path / "s", clock, retain=0) as s:
+        job = s.create({"n": 1})
+        s.queue(job.id, "someone")
+        lease = s.pull_work()
+        assert lease is not None
+        lease.fulfill(b"v")
+        clock.now += 10
+        assert s.recover().removed == 0 and s.get(job.id).waiting == ("someone",)
+        note = s.pull_notification()
+        assert note is not None
+        note.done(note.waiting)
+        assert s.recover().removed == 1
+    _only_skeleton_left(tmp_path / "s")
+
+
+def test_retain_zero_removes_a_job_as_soon_as_it_is_final_and_forever_keeps_it(tmp_path: Path) -> None:
+    clock = Clock()
+    with _open(tmp_path / "s", clock) as s:
+        _run(s, job_id="gone", retain=0)
+        _run(s, job_id="kept", retain="forever")
+        _run(s, job_id="week", retain=timedelta(days=7))
+        clock.now += 365 * 24 * 3600
+        assert s.recover().removed == 2
+        assert s.get("kept").state is JobState.FULFILLED
+        for job_id in ("gone", "week"):
+            with pytest.raises(JobNotFound):
+                s.get(job_id)
+
+
+def test_the_store_default_is_recorded_in_the_marker_and_followed_by_a_later_open(tmp_path: Path) -> None:
+    clock = Clock()
+    root = tmp_path / "s"
+    _open(root, clock, retain=30).close()
+    assert json.loads((root / "fsjobstore.json").read_text())["retain"] == 30
+    with _open(root, clock) as s:  # retain=None: the store's default
+        assert s.retain == 30
+        _run(s, job_id="a")
+        clock.now += 31
+        assert s.recover().removed == 1
+    with _open(root, clock, retain="forever") as s:  # this process's own default, for its jobs
+        assert s.retain == float("inf")
+        _run(s, job_id="b")
+    assert json.loads((root / "fsjobstore.json").read_text())["retain"] == 30  # never rewritten
+    new = tmp_path / "n"
+    JobStore(new).close()
+    assert json.loads((new / "fsjobstore.json").read_text())["retain"] == 7 * 24 * 3600
+    JobStore(tmp_path / "f", retain="forever").close()
+    assert json.loads((tmp_path / "f" / "fsjobstore.json").read_text())["retain"] is None
+
+
+@pytest.mark.parametrize("bad", [-1, "7d", "Forever", float("nan"), True, [], 1e12])
+def test_bad_retain_values_give_invalid_request_naming_retain(tmp_path: Path, bad: Any) -> None:
+    with pytest.raises(InvalidRequest, match="retain"):
+        JobStore(tmp_path / "s", retain=bad)
+    with JobStore(tmp_path / "t") as s, pytest.raises(InvalidRequest, match="retain"):
+        s.create(1, retain=bad)
+
+
+def test_a_removed_jobs_id_can_be_created_again_and_the_old_job_never_comes_back(tmp_path: Path) -> None:
+    clock = Clock()
+    with _open(tmp_path / "s", clock) as s:
+        _run(s, job_id="order-7", retain=0)
+        clock.now += 1
+        assert s.recover().removed == 1
+        again = s.create({"second": True}, job_id="order-7")
+        assert again.state is JobState.PENDING
+        with pytest.raises(JobExists):
+            s.create({"third": True}, job_id="order-7")
+        got = s.get("order-7")
+        assert got.request == {"second": True} and got.value is None and got.logs == ()
+
+
+def test_a_final_file_deleted_by_hand_is_not_resurrected_by_a_create_with_its_id(tmp_path: Path) -> None:
+    # The issue's story: create with an id, run it, rm the final file, create with the same id.
+    root = tmp_path / "s"
+    with JobStore(root) as s:
+        _run(s, job_id="report", retain="forever")
+        os.unlink(root / "jobs" / "fulfilled" / "report.json")
+        with pytest.raises(JobNotFound):
+            s.get("report")
+        fresh = s.create({"fresh": True}, job_id="report")
+        assert fresh.state is JobState.PENDING
+        got = s.get("report")
+        assert got.state is JobState.PENDING and got.value is None and got.request == {"fresh": True}
+        lease = s.pull_work()
+        assert lease is not None and lease.request == {"fresh": True} and lease.attempt == 1
+
+
+def _format2_store(root: Path) -> list[str]:
+    """A store as the library on main (format 2) leaves it: no finished/, a format-2 marker."""
+    ids = []
+    with JobStore(root, durable=False) as s:
+        for i in range(3):
+            ids.append(_run(s, job_id=f"old-{i}"))
+        s.create({"waiting": True})
+    for dirpath, _dirs, names in os.walk(root / "finished", topdown=False):
+        for name in names:
+            os.unlink(os.path.join(dirpath, name))
+        os.rmdir(dirpath)
+    marker = json.loads((root / "fsjobstore.json").read_text())
+    marker["format"] = 2
+    del marker["retain"]
+    (root / "fsjobstore.json").write_text(json.dumps(marker))
+    return ids
+
+
+def test_a_format_2_store_is_migrated_final_jobs_get_index_entries_and_a_second_open_does_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "s"
+    ids = _format2_store(root)
+    JobStore(root).close()
+    marker = json.loads((root / "fsjobstore.json").read_text())
+    assert (marker["format"], marker["migrated_from"], marker["retain"]) == (3, 2, 7 * 24 * 3600)
+    entries = _finished(root)
+    assert sorted(e.rsplit(".", 1)[1] for e in entries) == ids
+    assert removal_leftovers(str(root), job_files(str(root))) == []
+    caplog.clear()
+    before = (root / "fsjobstore.json").read_bytes()
+    JobStore(root).close()
+    assert (root / "fsjobstore.json").read_bytes() == before and _finished(root) == entries
+    assert "upgraded" not in caplog.text
+
+
+def _kill_mid(root: Path, where: str) -> None:
+    """A process that starts removing a job and is SIGKILLed at ``where`` (a syscall of it)."""
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from faultkit import hooked
+        from fsjobstore import JobStore
+        from fsjobstore._removal import remove_job
+
+        class Kill:
+            def __init__(self): self.n = 0
+            def before(self, op, args):
+                if op == {where.split(":")[0]!r}:
+                    self.n += 1
+                    if self.n == {int(where.split(":")[1])}:
+                        os.kill(os.getpid(), signal.SIGKILL)
+            def after(self, op, args, result): pass
+
+        s = JobStore({str(root)!r}, durable=False)
+        with hooked(Kill()):
+            remove_job(s._core, s._core.layout.final_path("fulfilled", "k"), "k", drop_targets=False)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+
+
+@pytest.mark.parametrize("where", ["unlink:1", "unlink:2", "unlink:3", "rmdir:1", "unlink:5", "unlink:6"])
+def test_a_removal_killed_midway_is_finished_by_the_next_recovery_and_the_job_never_comes_back(
+    tmp_path: Path, where: str
+) -> None:
+    root = tmp_path / "s"
+    with JobStore(root, durable=False) as s:
+        _run(s, job_id="k", retain="forever")
+        other = s.create({"other": True}).id
+    _kill_mid(root, where)
+    with JobStore(root, durable=False) as s:
+        report = s.recover()
+        assert report.removed == 1
+        with pytest.raises(JobNotFound):
+            s.get("k")
+        assert s.get(other).state is JobState.PENDING
+        files = job_files(str(root))
+        assert list(files) == [other] and removal_leftovers(str(root), files) == []
+        assert os.listdir(root / "tmp") == []
+        assert s.create({"new": True}, job_id="k").request == {"new": True}
