@@ -33,7 +33,7 @@ EXIT_CODES = f"""exit codes:
   {REFUSED}    refused: the id is taken, the job is in the wrong state, a lease was lost, or
        init or create was pointed at a file or a directory that holds other files
   {TIMED_OUT}    wait: the job did not end within --timeout
-  {INTERRUPTED}  interrupted (Ctrl-C)
+  {INTERRUPTED}  interrupted (Ctrl-C); `status --watch`, which Ctrl-C is the way to end, exits 0
 """
 
 Handler = Callable[[argparse.Namespace], int]
