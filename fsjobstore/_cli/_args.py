@@ -163,7 +163,8 @@ def _usage(name: str, names: tuple[str, ...]) -> str:
 
 def bind(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """Give each positional its name on ``ns`` (``dir``, ``job_id``, ...), taking DIR from the
-    environment when exactly it was left out."""
+    environment when exactly it was left out. A command whose positionals depend on its options
+    (``retry DIR ID`` or ``retry DIR --state S``) sets ``shape`` to choose them, or to refuse."""
     shape = getattr(ns, "shape", None)
     names: tuple[str, ...] = shape(ns, parser) if shape else ns.positionals
     ns.positionals = names

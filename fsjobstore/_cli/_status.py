@@ -182,6 +182,8 @@ class _Stop:
     def wait(self, seconds: float) -> bool:
         """Sleep ``seconds`` or until Ctrl-C; True when it is time to stop."""
         if not self.asked:
+            # RACE: a Ctrl-C between the test and select() is not lost: its byte is in the
+            # pipe already, so select() returns at once.
             select.select([self.r], [], [], seconds)
         return self.asked
 
