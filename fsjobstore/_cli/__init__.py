@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     import argparse
 
     from .. import __version__ as version
-    from . import _jobs, _process
+    from . import _jobs, _ops, _process, _status
     from ._args import ENV_DIR, EXIT_CODES, Parser
 
     parser = Parser(
@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="open with durable=False (refused by a store created durable)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     _jobs.add(subparsers)
+    _ops.add(subparsers)
+    _status.add(subparsers)
     _process.add(subparsers)
     return parser
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -32,7 +33,7 @@ EXIT_CODES = f"""exit codes:
   {REFUSED}    refused: the id is taken, the job is in the wrong state, a lease was lost, or
        init or create was pointed at a file or a directory that holds other files
   {TIMED_OUT}    wait: the job did not end within --timeout
-  {INTERRUPTED}  interrupted (Ctrl-C)
+  {INTERRUPTED}  interrupted (Ctrl-C); `status --watch`, which Ctrl-C is the way to end, exits 0
 """
 
 Handler = Callable[[argparse.Namespace], int]
@@ -93,6 +94,30 @@ def moment(text: str) -> float | datetime:
     return when
 
 
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400, "w": 604_800}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhdw]?)")
+
+
+def duration(text: str) -> float:
+    """``--older-than``: ``90s``, ``15m``, ``12h``, ``7d``, ``2w``, or plain seconds (``3600``,
+    ``1.5h``); anything else is a usage error that argparse prefixes with the option's name."""
+    found = _DURATION.fullmatch(text.strip().lower())
+    seconds = float(found[1]) * DURATION_UNITS[found[2] or "s"] if found else math.nan
+    if not math.isfinite(seconds) or seconds > SECONDS_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be a duration such as 90s, 15m, 12h, 7d, 2w or plain seconds (at most {SECONDS_MAX} s), "
+            f"got {text!r}")
+    return seconds
+
+
+def regex(text: str) -> re.Pattern[str]:
+    """``--match``: a Python regular expression, checked before anything runs."""
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {exc}") from None
+
+
 class Parser(argparse.ArgumentParser):
     """Usage errors exit with :data:`USAGE` and one line, as argparse does, but say which command."""
 
@@ -138,8 +163,11 @@ def _usage(name: str, names: tuple[str, ...]) -> str:
 
 def bind(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """Give each positional its name on ``ns`` (``dir``, ``job_id``, ...), taking DIR from the
-    environment when exactly it was left out."""
-    names: tuple[str, ...] = ns.positionals
+    environment when exactly it was left out. A command whose positionals depend on its options
+    (``retry DIR ID`` or ``retry DIR --state S``) sets ``shape`` to choose them, or to refuse."""
+    shape = getattr(ns, "shape", None)
+    names: tuple[str, ...] = shape(ns, parser) if shape else ns.positionals
+    ns.positionals = names
     given: list[str] = list(ns.args)
     if len(given) == len(names) - 1 and os.environ.get(ENV_DIR):
         given.insert(0, os.environ[ENV_DIR])

@@ -1,5 +1,6 @@
 """Commands that read or change jobs and stores: init, create, get, fulfill, queue, cancel,
-retry, wait, pause, resume, workers, stats, recover, verify."""
+retry, wait, pause, resume, workers, stats, recover, verify (the bulk forms of cancel and retry,
+and list, purge and status, are in :mod:`._ops` and :mod:`._status`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from .. import (
     verify,
     verify_across_hosts,
 )
+from . import _ops
 from . import _render as render
 from ._args import (
     FAILED,
@@ -80,13 +82,19 @@ def add(subparsers: Any) -> None:
                example="""fsjobstore queue ./jobs invoice-7 '{"webhook": "https://example.com/done"}'""")
 
     p = subcommand(subparsers, "cancel", cancel, positionals=("ID",), reads=True,
-                   help="cancel a job: a waiting one at once, a running one by asking its worker to stop",
-                   example="fsjobstore cancel ./jobs invoice-7 --reason 'customer withdrew'")
+                   help="cancel a job (or, with --state, every job in that state): a waiting one at once, a "
+                        "running one by asking its worker to stop",
+                   example="fsjobstore cancel ./jobs invoice-7 --reason 'customer withdrew'\n"
+                           "  fsjobstore cancel ./jobs --state pending --queue images   (every pending job of a queue)")
     p.add_argument("--reason", default=None, help="why (kept as the job's error)")
+    _in_bulk(p, ["pending", "scheduled", "active"], "pending")
 
-    subcommand(subparsers, "retry", retry, positionals=("ID",), reads=True,
-               help="give a failed or cancelled job a new life (back to pending, all attempts again)",
-               example="fsjobstore retry ./jobs invoice-7")
+    p = subcommand(subparsers, "retry", retry, positionals=("ID",), reads=True,
+                   help="give a failed or cancelled job (or, with --state, every job in that state) a new life "
+                        "(back to pending, all attempts again)",
+                   example="fsjobstore retry ./jobs invoice-7\n"
+                           "  fsjobstore retry ./jobs --state failed --queue images   (every failed job of a queue)")
+    _in_bulk(p, ["failed", "cancelled"], "failed")
 
     p = subcommand(subparsers, "wait", wait, positionals=("ID",), reads=True,
                    help="wait until a job ends and show it; exit 0 if it was fulfilled, 1 if not, 5 on timeout",
@@ -124,6 +132,16 @@ def add(subparsers: Any) -> None:
     side.add_argument("--peer", action="store_true", help="join the two-host check another host leads")
     p.add_argument("--timeout", type=SECONDS, default=300.0, metavar="S",
                    help="seconds to wait for the other host (default 300)")
+
+
+def _in_bulk(p: argparse.ArgumentParser, states: list[str], usual: str) -> None:
+    """``--state`` (and ``--queue``) instead of an ID: every such job, counted (:func:`_ops.bulk`)."""
+    p.add_argument("--state", choices=states, default=None,
+                   help=f"instead of an ID: every job in this state ({', '.join(states)}), saying how many; "
+                        "one that moves on meanwhile is skipped. On a terminal, progress is shown on stderr")
+    p.add_argument("--queue", default=None, help="with --state: only the jobs of this queue")
+    p.set_defaults(shape=_ops.one_or_many, bulk_states=usual)
+    p.usage = (p.usage or "").replace(" ID", " (ID | --state S [--queue Q])")
 
 
 def open_store(args: argparse.Namespace, *, create: bool = False, **more: Any) -> JobStore:
@@ -232,12 +250,16 @@ def show(job: Job, args: argparse.Namespace) -> None:
 
 
 def cancel(args: argparse.Namespace) -> int:
+    if args.state:
+        return _ops.bulk(args, "cancel", lambda store, job_id: store.cancel(job_id, reason=args.reason))
     with open_store(args) as store:
         show(store.cancel(args.id, reason=args.reason), args)
     return OK
 
 
 def retry(args: argparse.Namespace) -> int:
+    if args.state:
+        return _ops.bulk(args, "retry", lambda store, job_id: store.retry(job_id))
     with open_store(args) as store:
         show(store.retry(args.id), args)
     return OK

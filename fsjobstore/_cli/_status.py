@@ -1,0 +1,232 @@
+"""``fsjobstore status``: a store at a glance (counts per queue, recent rates, oldest pending job,
+paused queues, live workers), once or redrawn every ``--interval`` seconds with ``--watch``.
+
+Rates are counted from the finished jobs themselves (``store.jobs(state=...)``, newest first,
+stopping at the first one finished before the widest window), not from the difference of two
+samples: the first snapshot already has them, ``--watch`` and a single ``status`` agree, and
+retention removing old jobs between two samples cannot make a rate negative. The walk is bounded
+(:data:`WALK_CAP` jobs per state and snapshot): beyond it a rate is a lower bound, shown with
+``+``. Jobs removed as soon as they finish (``retain=0``) are not counted."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import select
+import signal
+import sys
+import time
+from collections import Counter, defaultdict
+from datetime import datetime
+from itertools import islice
+from typing import Any
+
+from .. import JobStore
+from . import _screen as screen
+from ._args import ENV_DIR, INTERRUPTED, OK, number, subcommand
+
+WINDOWS = (("1m", 60), ("5m", 300), ("15m", 900))
+WALK_CAP = 5_000  # jobs read per state and snapshot, so a busy store's snapshot stays quick
+QUEUE_WINDOW = "5m"  # the per-queue rate columns
+
+STATUS_HELP = """\
+Per queue: PEND(ing), SCHED(uled), ACT(ive) jobs, and the jobs fulfilled (OK) and failed (FAIL)
+per minute over the last 5 minutes; above them, the store's totals per state, the oldest pending
+job's age, paused queues, the live workers, and fulfilled/failed per minute over the last 1, 5 and
+15 minutes (counted from the finished jobs, at most {cap:,} per state: a rate shown with + is at
+least that). The text fits the terminal's width.
+
+--watch redraws in place on a terminal (like `rq info --interval`); piped, it prints one snapshot
+per interval, separated by a blank line (with --json: one JSON line per snapshot). Ctrl-C stops
+it: exit 0 (a second Ctrl-C, while a snapshot is being taken: at once, exit {interrupted}).
+
+example:
+  fsjobstore status ./jobs --watch --interval 2"""
+
+
+def add(subparsers: Any) -> None:
+    p = subcommand(subparsers, "status", status, reads=True, example="",
+                   help="counts per queue, recent rates, oldest pending job, paused queues, live workers")
+    p.epilog = STATUS_HELP.format(cap=WALK_CAP, interrupted=INTERRUPTED) + \
+        f"\n\nDIR may be left out when {ENV_DIR} is set."
+    p.add_argument("--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C")
+    p.add_argument("--interval", type=number(low=0.1, high=86_400, unit="seconds"), default=2.0, metavar="S",
+                   help="seconds between snapshots under --watch, 0.1 to 86400 (default 2)")
+
+
+def snapshot(store: JobStore) -> dict[str, Any]:
+    """One status document (what ``--json`` prints)."""
+    stats = store.statistics()
+    live = store.workers()
+    now = time.time()
+    queues: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    for q, n in stats.pending_by_queue.items():
+        queues[q]["pending"] = n
+    capped: list[str] = []
+    for state in ("active", "scheduled"):
+        for seen, job in enumerate(islice(store.jobs(state=state, limit=None), WALK_CAP + 1), 1):
+            if seen > WALK_CAP:
+                capped.append(state)
+                break
+            queues[job.queue][state] += 1
+    recent: dict[str, dict[str, int]] = {}
+    for state in ("fulfilled", "failed"):
+        counts = dict.fromkeys((w for w, _ in WINDOWS), 0)
+        for seen, job in enumerate(store.jobs(state=state, limit=None), 1):  # newest first
+            if job.finished_at is None or job.finished_at < now - WINDOWS[-1][1]:
+                break
+            if seen > WALK_CAP:
+                capped.append(state)
+                break
+            for name, width in WINDOWS:
+                if job.finished_at >= now - width:
+                    counts[name] += 1
+                    if name == QUEUE_WINDOW:
+                        queues[job.queue][state] += 1
+        recent[state] = counts
+    for q in stats.paused:
+        queues.setdefault(q, Counter())  # a paused queue is shown even when it holds nothing
+    seconds = dict(WINDOWS)
+    return {
+        "at": now,
+        "path": str(store.path),
+        "pending": stats.pending, "scheduled": stats.scheduled, "active": stats.active,
+        "fulfilled": stats.fulfilled, "failed": stats.failed, "cancelled": stats.cancelled,
+        "oldest_pending_age": stats.oldest_pending_age,
+        "paused": sorted(stats.paused),
+        "per_minute": {state: {w: round(n * 60 / seconds[w], 2) for w, n in counts.items()}
+                       for state, counts in recent.items()},
+        "capped": sorted(set(capped)),
+        "queues": {q: {"pending": c["pending"], "scheduled": c["scheduled"], "active": c["active"],
+                       f"fulfilled_per_minute_{QUEUE_WINDOW}": round(c["fulfilled"] * 60 / seconds[QUEUE_WINDOW], 2),
+                       f"failed_per_minute_{QUEUE_WINDOW}": round(c["failed"] * 60 / seconds[QUEUE_WINDOW], 2),
+                       "paused": q in stats.paused}
+                   for q, c in sorted(queues.items())},
+        "workers": [{"name": w.name, "host": w.host, "pid": w.pid, "queues": w.queues, "running": len(w.current),
+                     "concurrency": w.concurrency, "paused": w.paused, "last_heartbeat": w.last_heartbeat}
+                    for w in live],
+    }
+
+
+def render(doc: dict[str, Any], room: int) -> list[str]:
+    """The text of one snapshot, every line at most ``room`` characters."""
+    at = datetime.fromtimestamp(doc["at"]).strftime("%H:%M:%S")
+    age = doc["oldest_pending_age"]
+    lines = [f"{at}  {doc['path']}"]
+    lines += _wrap([f"pending {doc['pending']:,}", f"scheduled {doc['scheduled']:,}", f"active {doc['active']:,}",
+                    f"fulfilled {doc['fulfilled']:,}", f"failed {doc['failed']:,}",
+                    f"cancelled {doc['cancelled']:,}",
+                    "oldest pending " + ("-" if age is None else screen.ago(age)),
+                    "paused " + (", ".join(doc["paused"]) or "none")], room)
+    running = sum(w["running"] for w in doc["workers"])
+    lines.append(f"workers {len(doc['workers'])} live, {running} job{'' if running == 1 else 's'} running")
+    for w in doc["workers"]:
+        lines.append(f"  {w['name']}  {w['running']}/{w['concurrency']}" + ("  paused" if w["paused"] else ""))
+    lines.append("")
+    capped = set(doc["capped"])
+    rows = [[state] + [_rate(doc["per_minute"][state][w], state in capped) for w, _ in WINDOWS]
+            for state in ("fulfilled", "failed")]
+    lines += screen.table([screen.Column("per minute"), *[screen.Column(w, right=True) for w, _ in WINDOWS]],
+                          rows, room)
+    if doc["queues"]:
+        lines.append("")
+        rows = [[q, f"{c['pending']:,}", f"{c['scheduled']:,}" + ("+" if "scheduled" in capped else ""),
+                 f"{c['active']:,}", _rate(c[f"fulfilled_per_minute_{QUEUE_WINDOW}"], "fulfilled" in capped),
+                 _rate(c[f"failed_per_minute_{QUEUE_WINDOW}"], "failed" in capped),
+                 "paused" if c["paused"] else ""]
+                for q, c in doc["queues"].items()]
+        columns = [screen.Column("QUEUE", shrink_to=6), screen.Column("PEND", right=True),
+                   screen.Column("SCHED", right=True, drop=3), screen.Column("ACT", right=True),
+                   screen.Column(f"OK/{QUEUE_WINDOW}", right=True, drop=2),
+                   screen.Column(f"FAIL/{QUEUE_WINDOW}", right=True, drop=1), screen.Column("")]
+        lines += screen.table(columns, rows, room)
+    return [screen.fit_line(line, room) for line in lines]
+
+
+def _rate(per_minute: float, capped: bool) -> str:
+    return f"{per_minute:.1f}" + ("+" if capped else "")
+
+
+def _wrap(items: list[str], room: int) -> list[str]:
+    """``items`` joined by two spaces, a new line wherever the next would not fit."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + 2 + len(item) <= room:
+            lines[-1] += "  " + item
+        else:
+            lines.append(item)
+    return lines
+
+
+class _Stop:
+    """Ctrl-C under ``--watch``: the way to end it, so exit 0 once the snapshot under way is
+    drawn (a store read is never cut in the middle, so no half-drawn screen and no traceback);
+    a second Ctrl-C ends at once. A self-pipe wakes the wait between snapshots."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.w, False)
+        self.old = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        if self.asked:
+            os.write(2, b"\nfsjobstore: interrupted\n")
+            os._exit(INTERRUPTED)
+        self.asked = True
+        with contextlib.suppress(BlockingIOError):  # a wake-up is pending already
+            os.write(self.w, b"x")
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep ``seconds`` or until Ctrl-C; True when it is time to stop."""
+        if not self.asked:
+            # RACE: a Ctrl-C between the test and select() is not lost: its byte is in the
+            # pipe already, so select() returns at once.
+            select.select([self.r], [], [], seconds)
+        return self.asked
+
+    def close(self) -> None:
+        signal.signal(signal.SIGINT, self.old)
+        os.close(self.r)
+        os.close(self.w)
+
+
+def status(args: argparse.Namespace) -> int:
+    from ._jobs import open_store
+
+    with open_store(args) as store:
+        if not args.watch:
+            _show(snapshot(store), args, tty=False, first=True)
+            return OK
+        stop = _Stop()
+        tty = sys.stdout.isatty() and not args.json
+        try:
+            first = True
+            while not stop.asked:
+                _show(snapshot(store), args, tty=tty, first=first)
+                first = False
+                if stop.wait(args.interval):
+                    break
+        finally:
+            stop.close()
+            if tty:
+                sys.stdout.write("\x1b[?25h")  # the cursor back
+                sys.stdout.flush()
+    return OK
+
+
+def _show(doc: dict[str, Any], args: argparse.Namespace, *, tty: bool, first: bool) -> None:
+    if args.json:
+        print(json.dumps(doc, ensure_ascii=False))
+    elif tty:
+        # Home, each line over the old one (erasing its rest), then erase below: a redraw in
+        # place without the flash of a full clear.
+        body = "".join(line + "\x1b[K\n" for line in render(doc, screen.width()))
+        sys.stdout.write(("\x1b[?25l\x1b[H\x1b[2J" if first else "\x1b[H") + body + "\x1b[J")
+    else:
+        if not first:
+            print()
+        print("\n".join(render(doc, screen.width())))
+    sys.stdout.flush()
