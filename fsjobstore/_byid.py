@@ -17,12 +17,13 @@ from . import _fsops as fs
 from . import _syscalls as sc
 from ._control import Control
 from ._core import Core
-from ._errors import CorruptJob, InvalidState, JobStoreError, StorageError
+from ._errors import CorruptJob, InvalidState, JobNotFound, JobStoreError, StorageError
 from ._handles import WorkLease
 from ._layout import SCHEDULED_RE, token_owner
 from ._notify import Notifier
 from ._records import FINAL_STATES, Job, JobState, Record
 from ._recovery import new_counts, take_over
+from ._runs import read_runs
 from ._tree import Location
 from ._work import Work
 
@@ -134,6 +135,28 @@ class ById:
         # stay queued, and hear of the new outcome instead.
         fs.unlink_quietly(lay.notify_path(new.id))
         core.pending.note_published(new, "pending")
+
+    def snapshot(self, job_id: str) -> Job:
+        """``JobStore.get``: the job's file, targets, run log and notify entry as one snapshot;
+        a file that cannot be read is quarantined (:class:`CorruptJob`)."""
+        core, tree = self._core, self._core.tree
+        for _ in range(5):
+            loc = tree.require(job_id)
+            try:
+                record = tree.read_job(loc)
+            except FileNotFoundError:
+                continue  # it moved while we read it
+            except (fs.Unreadable, ValueError) as exc:
+                tree.quarantine(loc.path, f"job file {exc}")
+                raise CorruptJob(f"job {job_id}: {exc}; moved to quarantine") from None
+            waiting = tuple(t for _, t, _ in tree.read_targets(job_id))
+            progress, logs, dropped = read_runs(core, job_id)
+            requested = loc.state is JobState.ACTIVE and self._control.cancel_requested(job_id)
+            entry = tree.read_notify_entry(job_id) if waiting and loc.state.is_final else None
+            return record.snapshot(loc.state, waiting, progress=progress, logs=logs, logs_dropped=dropped,
+                                   cancel_requested=requested, delivery_attempts=entry.attempts if entry else 0,
+                                   delivery_error=entry.error if entry else None)
+        raise JobNotFound(f"job {job_id!r} kept moving while being read")
 
     # -- helpers ---------------------------------------------------------------------------------
     def _holder_alive(self, loc: Location) -> bool:

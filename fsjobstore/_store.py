@@ -2,12 +2,10 @@
 raises before anything changes); most then delegate.
 
 What happens on disk lives one layer down: ``_create`` (new jobs), ``_work`` (claims and
-commits), ``_byid`` (fulfil, cancel and retry by id), ``_notify`` (targets and notifier leases),
-``_recovery`` (repairs), ``_stats`` (counts), ``_heart`` (the background thread), all sharing one
-``_core.Core``. Some work is done here, because it only combines those: ``__init__`` assembles
-the settings and the parts; ``create`` builds the job's record before ``_create`` publishes it;
-``get`` reads a job's file, targets, run log and notify entry into one snapshot, and quarantines
-a file it cannot read.
+commits), ``_byid`` (snapshots, fulfil, cancel and retry by id), ``_notify`` (targets and notifier
+leases), ``_listing`` and ``_purge`` (finding and removing jobs), ``_recovery`` (repairs), ``_stats``
+(counts), ``_heart`` (the background threads), all sharing one ``_core.Core``. ``__init__``
+assembles the settings and the parts; ``create`` builds the job's record for ``_create``.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import _fsops as fs
 from . import _listing, _purge
 from . import _registry as registry
 from . import _syscalls as sc
@@ -32,7 +29,7 @@ from ._codec import canonical, check_job_id, check_queue_name
 from ._control import Control
 from ._core import Core, Settings
 from ._create import publish_new
-from ._errors import CorruptJob, InvalidRequest, JobNotFound, ValueTooLarge, WaitTimeout
+from ._errors import InvalidRequest, ValueTooLarge, WaitTimeout
 from ._handles import NotificationLease, OnCompromised, WorkLease
 from ._heart import Heart
 from ._layout import MAX_PRIORITY, MIN_PRIORITY, Layout
@@ -40,20 +37,16 @@ from ._notify import Notifier
 from ._records import Job, JobState, Record
 from ._recovery import RecoveryReport, recover
 from ._registry import WorkerInfo
-from ._runs import read_runs
 from ._skeleton import open_skeleton
 from ._stats import StoreStatistics, statistics
 from ._tree import Tree
 from ._values import (
-    ATTEMPT_ERROR_CHARS,
-    MAX_ATTEMPT_ERRORS,
-    MAX_ERROR_CHARS,
-    MIN_HEARTBEAT_INTERVAL,
-    MIN_LEASE_DURATION,
     check_timeout,
     default_backoff,
     due_time,
     integer,
+    job_file_cap,
+    lease_timing,
     number,
     result_value,
     retain_seconds,
@@ -133,19 +126,7 @@ class JobStore:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        lease = number(lease_duration, "lease_duration (seconds)", below=1e9)
-        if lease < MIN_LEASE_DURATION:
-            raise InvalidRequest(f"lease_duration must be positive and at least {MIN_LEASE_DURATION:g} s (the "
-                                 f"shortest lease its heartbeats can keep), got {lease_duration!r}")
-        heartbeat = lease / 4 if heartbeat_interval is None else number(
-            heartbeat_interval, "heartbeat_interval (seconds, or None)")
-        if not MIN_HEARTBEAT_INTERVAL <= heartbeat <= lease / 2:
-            # A holder judges itself stalled after 0.75 x lease_duration without a beat, so beats
-            # must come well within that, or every beat would look like a stall.
-            raise InvalidRequest(
-                f"heartbeat_interval must be in [{MIN_HEARTBEAT_INTERVAL:g}, lease_duration / 2 ({lease / 2:g})] "
-                f"seconds, got {heartbeat_interval!r}"
-            )
+        lease, heartbeat = lease_timing(lease_duration, heartbeat_interval)
         max_attempts = integer(max_attempts, "max_attempts", at_least=1, at_most=1_000_000)
         max_value_bytes = integer(max_value_bytes, "max_value_bytes", at_least=1)
         max_request_bytes = integer(max_request_bytes, "max_request_bytes", at_least=1)
@@ -167,11 +148,7 @@ class JobStore:
         # a store that was never closed is collected: at most once either way.
         self._detach = weakref.finalize(self, sc.detach, self.path)
         durable = config.durable if durable is None else durable
-        # Worst cases once serialised: a text value doubles ('"' escapes), an error's
-        # characters can take 6 bytes each (\uXXXX), and so can those of each kept attempt
-        # error; the request was measured serialised.
-        errors = MAX_ERROR_CHARS + MAX_ATTEMPT_ERRORS * ATTEMPT_ERROR_CHARS
-        record_cap = 2 * max_value_bytes + max_request_bytes + errors * 6 + 65536
+        record_cap = job_file_cap(max_value_bytes, max_request_bytes)
         tree = Tree(layout, durable=durable, record_cap=record_cap, target_cap=max_request_bytes + 4096,
                     perms=config.perms)
         tree.default_retain = config.retain  # for jobs whose record does not say (format 2)
@@ -337,24 +314,7 @@ class JobStore:
         """A snapshot of the job (state, request, value or error, attempts, waiting targets)."""
         self._check_open()
         check_job_id(job_id)
-        tree = self._core.tree
-        for _ in range(5):
-            loc = tree.require(job_id)
-            try:
-                record = tree.read_job(loc)
-            except FileNotFoundError:
-                continue  # it moved while we read it
-            except (fs.Unreadable, ValueError) as exc:
-                tree.quarantine(loc.path, f"job file {exc}")
-                raise CorruptJob(f"job {job_id}: {exc}; moved to quarantine") from None
-            waiting = tuple(t for _, t, _ in tree.read_targets(job_id))
-            progress, logs, dropped = read_runs(self._core, job_id)
-            requested = loc.state is JobState.ACTIVE and self._control.cancel_requested(job_id)
-            entry = tree.read_notify_entry(job_id) if waiting and loc.state.is_final else None
-            return record.snapshot(loc.state, waiting, progress=progress, logs=logs, logs_dropped=dropped,
-                                   cancel_requested=requested, delivery_attempts=entry.attempts if entry else 0,
-                                   delivery_error=entry.error if entry else None)
-        raise JobNotFound(f"job {job_id!r} kept moving while being read")
+        return self._byid.snapshot(job_id)
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
         """Block until the job is final (fulfilled, failed or cancelled) and return its snapshot;

@@ -169,3 +169,30 @@ def error_text(error: Any) -> str:
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS - 40] + f"... [{len(text) - MAX_ERROR_CHARS + 40} chars cut]"
     return text
+
+
+def lease_timing(lease_duration: object, heartbeat_interval: object) -> tuple[float, float]:
+    """``JobStore``'s ``lease_duration`` and ``heartbeat_interval`` (None: a quarter of the
+    lease), checked together."""
+    lease = number(lease_duration, "lease_duration (seconds)", below=1e9)
+    if lease < MIN_LEASE_DURATION:
+        raise InvalidRequest(f"lease_duration must be positive and at least {MIN_LEASE_DURATION:g} s (the "
+                             f"shortest lease its heartbeats can keep), got {lease_duration!r}")
+    heartbeat = lease / 4 if heartbeat_interval is None else number(
+        heartbeat_interval, "heartbeat_interval (seconds, or None)")
+    if not MIN_HEARTBEAT_INTERVAL <= heartbeat <= lease / 2:
+        # A holder judges itself stalled after 0.75 x lease_duration without a beat, so beats
+        # must come well within that, or every beat would look like a stall.
+        raise InvalidRequest(
+            f"heartbeat_interval must be in [{MIN_HEARTBEAT_INTERVAL:g}, lease_duration / 2 ({lease / 2:g})] "
+            f"seconds, got {heartbeat_interval!r}"
+        )
+    return lease, float(heartbeat)
+
+
+def job_file_cap(max_value_bytes: int, max_request_bytes: int) -> int:
+    """The most bytes a job file may hold. Worst cases once serialised: a text value doubles
+    ('"' escapes), an error's characters can take 6 bytes each (\\uXXXX), and so can those of
+    each kept attempt error; the request was measured serialised."""
+    errors = MAX_ERROR_CHARS + MAX_ATTEMPT_ERRORS * ATTEMPT_ERROR_CHARS
+    return 2 * max_value_bytes + max_request_bytes + errors * 6 + 65536
