@@ -37,6 +37,7 @@ from ._notify import Notifier
 from ._records import Job, JobState, Record
 from ._recovery import RecoveryReport, recover
 from ._registry import WorkerInfo
+from ._retention import index_strays
 from ._skeleton import open_skeleton
 from ._stats import StoreStatistics, statistics
 from ._tree import Tree
@@ -428,11 +429,12 @@ class JobStore:
         empty, queued or final (one stat per job file: pass False for a periodic pass over a deep
         backlog); each is quarantined, counted in ``lost_to_power_loss`` and named in
         ``lost_ids``. It also makes one bounded retention pass (README, "Retention"), counted
-        in ``removed`` with the removals others began and it finished."""
+        in ``removed`` with the removals others began and it finished, and indexes final jobs an
+        older fsjobstore committed after the upgrade (``indexed``)."""
         self._check_open()
         report = recover(self._core, self._notifier, self._control, deep=deep)
         removed = self._heart.retention.run_pass().removed  # one bounded pass (its thread does the rest)
-        return dataclasses.replace(report, removed=report.removed + removed)
+        return dataclasses.replace(report, removed=report.removed + removed, indexed=index_strays(self._core))
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's counts: jobs in each state, pending jobs per queue, final
