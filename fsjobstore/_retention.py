@@ -56,7 +56,7 @@ class Retention:
         core = self._core
         lock = os.path.join(core.layout.control, "retention.lock")
         try:
-            fd = sc.open(lock, os.O_RDWR | os.O_CREAT | fs.O_NOFOLLOW | fs.O_CLOEXEC, core.tree.perms.file_mode)
+            fd = fs.open_lock(lock, core.tree.perms)
         except OSError as exc:
             log.warning("retention skipped: cannot open %s: %s", lock, exc)
             return PassResult(0, False)
