@@ -35,6 +35,36 @@ def test_a_short_chaos_run_through_the_worker_runtime_loses_nothing(tmp_path: Pa
     assert report["left_pending_or_active"] == 0 and report["fulfilled"] == 300
 
 
+def test_a_short_chaos_run_with_retention_removing_jobs_loses_nothing_and_leaves_no_half_removal(
+        tmp_path: Path) -> None:
+    # Half the jobs are retain=0: the workers' retention threads remove them while workers die.
+    report = chaos.run(jobs=300, workers=3, kills=30, lease=1.0, seed=9, workdir=str(tmp_path),
+                       runtime="processes", retention=True)
+    assert report["kills"] >= 30 and report["created_ok"] == 300
+    assert (report["lost"], report["unexpected"], report["duplicate_commits"]) == (0, 0, 0), report
+    assert report["removal_leftovers"] == 0 and report["left_pending_or_active"] == 0, report
+    assert report["removed_by_retention"] > 0
+    assert report["fulfilled"] + report["removed_by_retention"] == 300
+
+
+def test_the_chaos_checker_counts_a_removed_job_that_was_never_fulfilled_as_lost(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    with JobStore(root) as store:
+        done = store.create({"n": 1}, retain=0)
+        never = store.create({"n": 3}, retain=0)
+        lease = store.pull_work()
+        assert lease is not None and lease.id == done.id
+        lease.fulfill(b"x")
+        store.purge(states=["pending"])  # removes `never`, which no worker ever fulfilled
+        store.recover()
+    history = [["1", "1", "invoke", "create", "1"], ["2", "1", "ok", "create", "1", done.id],
+               ["3", "1", "invoke", "create", "3"], ["4", "1", "ok", "create", "3", never.id],
+               ["5", "1", "invoke", "fulfill", "1", done.id, "t"]]
+    report = chaos.check(root, history, retention=True)
+    assert (report["lost"], report["removed_by_retention"]) == (1, 1), report
+    assert report["examples"]["lost"] == [never.id]
+
+
 def test_the_chaos_checker_reports_lost_unexpected_and_duplicate_jobs(tmp_path: Path) -> None:
     root = str(tmp_path / "store")
     with JobStore(root) as store:
