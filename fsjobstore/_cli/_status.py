@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import select
 import signal
@@ -25,7 +26,7 @@ from typing import Any
 
 from .. import JobStore
 from . import _screen as screen
-from ._args import ENV_DIR, INTERRUPTED, OK, number, subcommand
+from ._args import ENV_DIR, INTERRUPTED, OK, kept, number, retain_doc, subcommand
 
 WINDOWS = (("1m", 60), ("5m", 300), ("15m", 900))
 WALK_CAP = 5_000  # jobs read per state and snapshot, so a busy store's snapshot stays quick
@@ -96,6 +97,7 @@ def snapshot(store: JobStore) -> dict[str, Any]:
         "fulfilled": stats.fulfilled, "failed": stats.failed, "cancelled": stats.cancelled,
         "oldest_pending_age": stats.oldest_pending_age,
         "paused": sorted(stats.paused),
+        "retain": retain_doc(store.retain),  # the store's recorded default (opened without retain=)
         "per_minute": {state: {w: round(n * 60 / seconds[w], 2) for w, n in counts.items()}
                        for state, counts in recent.items()},
         "capped": sorted(set(capped)),
@@ -119,7 +121,8 @@ def render(doc: dict[str, Any], room: int) -> list[str]:
                     f"fulfilled {doc['fulfilled']:,}", f"failed {doc['failed']:,}",
                     f"cancelled {doc['cancelled']:,}",
                     "oldest pending " + ("-" if age is None else screen.ago(age)),
-                    "paused " + (", ".join(doc["paused"]) or "none")], room)
+                    "paused " + (", ".join(doc["paused"]) or "none"),
+                    "finished jobs " + kept(math.inf if doc["retain"] == "forever" else doc["retain"])], room)
     running = sum(w["running"] for w in doc["workers"])
     lines.append(f"workers {len(doc['workers'])} live, {running} job{'' if running == 1 else 's'} running")
     for w in doc["workers"]:
