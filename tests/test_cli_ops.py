@@ -53,16 +53,19 @@ def fill(root: Path, *, pending: int = 0, failed: int = 0, fulfilled: int = 0, q
     return ids
 
 
-def on_terminal(args: list[str], *, columns: int = 80, stdout_too: bool = False, stop_after: str | None = None,
+def on_terminal(args: list[str], *, columns: int = 80, rows: int = 24, stdout_too: bool = False,
+                stop_after: str | None = None, signum: int = signal.SIGINT,
                 env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """Run the command with stderr (and stdout, with ``stdout_too``) on a pseudo-terminal of
-    ``columns`` columns; with ``stop_after``, send Ctrl-C (SIGINT) once the terminal has shown that
-    text twice. Returns (exit status, what the terminal got, what the pipe got)."""
+    ``columns`` columns and ``rows`` lines; with ``stop_after``, send ``signum`` (Ctrl-C's SIGINT)
+    once the terminal has shown that text twice. Returns (exit status, what the terminal got, what
+    the pipe got)."""
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    environ = {k: v for k, v in (env or os.environ).items() if k != "LINES"}  # the terminal's own height
     proc = subprocess.Popen([sys.executable, "-m", "fsjobstore", *args], stdin=slave,
                             stdout=slave if stdout_too else subprocess.PIPE, stderr=slave,
-                            env={**(env or os.environ), "COLUMNS": str(columns)})
+                            env={**environ, "COLUMNS": str(columns)})
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + 60
@@ -78,7 +81,7 @@ def on_terminal(args: list[str], *, columns: int = 80, stdout_too: bool = False,
                 break
             seen += chunk
         if stop_after and not sent and seen.decode(errors="replace").count(stop_after) >= 2:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
             sent = True
         if proc.poll() is not None and not ready:
             break
@@ -301,6 +304,38 @@ def test_status_watch_in_a_narrow_terminal_redraws_in_place_and_stops_cleanly_on
     assert lines and all(len(line) <= 40 for line in lines), [line for line in lines if len(line) > 40]
     assert any(line.startswith("a-queu") and line.split()[0].endswith("…") for line in lines), lines
     assert terminal.rstrip().endswith("\x1b[?25h")  # the cursor is given back
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_status_watch_ended_by_sigterm_or_sighup_gives_the_terminal_its_cursor_back(tmp_path: Path,
+                                                                                      signum: int) -> None:
+    root = tmp_path / "s"
+    fill(root, pending=1)
+    code, terminal, _ = on_terminal(["status", str(root), "--watch", "--interval", "0.2"], stdout_too=True,
+                                    stop_after="per minute", signum=signum)
+    assert code == 128 + signum, terminal
+    assert "\x1b[?25l" in terminal and terminal.rstrip().endswith("\x1b[?25h")  # hidden, then shown again
+    assert "Traceback" not in terminal
+
+
+def test_status_watch_cuts_a_frame_taller_than_the_terminal_and_says_how_many_queues_it_left_out(
+        tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with JobStore(root) as store:
+        for n in range(30):
+            store.create({"n": n}, queue=f"q{n:02}")
+    code, terminal, _ = on_terminal(["status", str(root), "--watch", "--interval", "0.2"], rows=20,
+                                    stdout_too=True, stop_after="per minute")
+    assert code == 0, terminal
+    frames = [f for f in terminal.split("\x1b[H")[1:] if "\x1b[J" in f]
+    assert len(frames) >= 2
+    for frame in frames:
+        shown = ANSI.sub("", frame[: frame.index("\x1b[J")])
+        assert shown.count("\n") <= 19, shown  # never the last line: a newline there would scroll
+        lines = shown.splitlines()
+        assert lines[-1].startswith("… ") and "more queues" in lines[-1], lines
+        left = int(lines[-1].split()[1])
+        assert left + sum(1 for line in lines if re.match(r"q\d\d ", line)) == 30, lines
 
 
 def test_status_watch_piped_prints_one_snapshot_per_interval_with_a_blank_line_between(tmp_path: Path) -> None:

@@ -19,6 +19,11 @@ def width() -> int:
     return max(20, shutil.get_terminal_size((80, 24)).columns)
 
 
+def height() -> int:
+    """The terminal's height (``LINES`` first), 24 when there is none."""
+    return max(5, shutil.get_terminal_size((80, 24)).lines)
+
+
 def ago(seconds: float) -> str:
     """A short age: ``42s``, ``7m``, ``3h``, ``5d``, ``12w`` (the unit it is most of)."""
     s = max(0, int(seconds))

@@ -31,6 +31,7 @@ from ._args import ENV_DIR, INTERRUPTED, OK, kept, number, retain_doc, subcomman
 WINDOWS = (("1m", 60), ("5m", 300), ("15m", 900))
 WALK_CAP = 5_000  # jobs read per state and snapshot, so a busy store's snapshot stays quick
 QUEUE_WINDOW = "5m"  # the per-queue rate columns
+DEFAULT_INTERVAL = 2.0  # --watch's seconds between snapshots
 
 STATUS_HELP = """\
 Per queue: PEND(ing), SCHED(uled), ACT(ive) jobs, and the jobs fulfilled (OK) and failed (FAIL)
@@ -41,7 +42,9 @@ least that). The text fits the terminal's width.
 
 --watch redraws in place on a terminal (like `rq info --interval`); piped, it prints one snapshot
 per interval, separated by a blank line (with --json: one JSON line per snapshot). Ctrl-C stops
-it: exit 0 (a second Ctrl-C, while a snapshot is being taken: at once, exit {interrupted}).
+it: exit 0 (a second Ctrl-C, while a snapshot is being taken: at once, exit {interrupted}); SIGTERM
+and SIGHUP stop it the same way, exit 128 + the signal. A frame taller than the terminal is cut
+to fit, its last line saying how many queues were left out.
 
 example:
   fsjobstore status ./jobs --watch --interval 2"""
@@ -53,8 +56,8 @@ def add(subparsers: Any) -> None:
     p.epilog = STATUS_HELP.format(cap=WALK_CAP, interrupted=INTERRUPTED) + \
         f"\n\nDIR may be left out when {ENV_DIR} is set."
     p.add_argument("--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C")
-    p.add_argument("--interval", type=number(low=0.1, high=86_400, unit="seconds"), default=2.0, metavar="S",
-                   help="seconds between snapshots under --watch, 0.1 to 86400 (default 2)")
+    p.add_argument("--interval", type=number(low=0.1, high=86_400, unit="seconds"), default=None, metavar="S",
+                   help=f"with --watch: seconds between snapshots, 0.1 to 86400 (default {DEFAULT_INTERVAL:g})")
 
 
 def snapshot(store: JobStore) -> dict[str, Any]:
@@ -112,8 +115,10 @@ def snapshot(store: JobStore) -> dict[str, Any]:
     }
 
 
-def render(doc: dict[str, Any], room: int) -> list[str]:
-    """The text of one snapshot, every line at most ``room`` characters."""
+def render(doc: dict[str, Any], room: int, height: int | None = None) -> list[str]:
+    """The text of one snapshot, every line at most ``room`` characters and, with ``height``, at
+    most that many lines: queues that do not fit are left out, and a last line says how many
+    (a frame taller than the terminal would scroll, and could not be redrawn in place)."""
     at = datetime.fromtimestamp(doc["at"]).strftime("%H:%M:%S")
     age = doc["oldest_pending_age"]
     lines = [f"{at}  {doc['path']}"]
@@ -144,7 +149,16 @@ def render(doc: dict[str, Any], room: int) -> list[str]:
                    screen.Column("SCHED", right=True, drop=3), screen.Column("ACT", right=True),
                    screen.Column(f"OK/{QUEUE_WINDOW}", right=True, drop=2),
                    screen.Column(f"FAIL/{QUEUE_WINDOW}", right=True, drop=1), screen.Column("")]
-        lines += screen.table(columns, rows, room)
+        queue_lines = screen.table(columns, rows, room)  # the header, then one line per queue
+        if height is not None and len(lines) + len(queue_lines) > height:
+            fit = max(0, height - len(lines) - 2)  # the header and the line saying what was left out
+            left = len(rows) - fit
+            said = f"… {left:,} more queue{'' if left == 1 else 's'} (the terminal is too short to show them)"
+            queue_lines = [*queue_lines[: 1 + fit], said]
+        lines += queue_lines
+    if height is not None and len(lines) > height:  # even the queues' header does not fit
+        left = len(lines) - max(0, height - 1)
+        lines = [*lines[: max(0, height - 1)], f"… {left:,} more line{'' if left == 1 else 's'}"]
     return [screen.fit_line(line, room) for line in lines]
 
 
@@ -166,34 +180,50 @@ def _wrap(items: list[str], room: int) -> list[str]:
 class _Stop:
     """Ctrl-C under ``--watch``: the way to end it, so exit 0 once the snapshot under way is
     drawn (a store read is never cut in the middle, so no half-drawn screen and no traceback);
-    a second Ctrl-C ends at once. A self-pipe wakes the wait between snapshots."""
+    a second Ctrl-C ends at once. SIGTERM (``kill``, a service manager) and SIGHUP (the terminal
+    closed) end it the same way but exit 128 + the signal, as a shell expects of a killed
+    program; without handlers they would kill it with the cursor still hidden. A self-pipe wakes
+    the wait between snapshots."""
 
-    def __init__(self) -> None:
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self, tty: bool) -> None:
         self.asked = False
+        self.code = OK
+        self.tty = tty
         self.r, self.w = os.pipe()
         os.set_blocking(self.w, False)
-        self.old = signal.signal(signal.SIGINT, self._on_sigint)
+        self.old = {signum: signal.signal(signum, self._on_signal) for signum in self.SIGNALS}
 
-    def _on_sigint(self, signum: int, frame: object) -> None:
+    def _on_signal(self, signum: int, frame: object) -> None:
         if self.asked:
-            os.write(2, b"\nfsjobstore: interrupted\n")
-            os._exit(INTERRUPTED)
+            # A second signal: at once. Still give the terminal its cursor back (the one thing
+            # the redraw changed); with SIGHUP the terminal may be gone, so a failed write is moot.
+            with contextlib.suppress(OSError):
+                os.write(1, SHOW_CURSOR.encode() if self.tty else b"")
+                os.write(2, b"\nfsjobstore: interrupted\n")
+            os._exit(INTERRUPTED if signum == signal.SIGINT else 128 + signum)
         self.asked = True
+        self.code = OK if signum == signal.SIGINT else 128 + signum
         with contextlib.suppress(BlockingIOError):  # a wake-up is pending already
             os.write(self.w, b"x")
 
     def wait(self, seconds: float) -> bool:
-        """Sleep ``seconds`` or until Ctrl-C; True when it is time to stop."""
+        """Sleep ``seconds`` or until a stopping signal; True when it is time to stop."""
         if not self.asked:
-            # RACE: a Ctrl-C between the test and select() is not lost: its byte is in the
+            # RACE: a signal between the test and select() is not lost: its byte is in the
             # pipe already, so select() returns at once.
             select.select([self.r], [], [], seconds)
         return self.asked
 
     def close(self) -> None:
-        signal.signal(signal.SIGINT, self.old)
+        for signum, old in self.old.items():
+            signal.signal(signum, old)
         os.close(self.r)
         os.close(self.w)
+
+
+SHOW_CURSOR = "\x1b[?25h"
 
 
 def status(args: argparse.Namespace) -> int:
@@ -203,21 +233,22 @@ def status(args: argparse.Namespace) -> int:
         if not args.watch:
             _show(snapshot(store), args, tty=False, first=True)
             return OK
-        stop = _Stop()
         tty = sys.stdout.isatty() and not args.json
+        stop = _Stop(tty)
         try:
             first = True
             while not stop.asked:
                 _show(snapshot(store), args, tty=tty, first=first)
                 first = False
-                if stop.wait(args.interval):
+                if stop.wait(DEFAULT_INTERVAL if args.interval is None else args.interval):
                     break
         finally:
             stop.close()
             if tty:
-                sys.stdout.write("\x1b[?25h")  # the cursor back
-                sys.stdout.flush()
-    return OK
+                with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+                    sys.stdout.write(SHOW_CURSOR)
+                    sys.stdout.flush()
+    return stop.code
 
 
 def _show(doc: dict[str, Any], args: argparse.Namespace, *, tty: bool, first: bool) -> None:
@@ -226,7 +257,9 @@ def _show(doc: dict[str, Any], args: argparse.Namespace, *, tty: bool, first: bo
     elif tty:
         # Home, each line over the old one (erasing its rest), then erase below: a redraw in
         # place without the flash of a full clear.
-        body = "".join(line + "\x1b[K\n" for line in render(doc, screen.width()))
+        # At most one line fewer than the terminal has: the last line's newline would scroll it,
+        # and a frame that scrolls is no longer redrawn in place.
+        body = "".join(line + "\x1b[K\n" for line in render(doc, screen.width(), screen.height() - 1))
         sys.stdout.write(("\x1b[?25l\x1b[H\x1b[2J" if first else "\x1b[H") + body + "\x1b[J")
     else:
         if not first:
