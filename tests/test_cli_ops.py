@@ -306,6 +306,32 @@ def test_status_watch_in_a_narrow_terminal_redraws_in_place_and_stops_cleanly_on
     assert terminal.rstrip().endswith("\x1b[?25h")  # the cursor is given back
 
 
+def test_status_past_its_read_cap_shows_an_unsampled_queues_rate_as_unknown_not_as_idle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fsjobstore._cli import _status
+
+    root = tmp_path / "s"
+    fill(root, fulfilled=1, pending=1, queue="quiet")  # finished first: the walk, newest first, reads it last
+    fill(root, fulfilled=3, queue="busy")
+    monkeypatch.setattr(_status, "WALK_CAP", 2)
+    with JobStore(root) as store:
+        doc = _status.snapshot(store)
+    assert doc["capped"] == ["fulfilled"]
+    assert doc["queues"]["quiet"]["fulfilled_per_minute_5m"] is None  # unknown: none of its jobs was read
+    assert doc["queues"]["busy"]["fulfilled_per_minute_5m"] == 0.4  # 2 read over 5 minutes: at least that
+    assert doc["queues"]["quiet"]["failed_per_minute_5m"] == 0  # failed was not capped: exact
+    text = _status.render(doc, 80)
+    assert re.search(r"^quiet +1 +0 +0 +\? +0\.0$", "\n".join(text), re.M), text
+    assert re.search(r"^busy +0 +0 +0 +0\.4\+ +0\.0$", "\n".join(text), re.M), text
+    assert [line for line in text if "lower bounds" in line] == [
+        "(read at most 2 jobs per state: figures with + are lower bounds, ? unknown)"]
+    monkeypatch.setattr(_status, "WALK_CAP", 10)
+    with JobStore(root) as store:
+        whole = _status.snapshot(store)
+    assert whole["capped"] == [] and whole["queues"]["quiet"]["fulfilled_per_minute_5m"] == 0.2
+    assert not any("lower bounds" in line for line in _status.render(whole, 80))
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_status_watch_ended_by_sigterm_or_sighup_gives_the_terminal_its_cursor_back(tmp_path: Path,
                                                                                       signum: int) -> None:

@@ -6,7 +6,8 @@ stopping at the first one finished before the widest window), not from the diffe
 samples: the first snapshot already has them, ``--watch`` and a single ``status`` agree, and
 retention removing old jobs between two samples cannot make a rate negative. The walk is bounded
 (:data:`WALK_CAP` jobs per state and snapshot): beyond it a rate is a lower bound, shown with
-``+``. Jobs removed as soon as they finish (``retain=0``) are not counted."""
+``+``, and a queue none of whose jobs was read has an unknown rate (``?``, JSON null), not 0.
+Jobs removed as soon as they finish (``retain=0``) are not counted."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ Per queue: PEND(ing), SCHED(uled), ACT(ive) jobs, and the jobs fulfilled (OK) an
 per minute over the last 5 minutes; above them, the store's totals per state, the oldest pending
 job's age, paused queues, the live workers, and fulfilled/failed per minute over the last 1, 5 and
 15 minutes (counted from the finished jobs, at most {cap:,} per state: a rate shown with + is at
-least that). The text fits the terminal's width.
+least that; ? for a queue none of whose jobs was among those read). The text fits the terminal's width.
 
 --watch redraws in place on a terminal (like `rq info --interval`); piped, it prints one snapshot
 per interval, separated by a blank line (with --json: one JSON line per snapshot). Ctrl-C stops
@@ -69,6 +70,7 @@ def snapshot(store: JobStore) -> dict[str, Any]:
     for q, n in stats.pending_by_queue.items():
         queues[q]["pending"] = n
     capped: list[str] = []
+    seconds = dict(WINDOWS)
     for state in ("active", "scheduled"):
         for seen, job in enumerate(islice(store.jobs(state=state, limit=None), WALK_CAP + 1), 1):
             if seen > WALK_CAP:
@@ -76,6 +78,7 @@ def snapshot(store: JobStore) -> dict[str, Any]:
                 break
             queues[job.queue][state] += 1
     recent: dict[str, dict[str, int]] = {}
+    unknown: set[str] = set(capped)  # states whose per-queue figures missed some jobs: 0 means "?"
     for state in ("fulfilled", "failed"):
         counts = dict.fromkeys((w for w, _ in WINDOWS), 0)
         for seen, job in enumerate(store.jobs(state=state, limit=None), 1):  # newest first
@@ -83,6 +86,10 @@ def snapshot(store: JobStore) -> dict[str, Any]:
                 break
             if seen > WALK_CAP:
                 capped.append(state)
+                if job.finished_at >= now - seconds[QUEUE_WINDOW]:
+                    # The cap was hit inside the queues' window: a queue none of whose jobs was
+                    # read may have finished many (not none), so its rate is unknown, not 0.
+                    unknown.add(state)
                 break
             for name, width in WINDOWS:
                 if job.finished_at >= now - width:
@@ -92,7 +99,12 @@ def snapshot(store: JobStore) -> dict[str, Any]:
         recent[state] = counts
     for q in stats.paused:
         queues.setdefault(q, Counter())  # a paused queue is shown even when it holds nothing
-    seconds = dict(WINDOWS)
+
+    def per_queue(c: Counter[str], state: str, per_minute: bool = False) -> float | None:
+        if c[state] == 0 and state in unknown:
+            return None  # no job of this queue was among those read: unknown (JSON null, text "?")
+        return round(c[state] * 60 / seconds[QUEUE_WINDOW], 2) if per_minute else c[state]
+
     return {
         "at": now,
         "path": str(store.path),
@@ -104,9 +116,11 @@ def snapshot(store: JobStore) -> dict[str, Any]:
         "per_minute": {state: {w: round(n * 60 / seconds[w], 2) for w, n in counts.items()}
                        for state, counts in recent.items()},
         "capped": sorted(set(capped)),
-        "queues": {q: {"pending": c["pending"], "scheduled": c["scheduled"], "active": c["active"],
-                       f"fulfilled_per_minute_{QUEUE_WINDOW}": round(c["fulfilled"] * 60 / seconds[QUEUE_WINDOW], 2),
-                       f"failed_per_minute_{QUEUE_WINDOW}": round(c["failed"] * 60 / seconds[QUEUE_WINDOW], 2),
+        "walk_cap": WALK_CAP,
+        "queues": {q: {"pending": c["pending"], "scheduled": per_queue(c, "scheduled"),
+                       "active": per_queue(c, "active"),
+                       f"fulfilled_per_minute_{QUEUE_WINDOW}": per_queue(c, "fulfilled", per_minute=True),
+                       f"failed_per_minute_{QUEUE_WINDOW}": per_queue(c, "failed", per_minute=True),
                        "paused": q in stats.paused}
                    for q, c in sorted(queues.items())},
         "workers": [{"name": w.name, "host": w.host, "pid": w.pid, "queues": w.queues, "running": len(w.current),
@@ -138,10 +152,14 @@ def render(doc: dict[str, Any], room: int, height: int | None = None) -> list[st
             for state in ("fulfilled", "failed")]
     lines += screen.table([screen.Column("per minute"), *[screen.Column(w, right=True) for w, _ in WINDOWS]],
                           rows, room)
+    if capped:
+        lines.append(f"(read at most {doc['walk_cap']:,} jobs per state: figures with + are lower bounds, "
+                     "? unknown)")
     if doc["queues"]:
         lines.append("")
-        rows = [[q, f"{c['pending']:,}", f"{c['scheduled']:,}" + ("+" if "scheduled" in capped else ""),
-                 f"{c['active']:,}", _rate(c[f"fulfilled_per_minute_{QUEUE_WINDOW}"], "fulfilled" in capped),
+        rows = [[q, f"{c['pending']:,}", _count(c["scheduled"], "scheduled" in capped),
+                 _count(c["active"], "active" in capped),
+                 _rate(c[f"fulfilled_per_minute_{QUEUE_WINDOW}"], "fulfilled" in capped),
                  _rate(c[f"failed_per_minute_{QUEUE_WINDOW}"], "failed" in capped),
                  "paused" if c["paused"] else ""]
                 for q, c in doc["queues"].items()]
@@ -162,8 +180,13 @@ def render(doc: dict[str, Any], room: int, height: int | None = None) -> list[st
     return [screen.fit_line(line, room) for line in lines]
 
 
-def _rate(per_minute: float, capped: bool) -> str:
-    return f"{per_minute:.1f}" + ("+" if capped else "")
+def _rate(per_minute: float | None, capped: bool) -> str:
+    """A rate; with ``+``, a lower bound (the walk stopped at its cap); ``?`` when unknown."""
+    return "?" if per_minute is None else f"{per_minute:.1f}" + ("+" if capped else "")
+
+
+def _count(n: int | None, capped: bool) -> str:
+    return "?" if n is None else f"{n:,}" + ("+" if capped else "")
 
 
 def _wrap(items: list[str], room: int) -> list[str]:
