@@ -139,7 +139,20 @@ def test_list_fits_a_narrow_terminal_but_never_cuts_an_id(tmp_path: Path) -> Non
     assert all(len(line) <= 60 for line in lines), lines
     assert lines[1].startswith(job.id + "  pending  a-rath") and "…" in lines[1]  # the queue cut, not the id
     narrow = cli("list", str(root), env=with_env(COLUMNS="30")).stdout.splitlines()
-    assert narrow == ["ID", job.id]  # every other column dropped; the id is whole, to be pasted
+    assert narrow == ["ID" + " " * 32 + "STATE", job.id + "  pending"]  # the rest dropped; the id whole, to paste
+
+
+def test_list_keeps_the_state_in_40_columns_and_cuts_nothing_when_piped(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with JobStore(root) as store:
+        job = store.create({"text": "x" * 200}, queue="images")
+    narrow = cli("list", str(root), env=with_env(COLUMNS="40")).stdout.splitlines()
+    assert [line.split() for line in narrow] == [["ID", "STATE"], [job.id, "pending"]]  # AGE, ATT, QUEUE go first
+    unset = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    piped = cli("list", str(root), env=unset).stdout.splitlines()
+    assert piped[1].split() == [job.id, "pending", "images", "0/3", "0s", '{"text":"' + "x" * 200 + '"}'], piped
+    code, terminal, _ = on_terminal(["list", str(root)], columns=100, stdout_too=True, env=unset)
+    assert code == 0 and all(len(line) <= 100 for line in terminal.splitlines()) and "…" in terminal
 
 
 def test_purge_says_what_it_would_remove_then_removes_it(tmp_path: Path) -> None:
@@ -175,7 +188,7 @@ def test_purge_refuses_a_bad_duration_a_bad_regex_and_a_running_state_naming_eac
     fill(root, failed=1)
     for args, said in ((["--older-than", "7x"], "argument --older-than: must be a duration"),
                        (["--match", "("], "argument --match: '(' is not a regular expression"),
-                       (["--state", "active"], "a running job is never purged"),
+                       (["--state", "active"], "argument --state: a running job is never purged"),
                        (["--state", "done"], "'done' is not a state")):
         done = cli("purge", str(root), *args)
         assert done.returncode == 2 and said in done.stderr, (args, done.stderr)
@@ -195,6 +208,16 @@ def test_bulk_retry_and_cancel_say_how_many(tmp_path: Path) -> None:
     assert json.loads(cancelled.stdout) == {"cancelled": 3, "skipped": 0, "stopping": 0}
     states = [json.loads(line)["state"] for line in cli("list", str(root), "--json").stdout.splitlines()]
     assert sorted(states) == ["cancelled"] * 3 + ["pending"] * 3
+
+
+def test_bulk_retry_and_cancel_on_a_queue_the_store_has_no_job_of_say_so(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    fill(root, failed=1, queue="images")
+    typo = cli("retry", str(root), "--state", "failed", "--queue", "imagse")
+    assert typo.returncode == 0
+    assert typo.stdout == "retried 0 failed jobs of queue imagse (no such queue in this store)\n"
+    none_now = cli("cancel", str(root), "--state", "pending", "--queue", "images")  # a real queue, nothing pending
+    assert none_now.returncode == 0 and none_now.stdout == "cancelled 0 pending jobs of queue images\n"
 
 
 def test_a_job_that_moves_during_a_bulk_retry_is_counted_as_skipped(tmp_path: Path,
@@ -232,6 +255,10 @@ def test_retry_and_cancel_take_an_id_or_a_state_but_not_both_nor_neither(tmp_pat
         done = cli(*args)
         assert done.returncode == 2 and said in done.stderr, (args, done.stderr)
         assert done.stderr.startswith("usage: fsjobstore ") and "Traceback" not in done.stderr
+    for args, said in ((["retry", root, "--queue", "q"], "--queue needs --state: add --state failed"),
+                       (["cancel", root, "--queue", "q"], "--queue needs --state: add --state pending")):
+        done = cli(*args)  # no ID was given: the message must not talk of one
+        assert done.returncode == 2 and said in done.stderr and "ID" not in done.stderr.splitlines()[-1], done.stderr
     env = with_env(FSJOBSTORE_DIR=root)
     by_env = cli("retry", "--state", "failed", env=env)
     assert by_env.returncode == 0 and by_env.stdout == "retried 1 failed job\n", by_env.stderr
@@ -362,6 +389,14 @@ def test_status_watch_cuts_a_frame_taller_than_the_terminal_and_says_how_many_qu
         assert lines[-1].startswith("… ") and "more queues" in lines[-1], lines
         left = int(lines[-1].split()[1])
         assert left + sum(1 for line in lines if re.match(r"q\d\d ", line)) == 30, lines
+
+
+def test_status_interval_without_watch_is_a_usage_error(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    fill(root, pending=1)
+    done = cli("status", str(root), "--interval", "3")
+    assert done.returncode == 2 and done.stderr.endswith("fsjobstore status: error: --interval needs --watch\n")
+    assert done.stdout == ""
 
 
 def test_status_watch_piped_prints_one_snapshot_per_interval_with_a_blank_line_between(tmp_path: Path) -> None:

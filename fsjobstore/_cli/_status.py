@@ -252,6 +252,8 @@ SHOW_CURSOR = "\x1b[?25h"
 def status(args: argparse.Namespace) -> int:
     from ._jobs import open_store
 
+    if args.interval is not None and not args.watch:
+        args.parser.error("--interval needs --watch")  # else it would be ignored without a word
     with open_store(args) as store:
         if not args.watch:
             _show(snapshot(store), args, tty=False, first=True)
