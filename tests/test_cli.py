@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -156,7 +157,7 @@ def test_init_says_whether_it_made_a_store_or_found_one(tmp_path: Path) -> None:
     first = cli("init", root)
     assert first.returncode == 0 and first.stdout.startswith("a new store is ready at ")
     again = cli("init", root)
-    assert again.returncode == 0 and "is already a store (durable=True)" in again.stdout
+    assert again.returncode == 0 and "is already a store (durable=True); finished jobs are kept 7 days" in again.stdout
     weaker = cli("init", root, "--no-fsync")
     assert weaker.returncode == 2 and "asks for less" in weaker.stderr
 
@@ -259,3 +260,30 @@ def test_get_shows_every_failed_attempts_error_in_text_and_json(tmp_path: Path) 
     doc = json.loads(cli("get", root, job.id, "--json").stdout)
     assert [e["attempt"] for e in doc["attempt_errors"]] == [1, 2]
     assert doc["attempt_errors"][0]["error"] == "Traceback ...\nValueError: bad input 1"
+
+
+def test_init_and_create_take_a_retention_and_stats_and_status_show_the_stores(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    made = cli("init", root, "--retain", "2d")
+    assert made.returncode == 0 and made.stdout.endswith("(durable=True); finished jobs are kept 2 days\n"), made
+    assert cli("init", root, "--retain", "48h").returncode == 0  # the same retention: nothing to change
+    other = cli("init", root, "--retain", "forever")
+    assert other.returncode == 4 and "finished jobs are kept 2 days" in other.stderr, other.stderr
+    assert re.search(r"^retention +finished jobs are kept 2 days$", cli("stats", root).stdout, re.M)
+    assert json.loads(cli("stats", root, "--json").stdout)["retain"] == 172_800
+    status = cli("status", root)
+    assert status.stdout.count("finished jobs kept 2 days") == 1, status.stdout
+    assert json.loads(cli("status", root, "--json").stdout)["retain"] == 172_800
+    forever = str(tmp_path / "f")
+    assert cli("init", forever, "--retain", "forever").stdout.endswith("finished jobs are kept forever\n")
+    assert json.loads(cli("stats", forever, "--json").stdout)["retain"] == "forever"
+    bad = cli("init", str(tmp_path / "b"), "--retain", "7x")
+    assert bad.returncode == 2 and "argument --retain: must be forever, 0" in bad.stderr
+    assert not (tmp_path / "b").exists()
+    gone = cli("create", root, '{"n": 1}', "--retain", "0").stdout.strip()  # removed once final
+    kept = cli("create", root, '{"n": 2}', "--retain", "forever").stdout.strip()
+    for job_id in (gone, kept):
+        assert cli("fulfill", root, job_id, "done").returncode == 0
+    assert cli("recover", root).returncode == 0  # one retention pass
+    assert cli("get", root, gone).returncode == 3
+    assert cli("get", root, kept).returncode == 0

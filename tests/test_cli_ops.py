@@ -53,16 +53,19 @@ def fill(root: Path, *, pending: int = 0, failed: int = 0, fulfilled: int = 0, q
     return ids
 
 
-def on_terminal(args: list[str], *, columns: int = 80, stdout_too: bool = False, stop_after: str | None = None,
+def on_terminal(args: list[str], *, columns: int = 80, rows: int = 24, stdout_too: bool = False,
+                stop_after: str | None = None, signum: int = signal.SIGINT,
                 env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """Run the command with stderr (and stdout, with ``stdout_too``) on a pseudo-terminal of
-    ``columns`` columns; with ``stop_after``, send Ctrl-C (SIGINT) once the terminal has shown that
-    text twice. Returns (exit status, what the terminal got, what the pipe got)."""
+    ``columns`` columns and ``rows`` lines; with ``stop_after``, send ``signum`` (Ctrl-C's SIGINT)
+    once the terminal has shown that text twice. Returns (exit status, what the terminal got, what
+    the pipe got)."""
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    environ = {k: v for k, v in (env or os.environ).items() if k != "LINES"}  # the terminal's own height
     proc = subprocess.Popen([sys.executable, "-m", "fsjobstore", *args], stdin=slave,
                             stdout=slave if stdout_too else subprocess.PIPE, stderr=slave,
-                            env={**(env or os.environ), "COLUMNS": str(columns)})
+                            env={**environ, "COLUMNS": str(columns)})
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + 60
@@ -78,7 +81,7 @@ def on_terminal(args: list[str], *, columns: int = 80, stdout_too: bool = False,
                 break
             seen += chunk
         if stop_after and not sent and seen.decode(errors="replace").count(stop_after) >= 2:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
             sent = True
         if proc.poll() is not None and not ready:
             break
@@ -136,7 +139,20 @@ def test_list_fits_a_narrow_terminal_but_never_cuts_an_id(tmp_path: Path) -> Non
     assert all(len(line) <= 60 for line in lines), lines
     assert lines[1].startswith(job.id + "  pending  a-rath") and "…" in lines[1]  # the queue cut, not the id
     narrow = cli("list", str(root), env=with_env(COLUMNS="30")).stdout.splitlines()
-    assert narrow == ["ID", job.id]  # every other column dropped; the id is whole, to be pasted
+    assert narrow == ["ID" + " " * 32 + "STATE", job.id + "  pending"]  # the rest dropped; the id whole, to paste
+
+
+def test_list_keeps_the_state_in_40_columns_and_cuts_nothing_when_piped(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with JobStore(root) as store:
+        job = store.create({"text": "x" * 200}, queue="images")
+    narrow = cli("list", str(root), env=with_env(COLUMNS="40")).stdout.splitlines()
+    assert [line.split() for line in narrow] == [["ID", "STATE"], [job.id, "pending"]]  # AGE, ATT, QUEUE go first
+    unset = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    piped = cli("list", str(root), env=unset).stdout.splitlines()
+    assert piped[1].split() == [job.id, "pending", "images", "0/3", "0s", '{"text":"' + "x" * 200 + '"}'], piped
+    code, terminal, _ = on_terminal(["list", str(root)], columns=100, stdout_too=True, env=unset)
+    assert code == 0 and all(len(line) <= 100 for line in terminal.splitlines()) and "…" in terminal
 
 
 def test_purge_says_what_it_would_remove_then_removes_it(tmp_path: Path) -> None:
@@ -172,7 +188,7 @@ def test_purge_refuses_a_bad_duration_a_bad_regex_and_a_running_state_naming_eac
     fill(root, failed=1)
     for args, said in ((["--older-than", "7x"], "argument --older-than: must be a duration"),
                        (["--match", "("], "argument --match: '(' is not a regular expression"),
-                       (["--state", "active"], "a running job is never purged"),
+                       (["--state", "active"], "argument --state: a running job is never purged"),
                        (["--state", "done"], "'done' is not a state")):
         done = cli("purge", str(root), *args)
         assert done.returncode == 2 and said in done.stderr, (args, done.stderr)
@@ -192,6 +208,16 @@ def test_bulk_retry_and_cancel_say_how_many(tmp_path: Path) -> None:
     assert json.loads(cancelled.stdout) == {"cancelled": 3, "skipped": 0, "stopping": 0}
     states = [json.loads(line)["state"] for line in cli("list", str(root), "--json").stdout.splitlines()]
     assert sorted(states) == ["cancelled"] * 3 + ["pending"] * 3
+
+
+def test_bulk_retry_and_cancel_on_a_queue_the_store_has_no_job_of_say_so(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    fill(root, failed=1, queue="images")
+    typo = cli("retry", str(root), "--state", "failed", "--queue", "imagse")
+    assert typo.returncode == 0
+    assert typo.stdout == "retried 0 failed jobs of queue imagse (no such queue in this store)\n"
+    none_now = cli("cancel", str(root), "--state", "pending", "--queue", "images")  # a real queue, nothing pending
+    assert none_now.returncode == 0 and none_now.stdout == "cancelled 0 pending jobs of queue images\n"
 
 
 def test_a_job_that_moves_during_a_bulk_retry_is_counted_as_skipped(tmp_path: Path,
@@ -229,6 +255,10 @@ def test_retry_and_cancel_take_an_id_or_a_state_but_not_both_nor_neither(tmp_pat
         done = cli(*args)
         assert done.returncode == 2 and said in done.stderr, (args, done.stderr)
         assert done.stderr.startswith("usage: fsjobstore ") and "Traceback" not in done.stderr
+    for args, said in ((["retry", root, "--queue", "q"], "--queue needs --state: add --state failed"),
+                       (["cancel", root, "--queue", "q"], "--queue needs --state: add --state pending")):
+        done = cli(*args)  # no ID was given: the message must not talk of one
+        assert done.returncode == 2 and said in done.stderr and "ID" not in done.stderr.splitlines()[-1], done.stderr
     env = with_env(FSJOBSTORE_DIR=root)
     by_env = cli("retry", "--state", "failed", env=env)
     assert by_env.returncode == 0 and by_env.stdout == "retried 1 failed job\n", by_env.stderr
@@ -301,6 +331,72 @@ def test_status_watch_in_a_narrow_terminal_redraws_in_place_and_stops_cleanly_on
     assert lines and all(len(line) <= 40 for line in lines), [line for line in lines if len(line) > 40]
     assert any(line.startswith("a-queu") and line.split()[0].endswith("…") for line in lines), lines
     assert terminal.rstrip().endswith("\x1b[?25h")  # the cursor is given back
+
+
+def test_status_past_its_read_cap_shows_an_unsampled_queues_rate_as_unknown_not_as_idle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fsjobstore._cli import _status
+
+    root = tmp_path / "s"
+    fill(root, fulfilled=1, pending=1, queue="quiet")  # finished first: the walk, newest first, reads it last
+    fill(root, fulfilled=3, queue="busy")
+    monkeypatch.setattr(_status, "WALK_CAP", 2)
+    with JobStore(root) as store:
+        doc = _status.snapshot(store)
+    assert doc["capped"] == ["fulfilled"]
+    assert doc["queues"]["quiet"]["fulfilled_per_minute_5m"] is None  # unknown: none of its jobs was read
+    assert doc["queues"]["busy"]["fulfilled_per_minute_5m"] == 0.4  # 2 read over 5 minutes: at least that
+    assert doc["queues"]["quiet"]["failed_per_minute_5m"] == 0  # failed was not capped: exact
+    text = _status.render(doc, 80)
+    assert re.search(r"^quiet +1 +0 +0 +\? +0\.0$", "\n".join(text), re.M), text
+    assert re.search(r"^busy +0 +0 +0 +0\.4\+ +0\.0$", "\n".join(text), re.M), text
+    assert [line for line in text if "lower bounds" in line] == [
+        "(read at most 2 jobs per state: figures with + are lower bounds, ? unknown)"]
+    monkeypatch.setattr(_status, "WALK_CAP", 10)
+    with JobStore(root) as store:
+        whole = _status.snapshot(store)
+    assert whole["capped"] == [] and whole["queues"]["quiet"]["fulfilled_per_minute_5m"] == 0.2
+    assert not any("lower bounds" in line for line in _status.render(whole, 80))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_status_watch_ended_by_sigterm_or_sighup_gives_the_terminal_its_cursor_back(tmp_path: Path,
+                                                                                      signum: int) -> None:
+    root = tmp_path / "s"
+    fill(root, pending=1)
+    code, terminal, _ = on_terminal(["status", str(root), "--watch", "--interval", "0.2"], stdout_too=True,
+                                    stop_after="per minute", signum=signum)
+    assert code == 128 + signum, terminal
+    assert "\x1b[?25l" in terminal and terminal.rstrip().endswith("\x1b[?25h")  # hidden, then shown again
+    assert "Traceback" not in terminal
+
+
+def test_status_watch_cuts_a_frame_taller_than_the_terminal_and_says_how_many_queues_it_left_out(
+        tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with JobStore(root) as store:
+        for n in range(30):
+            store.create({"n": n}, queue=f"q{n:02}")
+    code, terminal, _ = on_terminal(["status", str(root), "--watch", "--interval", "0.2"], rows=20,
+                                    stdout_too=True, stop_after="per minute")
+    assert code == 0, terminal
+    frames = [f for f in terminal.split("\x1b[H")[1:] if "\x1b[J" in f]
+    assert len(frames) >= 2
+    for frame in frames:
+        shown = ANSI.sub("", frame[: frame.index("\x1b[J")])
+        assert shown.count("\n") <= 19, shown  # never the last line: a newline there would scroll
+        lines = shown.splitlines()
+        assert lines[-1].startswith("… ") and "more queues" in lines[-1], lines
+        left = int(lines[-1].split()[1])
+        assert left + sum(1 for line in lines if re.match(r"q\d\d ", line)) == 30, lines
+
+
+def test_status_interval_without_watch_is_a_usage_error(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    fill(root, pending=1)
+    done = cli("status", str(root), "--interval", "3")
+    assert done.returncode == 2 and done.stderr.endswith("fsjobstore status: error: --interval needs --watch\n")
+    assert done.stdout == ""
 
 
 def test_status_watch_piped_prints_one_snapshot_per_interval_with_a_blank_line_between(tmp_path: Path) -> None:

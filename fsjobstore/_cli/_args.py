@@ -110,6 +110,37 @@ def duration(text: str) -> float:
     return seconds
 
 
+def retention(text: str) -> float | str:
+    """``--retain``: how long finished jobs are kept, as :func:`duration` takes it (``0``: removed
+    as soon as they are final), or ``forever``; returned as ``JobStore``/``create`` take it."""
+    if text.strip().lower() == "forever":
+        return "forever"
+    try:
+        return duration(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be forever, 0 (remove at once) or a duration such as 90s, 15m, 12h, 7d, 2w or plain seconds "
+            f"(at most {SECONDS_MAX} s), got {text!r}") from None
+
+
+def kept(seconds: float) -> str:
+    """``store.retain`` as a person reads it: "kept 7 days", "kept forever", "removed at once"."""
+    if math.isinf(seconds):
+        return "kept forever"
+    if seconds == 0:
+        return "removed as soon as they are final"
+    for unit, size in (("day", 86_400), ("hour", 3_600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"kept {n} {unit}{'' if n == 1 else 's'}"
+    return f"kept {seconds:g} second{'' if seconds == 1 else 's'}"
+
+
+def retain_doc(seconds: float) -> float | str:
+    """``store.retain`` in JSON: seconds, or "forever" (JSON has no infinity)."""
+    return "forever" if math.isinf(seconds) else seconds
+
+
 def regex(text: str) -> re.Pattern[str]:
     """``--match``: a Python regular expression, checked before anything runs."""
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from typing import Any
 
@@ -30,9 +31,12 @@ from ._args import (
     TIMED_OUT,
     Refused,
     UsageError,
+    kept,
     moment,
     no_lock_takeover,
     number,
+    retain_doc,
+    retention,
     store_options,
     subcommand,
 )
@@ -47,6 +51,10 @@ def add(subparsers: Any) -> None:
     p.add_argument("--no-fsync", action="store_true", default=argparse.SUPPRESS,
                    help="make a store that does not fsync (fast; a power cut may lose recent work)")
     p.add_argument("--group", help="share the store with this Unix group (name or gid)")
+    p.add_argument("--retain", type=retention, default=None, metavar="AGE",
+                   help="how long finished jobs are kept before they are removed: 90s, 15m, 12h, 7d, 2w, plain "
+                        "seconds, 0 (as soon as they are final) or forever (default 7d); recorded in the store "
+                        "when it is made, and fixed from then on")
 
     p = subcommand(subparsers, "create", create, positionals=("REQUEST",), reads=True,
                    help="create a job from a JSON request and print its id (makes the store if DIR is new)",
@@ -64,6 +72,9 @@ def add(subparsers: Any) -> None:
     p.add_argument("--id", dest="job_id", default=None, help="choose the job id (an unused one)")
     p.add_argument("--timeout", type=SECONDS, default=None, metavar="S",
                    help="seconds one attempt may run (default: the store's)")
+    p.add_argument("--retain", type=retention, default=None, metavar="AGE",
+                   help="how long this job is kept once finished: 90s, 15m, 12h, 7d, 2w, plain seconds, 0 (as "
+                        "soon as it is final) or forever (default: the store's)")
     p.add_argument("--notify", action="append", default=[], metavar="TARGET",
                    help="a JSON target to deliver the result to (repeat it); `fsjobstore notify` delivers")
 
@@ -177,21 +188,28 @@ def init(args: argparse.Namespace) -> int:
     if isinstance(group, str) and group.isdigit():
         group = int(group)
     durable = not getattr(args, "no_fsync", False)
+    wanted = None if args.retain is None else math.inf if args.retain == "forever" else float(args.retain)
     try:  # say so when there was one already: init is idempotent, but a typo in DIR is not
-        with JobStore(args.dir, create=False) as store:
+        with JobStore(args.dir, create=False) as store:  # no retain=: store.retain is the recorded default
+            if wanted is not None and store.retain != wanted:
+                # The default is in the store's marker, written once when it is made (FORMAT.md):
+                # init cannot change it, and saying "ready" would hide that the option was ignored.
+                raise Refused(f"{store.path} is already a store whose finished jobs are {kept(store.retain)}; "
+                              "a store's retention is fixed when it is made (create --retain sets one job's)")
             if store.durable == durable and (group is None or store.group is not None):
                 print(f"{store.path} is already a store {_settings(store)}")
                 return OK
     except StoreNotFound:
         pass
     # A new store, or one that differs from what was asked: opening it as asked makes it or says why not.
-    with make_store(args.dir, durable=durable, group=group) as store:
+    with make_store(args.dir, durable=durable, group=group, retain=args.retain) as store:
         print(f"a new store is ready at {store.path} {_settings(store)}")
     return OK
 
 
 def _settings(store: JobStore) -> str:
-    return f"(durable={store.durable}" + (f", shared with gid {store.group})" if store.group is not None else ")")
+    shared = f", shared with gid {store.group}" if store.group is not None else ""
+    return f"(durable={store.durable}{shared}); finished jobs are {kept(store.retain)}"
 
 
 def create(args: argparse.Namespace) -> int:
@@ -199,7 +217,8 @@ def create(args: argparse.Namespace) -> int:
     targets = [json_arg(text, "--notify target") for text in args.notify]
     with open_store(args, create=True) as store:
         job = store.create(request, queue=args.queue, priority=args.priority, delay=args.delay, run_at=args.run_at,
-                           max_attempts=args.max_attempts, job_id=args.job_id, timeout=args.timeout)
+                           max_attempts=args.max_attempts, job_id=args.job_id, timeout=args.timeout,
+                           retain=args.retain)
         # RACE: a worker may finish the job before its targets are queued; queue() then indexes
         # the final job for notification at once, so no target misses its result.
         for target in targets:
@@ -303,10 +322,11 @@ def workers(args: argparse.Namespace) -> int:
 def stats(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         snapshot = store.statistics()
+        retain = store.retain  # opened without retain=: the store's recorded default
     if args.json:
-        render.print_json(render.stats_doc(snapshot))
+        render.print_json(render.stats_doc(snapshot) | {"retain": retain_doc(retain)})
     else:
-        render.print_stats(snapshot)
+        render.print_stats(snapshot, retention="finished jobs are " + kept(retain))
     return OK
 
 

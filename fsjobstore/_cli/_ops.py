@@ -24,7 +24,8 @@ LIST_MAX = 10_000  # the store's bound on one page (JobStore.jobs(limit=...))
 LIST_HELP = """\
 columns: ID (whole, to paste), STATE, QUEUE, ATT (attempts begun / allowed), AGE (since it was
 created; a final job: since it finished; a scheduled one: "in 5m", until it is due), REQUEST
-(its JSON, cut to the terminal's width). Order: active, pending (in the order workers take
+(its JSON, cut to the terminal's width or COLUMNS; piped, nothing is cut). ID and STATE
+are never dropped. Order: active, pending (in the order workers take
 them), scheduled (by due time), then final jobs newest first. When there is more, a terminal
 is told on stderr how to get the next page (--after the last ID shown).
 
@@ -72,10 +73,13 @@ def add(subparsers: Any) -> None:
 
 
 def _states(text: str) -> list[str]:
-    """``--state failed`` or ``--state failed,cancelled``; ``active`` passes here so that the store
-    says why it refuses it."""
+    """``--state failed`` or ``--state failed,cancelled``; ``active`` is refused here, saying why,
+    so that the error names the option (the store's own would name its argument, ``states``)."""
     names = [s.strip() for s in text.split(",") if s.strip()]
     for name in names or [text]:
+        if name == "active":
+            raise argparse.ArgumentTypeError("a running job is never purged; cancel it first (it is then final, "
+                                             "and a purge of 'cancelled' removes it)")
         if name not in STATES:
             raise argparse.ArgumentTypeError(f"{name!r} is not a state (choose from {', '.join(PURGEABLE)})")
     return names
@@ -100,7 +104,7 @@ def list_jobs(args: argparse.Namespace) -> int:
         for job in page:
             print(json.dumps(job.to_dict(), ensure_ascii=False))
     elif page:
-        for line in job_table(page, time.time(), screen.width()):
+        for line in job_table(page, time.time(), screen.room(sys.stdout)):
             print(line)
     else:
         print("no jobs" + (" after " + args.after if args.after else ""))
@@ -110,13 +114,15 @@ def list_jobs(args: argparse.Namespace) -> int:
     return OK
 
 
-def job_table(jobs: list[Job], now: float, room: int) -> list[str]:
-    columns = [screen.Column("ID"), screen.Column("STATE", drop=2), screen.Column("QUEUE", shrink_to=8, drop=3),
+def job_table(jobs: list[Job], now: float, room: int | None) -> list[str]:
+    """The table of ``list``, fitted to ``room`` columns (None: not cut). The ID and the STATE are
+    never dropped (a job without its state says little): at under ~43 columns their line is wider."""
+    columns = [screen.Column("ID"), screen.Column("STATE"), screen.Column("QUEUE", shrink_to=8, drop=3),
                screen.Column("ATT", right=True, drop=4), screen.Column("AGE", right=True, drop=5),
                screen.Column("REQUEST", shrink_to=12, drop=6)]
     rows = [[job.id, job.state.value, job.queue, f"{job.attempts}/{job.max_attempts}", age(job, now),
              json.dumps(job.request, ensure_ascii=False, separators=(",", ":"))] for job in jobs]
-    return screen.table(columns, rows, room)
+    return screen.table(columns, rows, sys.maxsize if room is None else room)
 
 
 def age(job: Job, now: float) -> str:
@@ -171,6 +177,9 @@ def bulk(args: argparse.Namespace, verb: str, act: Callable[[JobStore, str], Job
                 listing(len(ids))
         finally:
             listing.end()
+        # Nothing found in a queue the store holds no job of at all: most likely a typo in --queue.
+        # Say so (it stays exit 0: "nothing to do" is a true answer); only then is it worth a look.
+        no_such_queue = bool(args.queue) and not ids and next(iter(store.jobs(queue=args.queue, limit=1)), None) is None
         done = skipped = stopping = 0
         progress = screen.Progress({"retry": "retried", "cancel": "cancelled"}[verb])
         try:
@@ -193,6 +202,8 @@ def bulk(args: argparse.Namespace, verb: str, act: Callable[[JobStore, str], Job
         print(json.dumps(doc))
     else:
         line = f"{what} {done:,} {args.state} job{_s(done)}" + (f" of queue {args.queue}" if args.queue else "")
+        if no_such_queue:
+            line += " (no such queue in this store)"
         if stopping:
             line += f" ({stopping:,} had started: their workers are asked to stop)"
         if skipped:
@@ -206,8 +217,10 @@ def one_or_many(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> tupl
     ``--state``; both, or neither, is a usage error that says what to give."""
     given, env = len(ns.args), bool(os.environ.get(ENV_DIR))
     if ns.state is None:
-        if ns.queue is not None:
+        if ns.queue is not None and (given >= 2 or (given == 1 and env)):
             parser.error("--queue chooses jobs together with --state; with a job ID, leave it out")
+        if ns.queue is not None:
+            parser.error(f"--queue needs --state: add --state {ns.bulk_states} for every such job of queue {ns.queue}")
         if given == 0 or (given == 1 and not env):
             parser.error(f"give the ID of one job, or --state {ns.bulk_states} for every job in that state")
         return ("DIR", "ID")

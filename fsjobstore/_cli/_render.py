@@ -132,7 +132,7 @@ def stats_doc(stats: StoreStatistics) -> dict[str, Any]:
     return doc
 
 
-def print_stats(stats: StoreStatistics) -> None:
+def print_stats(stats: StoreStatistics, retention: str | None = None) -> None:
     by_queue = ", ".join(f"{q} {n}" for q, n in sorted(stats.pending_by_queue.items()))
     age = stats.oldest_pending_age
     print_pairs([
@@ -146,6 +146,7 @@ def print_stats(stats: StoreStatistics) -> None:
         ("notifications", f"{stats.notifications} final job(s) with targets waiting"),
         ("quarantined", stats.quarantined),
         ("oldest pending", None if age is None else f"{age:.1f} s"),
+        ("retention", retention),
     ])
 
 

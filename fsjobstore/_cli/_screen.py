@@ -3,6 +3,7 @@ fitted to the terminal, short ages, and a progress line on stderr that only a te
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -14,9 +15,23 @@ ELLIPSIS = "…"
 
 
 def width() -> int:
-    """The terminal's width (``COLUMNS`` first, as ``shutil`` reads it), 80 when there is none:
-    piped output is still cut to a width a person can read, and ``COLUMNS=200`` widens it."""
+    """The terminal's width (``COLUMNS`` first, as ``shutil`` reads it), 80 when there is none
+    (``status`` piped; ``list`` piped is not cut at all: :func:`room`)."""
     return max(20, shutil.get_terminal_size((80, 24)).columns)
+
+
+def room(stream: TextIO) -> int | None:
+    """The width to fit ``stream``'s text to: ``COLUMNS`` when set (the user asked), else the
+    terminal's width, else None: piped text goes to a file or a program, and cutting it there
+    would lose what a person reading a terminal would only have had cut for the screen."""
+    if os.environ.get("COLUMNS", "").strip().isdigit() or stream.isatty():
+        return width()
+    return None
+
+
+def height() -> int:
+    """The terminal's height (``LINES`` first), 24 when there is none."""
+    return max(5, shutil.get_terminal_size((80, 24)).lines)
 
 
 def ago(seconds: float) -> str:

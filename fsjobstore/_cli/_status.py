@@ -6,13 +6,15 @@ stopping at the first one finished before the widest window), not from the diffe
 samples: the first snapshot already has them, ``--watch`` and a single ``status`` agree, and
 retention removing old jobs between two samples cannot make a rate negative. The walk is bounded
 (:data:`WALK_CAP` jobs per state and snapshot): beyond it a rate is a lower bound, shown with
-``+``. Jobs removed as soon as they finish (``retain=0``) are not counted."""
+``+``, and a queue none of whose jobs was read has an unknown rate (``?``, JSON null), not 0.
+Jobs removed as soon as they finish (``retain=0``) are not counted."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
+import math
 import os
 import select
 import signal
@@ -25,22 +27,25 @@ from typing import Any
 
 from .. import JobStore
 from . import _screen as screen
-from ._args import ENV_DIR, INTERRUPTED, OK, number, subcommand
+from ._args import ENV_DIR, INTERRUPTED, OK, kept, number, retain_doc, subcommand
 
 WINDOWS = (("1m", 60), ("5m", 300), ("15m", 900))
 WALK_CAP = 5_000  # jobs read per state and snapshot, so a busy store's snapshot stays quick
 QUEUE_WINDOW = "5m"  # the per-queue rate columns
+DEFAULT_INTERVAL = 2.0  # --watch's seconds between snapshots
 
 STATUS_HELP = """\
 Per queue: PEND(ing), SCHED(uled), ACT(ive) jobs, and the jobs fulfilled (OK) and failed (FAIL)
 per minute over the last 5 minutes; above them, the store's totals per state, the oldest pending
 job's age, paused queues, the live workers, and fulfilled/failed per minute over the last 1, 5 and
 15 minutes (counted from the finished jobs, at most {cap:,} per state: a rate shown with + is at
-least that). The text fits the terminal's width.
+least that; ? for a queue none of whose jobs was among those read). The text fits the terminal's width.
 
 --watch redraws in place on a terminal (like `rq info --interval`); piped, it prints one snapshot
 per interval, separated by a blank line (with --json: one JSON line per snapshot). Ctrl-C stops
-it: exit 0 (a second Ctrl-C, while a snapshot is being taken: at once, exit {interrupted}).
+it: exit 0 (a second Ctrl-C, while a snapshot is being taken: at once, exit {interrupted}); SIGTERM
+and SIGHUP stop it the same way, exit 128 + the signal. A frame taller than the terminal is cut
+to fit, its last line saying how many queues were left out.
 
 example:
   fsjobstore status ./jobs --watch --interval 2"""
@@ -52,8 +57,8 @@ def add(subparsers: Any) -> None:
     p.epilog = STATUS_HELP.format(cap=WALK_CAP, interrupted=INTERRUPTED) + \
         f"\n\nDIR may be left out when {ENV_DIR} is set."
     p.add_argument("--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C")
-    p.add_argument("--interval", type=number(low=0.1, high=86_400, unit="seconds"), default=2.0, metavar="S",
-                   help="seconds between snapshots under --watch, 0.1 to 86400 (default 2)")
+    p.add_argument("--interval", type=number(low=0.1, high=86_400, unit="seconds"), default=None, metavar="S",
+                   help=f"with --watch: seconds between snapshots, 0.1 to 86400 (default {DEFAULT_INTERVAL:g})")
 
 
 def snapshot(store: JobStore) -> dict[str, Any]:
@@ -65,6 +70,7 @@ def snapshot(store: JobStore) -> dict[str, Any]:
     for q, n in stats.pending_by_queue.items():
         queues[q]["pending"] = n
     capped: list[str] = []
+    seconds = dict(WINDOWS)
     for state in ("active", "scheduled"):
         for seen, job in enumerate(islice(store.jobs(state=state, limit=None), WALK_CAP + 1), 1):
             if seen > WALK_CAP:
@@ -72,6 +78,7 @@ def snapshot(store: JobStore) -> dict[str, Any]:
                 break
             queues[job.queue][state] += 1
     recent: dict[str, dict[str, int]] = {}
+    unknown: set[str] = set(capped)  # states whose per-queue figures missed some jobs: 0 means "?"
     for state in ("fulfilled", "failed"):
         counts = dict.fromkeys((w for w, _ in WINDOWS), 0)
         for seen, job in enumerate(store.jobs(state=state, limit=None), 1):  # newest first
@@ -79,6 +86,10 @@ def snapshot(store: JobStore) -> dict[str, Any]:
                 break
             if seen > WALK_CAP:
                 capped.append(state)
+                if job.finished_at >= now - seconds[QUEUE_WINDOW]:
+                    # The cap was hit inside the queues' window: a queue none of whose jobs was
+                    # read may have finished many (not none), so its rate is unknown, not 0.
+                    unknown.add(state)
                 break
             for name, width in WINDOWS:
                 if job.finished_at >= now - width:
@@ -88,7 +99,12 @@ def snapshot(store: JobStore) -> dict[str, Any]:
         recent[state] = counts
     for q in stats.paused:
         queues.setdefault(q, Counter())  # a paused queue is shown even when it holds nothing
-    seconds = dict(WINDOWS)
+
+    def per_queue(c: Counter[str], state: str, per_minute: bool = False) -> float | None:
+        if c[state] == 0 and state in unknown:
+            return None  # no job of this queue was among those read: unknown (JSON null, text "?")
+        return round(c[state] * 60 / seconds[QUEUE_WINDOW], 2) if per_minute else c[state]
+
     return {
         "at": now,
         "path": str(store.path),
@@ -96,12 +112,15 @@ def snapshot(store: JobStore) -> dict[str, Any]:
         "fulfilled": stats.fulfilled, "failed": stats.failed, "cancelled": stats.cancelled,
         "oldest_pending_age": stats.oldest_pending_age,
         "paused": sorted(stats.paused),
+        "retain": retain_doc(store.retain),  # the store's recorded default (opened without retain=)
         "per_minute": {state: {w: round(n * 60 / seconds[w], 2) for w, n in counts.items()}
                        for state, counts in recent.items()},
         "capped": sorted(set(capped)),
-        "queues": {q: {"pending": c["pending"], "scheduled": c["scheduled"], "active": c["active"],
-                       f"fulfilled_per_minute_{QUEUE_WINDOW}": round(c["fulfilled"] * 60 / seconds[QUEUE_WINDOW], 2),
-                       f"failed_per_minute_{QUEUE_WINDOW}": round(c["failed"] * 60 / seconds[QUEUE_WINDOW], 2),
+        "walk_cap": WALK_CAP,
+        "queues": {q: {"pending": c["pending"], "scheduled": per_queue(c, "scheduled"),
+                       "active": per_queue(c, "active"),
+                       f"fulfilled_per_minute_{QUEUE_WINDOW}": per_queue(c, "fulfilled", per_minute=True),
+                       f"failed_per_minute_{QUEUE_WINDOW}": per_queue(c, "failed", per_minute=True),
                        "paused": q in stats.paused}
                    for q, c in sorted(queues.items())},
         "workers": [{"name": w.name, "host": w.host, "pid": w.pid, "queues": w.queues, "running": len(w.current),
@@ -110,8 +129,10 @@ def snapshot(store: JobStore) -> dict[str, Any]:
     }
 
 
-def render(doc: dict[str, Any], room: int) -> list[str]:
-    """The text of one snapshot, every line at most ``room`` characters."""
+def render(doc: dict[str, Any], room: int, height: int | None = None) -> list[str]:
+    """The text of one snapshot, every line at most ``room`` characters and, with ``height``, at
+    most that many lines: queues that do not fit are left out, and a last line says how many
+    (a frame taller than the terminal would scroll, and could not be redrawn in place)."""
     at = datetime.fromtimestamp(doc["at"]).strftime("%H:%M:%S")
     age = doc["oldest_pending_age"]
     lines = [f"{at}  {doc['path']}"]
@@ -119,7 +140,8 @@ def render(doc: dict[str, Any], room: int) -> list[str]:
                     f"fulfilled {doc['fulfilled']:,}", f"failed {doc['failed']:,}",
                     f"cancelled {doc['cancelled']:,}",
                     "oldest pending " + ("-" if age is None else screen.ago(age)),
-                    "paused " + (", ".join(doc["paused"]) or "none")], room)
+                    "paused " + (", ".join(doc["paused"]) or "none"),
+                    "finished jobs " + kept(math.inf if doc["retain"] == "forever" else doc["retain"])], room)
     running = sum(w["running"] for w in doc["workers"])
     lines.append(f"workers {len(doc['workers'])} live, {running} job{'' if running == 1 else 's'} running")
     for w in doc["workers"]:
@@ -130,10 +152,14 @@ def render(doc: dict[str, Any], room: int) -> list[str]:
             for state in ("fulfilled", "failed")]
     lines += screen.table([screen.Column("per minute"), *[screen.Column(w, right=True) for w, _ in WINDOWS]],
                           rows, room)
+    if capped:
+        lines.append(f"(read at most {doc['walk_cap']:,} jobs per state: figures with + are lower bounds, "
+                     "? unknown)")
     if doc["queues"]:
         lines.append("")
-        rows = [[q, f"{c['pending']:,}", f"{c['scheduled']:,}" + ("+" if "scheduled" in capped else ""),
-                 f"{c['active']:,}", _rate(c[f"fulfilled_per_minute_{QUEUE_WINDOW}"], "fulfilled" in capped),
+        rows = [[q, f"{c['pending']:,}", _count(c["scheduled"], "scheduled" in capped),
+                 _count(c["active"], "active" in capped),
+                 _rate(c[f"fulfilled_per_minute_{QUEUE_WINDOW}"], "fulfilled" in capped),
                  _rate(c[f"failed_per_minute_{QUEUE_WINDOW}"], "failed" in capped),
                  "paused" if c["paused"] else ""]
                 for q, c in doc["queues"].items()]
@@ -141,12 +167,26 @@ def render(doc: dict[str, Any], room: int) -> list[str]:
                    screen.Column("SCHED", right=True, drop=3), screen.Column("ACT", right=True),
                    screen.Column(f"OK/{QUEUE_WINDOW}", right=True, drop=2),
                    screen.Column(f"FAIL/{QUEUE_WINDOW}", right=True, drop=1), screen.Column("")]
-        lines += screen.table(columns, rows, room)
+        queue_lines = screen.table(columns, rows, room)  # the header, then one line per queue
+        if height is not None and len(lines) + len(queue_lines) > height:
+            fit = max(0, height - len(lines) - 2)  # the header and the line saying what was left out
+            left = len(rows) - fit
+            said = f"… {left:,} more queue{'' if left == 1 else 's'} (the terminal is too short to show them)"
+            queue_lines = [*queue_lines[: 1 + fit], said]
+        lines += queue_lines
+    if height is not None and len(lines) > height:  # even the queues' header does not fit
+        left = len(lines) - max(0, height - 1)
+        lines = [*lines[: max(0, height - 1)], f"… {left:,} more line{'' if left == 1 else 's'}"]
     return [screen.fit_line(line, room) for line in lines]
 
 
-def _rate(per_minute: float, capped: bool) -> str:
-    return f"{per_minute:.1f}" + ("+" if capped else "")
+def _rate(per_minute: float | None, capped: bool) -> str:
+    """A rate; with ``+``, a lower bound (the walk stopped at its cap); ``?`` when unknown."""
+    return "?" if per_minute is None else f"{per_minute:.1f}" + ("+" if capped else "")
+
+
+def _count(n: int | None, capped: bool) -> str:
+    return "?" if n is None else f"{n:,}" + ("+" if capped else "")
 
 
 def _wrap(items: list[str], room: int) -> list[str]:
@@ -163,58 +203,77 @@ def _wrap(items: list[str], room: int) -> list[str]:
 class _Stop:
     """Ctrl-C under ``--watch``: the way to end it, so exit 0 once the snapshot under way is
     drawn (a store read is never cut in the middle, so no half-drawn screen and no traceback);
-    a second Ctrl-C ends at once. A self-pipe wakes the wait between snapshots."""
+    a second Ctrl-C ends at once. SIGTERM (``kill``, a service manager) and SIGHUP (the terminal
+    closed) end it the same way but exit 128 + the signal, as a shell expects of a killed
+    program; without handlers they would kill it with the cursor still hidden. A self-pipe wakes
+    the wait between snapshots."""
 
-    def __init__(self) -> None:
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self, tty: bool) -> None:
         self.asked = False
+        self.code = OK
+        self.tty = tty
         self.r, self.w = os.pipe()
         os.set_blocking(self.w, False)
-        self.old = signal.signal(signal.SIGINT, self._on_sigint)
+        self.old = {signum: signal.signal(signum, self._on_signal) for signum in self.SIGNALS}
 
-    def _on_sigint(self, signum: int, frame: object) -> None:
+    def _on_signal(self, signum: int, frame: object) -> None:
         if self.asked:
-            os.write(2, b"\nfsjobstore: interrupted\n")
-            os._exit(INTERRUPTED)
+            # A second signal: at once. Still give the terminal its cursor back (the one thing
+            # the redraw changed); with SIGHUP the terminal may be gone, so a failed write is moot.
+            with contextlib.suppress(OSError):
+                os.write(1, SHOW_CURSOR.encode() if self.tty else b"")
+                os.write(2, b"\nfsjobstore: interrupted\n")
+            os._exit(INTERRUPTED if signum == signal.SIGINT else 128 + signum)
         self.asked = True
+        self.code = OK if signum == signal.SIGINT else 128 + signum
         with contextlib.suppress(BlockingIOError):  # a wake-up is pending already
             os.write(self.w, b"x")
 
     def wait(self, seconds: float) -> bool:
-        """Sleep ``seconds`` or until Ctrl-C; True when it is time to stop."""
+        """Sleep ``seconds`` or until a stopping signal; True when it is time to stop."""
         if not self.asked:
-            # RACE: a Ctrl-C between the test and select() is not lost: its byte is in the
+            # RACE: a signal between the test and select() is not lost: its byte is in the
             # pipe already, so select() returns at once.
             select.select([self.r], [], [], seconds)
         return self.asked
 
     def close(self) -> None:
-        signal.signal(signal.SIGINT, self.old)
+        for signum, old in self.old.items():
+            signal.signal(signum, old)
         os.close(self.r)
         os.close(self.w)
+
+
+SHOW_CURSOR = "\x1b[?25h"
 
 
 def status(args: argparse.Namespace) -> int:
     from ._jobs import open_store
 
+    if args.interval is not None and not args.watch:
+        args.parser.error("--interval needs --watch")  # else it would be ignored without a word
     with open_store(args) as store:
         if not args.watch:
             _show(snapshot(store), args, tty=False, first=True)
             return OK
-        stop = _Stop()
         tty = sys.stdout.isatty() and not args.json
+        stop = _Stop(tty)
         try:
             first = True
             while not stop.asked:
                 _show(snapshot(store), args, tty=tty, first=first)
                 first = False
-                if stop.wait(args.interval):
+                if stop.wait(DEFAULT_INTERVAL if args.interval is None else args.interval):
                     break
         finally:
             stop.close()
             if tty:
-                sys.stdout.write("\x1b[?25h")  # the cursor back
-                sys.stdout.flush()
-    return OK
+                with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+                    sys.stdout.write(SHOW_CURSOR)
+                    sys.stdout.flush()
+    return stop.code
 
 
 def _show(doc: dict[str, Any], args: argparse.Namespace, *, tty: bool, first: bool) -> None:
@@ -223,7 +282,9 @@ def _show(doc: dict[str, Any], args: argparse.Namespace, *, tty: bool, first: bo
     elif tty:
         # Home, each line over the old one (erasing its rest), then erase below: a redraw in
         # place without the flash of a full clear.
-        body = "".join(line + "\x1b[K\n" for line in render(doc, screen.width()))
+        # At most one line fewer than the terminal has: the last line's newline would scroll it,
+        # and a frame that scrolls is no longer redrawn in place.
+        body = "".join(line + "\x1b[K\n" for line in render(doc, screen.width(), screen.height() - 1))
         sys.stdout.write(("\x1b[?25l\x1b[H\x1b[2J" if first else "\x1b[H") + body + "\x1b[J")
     else:
         if not first:
