@@ -31,8 +31,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from . import _fsops as fs
+from ._checks import integer
 from ._codec import MAX_ID_LENGTH, check_name, check_queue_name
-from ._core import Core
 from ._errors import InvalidJobId, InvalidRequest, JobNotFound
 from ._layout import (
     ACTIVE_RE,
@@ -49,8 +49,8 @@ from ._layout import (
 )
 from ._records import FINAL_STATES, Job, JobState, Record
 from ._retention import STALE_AFTER
+from ._shared import Core
 from ._tree import Location
-from ._values import integer
 
 log = logging.getLogger("fsjobstore")
 

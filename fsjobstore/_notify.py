@@ -15,13 +15,13 @@ from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
+from ._checks import error_text
 from ._codec import canonical, dumps, target_key
-from ._core import Core
 from ._errors import InvalidRequest, InvalidState, LeaseLost, StorageError, ValueTooLarge
-from ._handles import NotificationLease, OnCompromised
 from ._layout import FINAL_RE
-from ._leases import NotifyLock, break_if_expired
-from ._values import error_text
+from ._leases import NotificationLease, OnCompromised
+from ._liveness import NotifyLock, break_if_expired
+from ._shared import Core
 
 
 class Notifier:

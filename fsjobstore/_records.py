@@ -8,10 +8,10 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from ._checks import MAX_ATTEMPT_ERRORS, attempt_error_text, integer, number
 from ._codec import check_job_id, check_queue_name, dumps, loads
 from ._errors import InvalidState, JobCancelled, JobFailed
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
-from ._values import MAX_ATTEMPT_ERRORS, attempt_error_text, integer, number
 
 
 class JobState(enum.StrEnum):

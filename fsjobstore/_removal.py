@@ -26,8 +26,8 @@ import os
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._core import Core
 from ._layout import FINISHED_RE, bucket_field, micros
+from ._shared import Core
 
 log = logging.getLogger("fsjobstore")
 

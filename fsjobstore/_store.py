@@ -2,9 +2,9 @@
 raises before anything changes); most then delegate.
 
 What happens on disk lives one layer down: ``_create`` (new jobs), ``_work`` (claims and
-commits), ``_byid`` (snapshots, fulfil, cancel and retry by id), ``_notify`` (targets and notifier
+commits), ``_direct`` (snapshots, fulfil, cancel and retry by id), ``_notify`` (targets and notifier
 leases), ``_listing`` and ``_purge`` (finding and removing jobs), ``_recovery`` (repairs), ``_stats``
-(counts), ``_heart`` (the background threads), all sharing one ``_core.Core``. ``__init__``
+(counts), ``_heart`` (the background threads), all sharing one ``_shared.Core``. ``__init__``
 assembles the settings and the parts; ``create`` builds the job's record for ``_create``.
 """
 
@@ -24,23 +24,7 @@ from typing import Any
 from . import _listing, _purge
 from . import _registry as registry
 from . import _syscalls as sc
-from ._byid import ById
-from ._codec import canonical, check_job_id, check_queue_name
-from ._control import Control
-from ._core import Core, Settings
-from ._create import publish_new
-from ._errors import InvalidRequest, ValueTooLarge, WaitTimeout
-from ._handles import NotificationLease, OnCompromised, WorkLease
-from ._heart import Heart
-from ._layout import MAX_PRIORITY, MIN_PRIORITY, Layout
-from ._notify import Notifier
-from ._records import Job, JobState, Record
-from ._recovery import RecoveryReport, recover
-from ._registry import WorkerInfo
-from ._skeleton import open_skeleton
-from ._stats import StoreStatistics, statistics
-from ._tree import Tree
-from ._values import (
+from ._checks import (
     check_timeout,
     default_backoff,
     due_time,
@@ -51,6 +35,22 @@ from ._values import (
     result_value,
     retain_seconds,
 )
+from ._codec import canonical, check_job_id, check_queue_name
+from ._control import Control
+from ._create import publish_new
+from ._direct import ById
+from ._errors import InvalidRequest, ValueTooLarge, WaitTimeout
+from ._heart import Heart
+from ._layout import MAX_PRIORITY, MIN_PRIORITY, Layout
+from ._leases import NotificationLease, OnCompromised, WorkLease
+from ._notify import Notifier
+from ._opening import open_skeleton
+from ._records import Job, JobState, Record
+from ._recovery import RecoveryReport, recover
+from ._registry import WorkerInfo
+from ._shared import Core, Settings
+from ._stats import StoreStatistics, statistics
+from ._tree import Tree
 from ._verify import locks_prove_death
 from ._work import Work
 
@@ -166,7 +166,7 @@ class JobStore:
         self._notifier = Notifier(core)
         self._control = Control(core)
         self._work = Work(core, self._notifier, self._control)
-        self._byid = ById(core, self._work, self._notifier, self._control)
+        self._direct = ById(core, self._work, self._notifier, self._control)
         self._heart = Heart(core, self._work, self._notifier, self._control)
         core.start_background = self._heart.start
         core.keep_beating = self._heart.keep_beating
@@ -308,13 +308,13 @@ class JobStore:
         """
         self._check_open()
         check_job_id(job_id)
-        self._byid.fulfill(job_id, result_value(value, self.max_value_bytes))
+        self._direct.fulfill(job_id, result_value(value, self.max_value_bytes))
 
     def get(self, job_id: str) -> Job:
         """A snapshot of the job (state, request, value or error, attempts, waiting targets)."""
         self._check_open()
         check_job_id(job_id)
-        return self._byid.snapshot(job_id)
+        return self._direct.snapshot(job_id)
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
         """Block until the job is final (fulfilled, failed or cancelled) and return its snapshot;
@@ -339,7 +339,7 @@ class JobStore:
         check_job_id(job_id)
         if reason is not None and not isinstance(reason, str):
             raise InvalidRequest(f"reason must be a str or None, not {type(reason).__name__}")
-        self._byid.cancel(job_id, reason)
+        self._direct.cancel(job_id, reason)
         return self.get(job_id)
 
     def retry(self, job_id: str) -> Job:
@@ -348,7 +348,7 @@ class JobStore:
         :class:`InvalidState` for a job in any other state."""
         self._check_open()
         check_job_id(job_id)
-        return self._byid.retry(job_id)
+        return self._direct.retry(job_id)
 
     def cancel_requested(self, job_id: str) -> bool:
         """Whether a cancel was asked for this job and not yet honoured (cheap: one stat)."""

@@ -20,11 +20,11 @@ from typing import Any, NamedTuple
 
 from . import _fsops as fs
 from . import _syscalls as sc
+from ._checks import integer, number
 from ._codec import dumps, loads
 from ._errors import JobNotFound, StorageError
 from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, TARGET_RE, Layout, expiry, micros
 from ._records import FINAL_STATES, LOST_DATA, JobState, LostJobData, Parsed, Record
-from ._values import integer, number
 
 log = logging.getLogger("fsjobstore")
 

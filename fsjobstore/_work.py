@@ -4,7 +4,7 @@ A claim renames the job's file into ``jobs/active/`` under a name that contains 
 token. Every commit starts from exactly that name, so a holder whose claim was taken over
 (renamed away by recovery) commits nothing: that rename is the fence. FORMAT.md, "Transitions",
 lists the steps of each commit; this module is the only code that performs them for a live
-holder (``_recovery`` performs them for dead ones, ``_byid`` claims jobs by id and then commits
+holder (``_recovery`` performs them for dead ones, ``_direct`` claims jobs by id and then commits
 them here).
 
 A commit of a job whose cancellation was requested (``control/cancel/<id>.json``) ends it
@@ -23,15 +23,15 @@ from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
+from ._checks import error_text, number, result_value, retry_delay, time_limit_error
 from ._control import Control
-from ._core import Core
 from ._errors import InvalidRequest, InvalidState, JobCancelled, LeaseLost, StorageError
-from ._handles import OnCompromised, WorkLease
 from ._layout import PENDING_RE
+from ._leases import OnCompromised, WorkLease
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record, result_line
 from ._runs import RunLog
-from ._values import error_text, number, result_value, retry_delay, time_limit_error
+from ._shared import Core
 
 log = logging.getLogger("fsjobstore")
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fsjobstore import JobStore
-from fsjobstore._leases import OwnerLease
+from fsjobstore._liveness import OwnerLease
 
 
 def owner(store: JobStore) -> OwnerLease:

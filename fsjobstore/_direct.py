@@ -16,14 +16,14 @@ from typing import Any
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._control import Control
-from ._core import Core
 from ._errors import CorruptJob, InvalidState, JobNotFound, JobStoreError, StorageError
-from ._handles import WorkLease
 from ._layout import SCHEDULED_RE, token_owner
+from ._leases import WorkLease
 from ._notify import Notifier
 from ._records import FINAL_STATES, Job, JobState, Record
 from ._recovery import new_counts, take_over
 from ._runs import read_runs
+from ._shared import Core
 from ._tree import Location
 from ._work import Work
 

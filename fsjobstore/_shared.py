@@ -17,14 +17,14 @@ from typing import TypeVar
 
 from . import _fsops as fs
 from . import _syscalls as sc
+from ._checks import number
 from ._doorbell import POLL as DOORBELL_POLL
 from ._doorbell import Doorbell, Listener
 from ._errors import StoreClosed
 from ._layout import Layout, seq_field
-from ._leases import OwnerLease, OwnerProbe
+from ._liveness import OwnerLease, OwnerProbe
 from ._pending import Pending
 from ._tree import Tree
-from ._values import number
 from ._wakeup import Waker
 
 T = TypeVar("T")

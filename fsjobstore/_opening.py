@@ -23,12 +23,12 @@ from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
+from ._checks import integer, number
 from ._codec import dumps
 from ._errors import InvalidRequest, StoreFormatError, StoreNotFound, UntrustedStore
 from ._layout import FINAL_RE, FORMAT_VERSION, MARKER, Layout
 from ._records import FOREVER
 from ._tree import DEFAULT_RETAIN, Tree
-from ._values import integer, number
 
 log = logging.getLogger("fsjobstore")
 
