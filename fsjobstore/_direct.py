@@ -18,14 +18,13 @@ from . import _syscalls as sc
 from ._control import Control
 from ._errors import CorruptJob, InvalidState, JobNotFound, JobStoreError, StorageError
 from ._layout import SCHEDULED_RE, token_owner
-from ._leases import WorkLease
 from ._notify import Notifier
 from ._records import FINAL_STATES, Job, JobState, Record
 from ._recovery import new_counts, take_over
 from ._runs import read_runs
 from ._shared import Core
 from ._tree import Location
-from ._work import Work
+from ._work import Work, WorkClaim
 
 
 class ById:
@@ -45,15 +44,15 @@ class ById:
                     raise InvalidState(f"job {job_id} is leased by a live worker")
                 self._take_over(loc, job_id, "its holder is gone (taken over to fulfil it by id)")
                 continue
-            lease = self._claim(loc, job_id)
-            if lease is None:
+            claim = self._claim(loc, job_id)
+            if claim is None:
                 continue
             try:
-                self._work._commit_work(lease, "resolve", value, False, None)  # not an attempt
+                self._work.commit(claim, "resolve", value, False, None)  # not an attempt
             except StorageError:
-                if not lease.finished:  # nobody else holds this lease: give the job back
+                if not claim.finished:  # nobody else holds this claim: give the job back
                     with contextlib.suppress(JobStoreError):
-                        lease.release()
+                        self._work.commit(claim, "release", None, False, None)
                 raise
             return
         raise InvalidState(f"job {job_id} kept moving; try again")
@@ -77,10 +76,10 @@ class ById:
                     self._control.clear_cancel(job_id)  # it ended meanwhile: the request came too late
                     return again.state
                 return JobState.ACTIVE
-            lease = self._claim(loc, job_id)
-            if lease is None:
+            claim = self._claim(loc, job_id)
+            if claim is None:
                 continue
-            self._work._commit_work(lease, "withdraw", text, False, None)
+            self._work.commit(claim, "withdraw", text, False, None)
             return JobState.CANCELLED
         raise InvalidState(f"job {job_id} kept moving; try again")
 
@@ -169,7 +168,7 @@ class ById:
         take_over(self._core, self._notifier, self._control, loc.path, job_id, loc.token, loc.kind, why,
                   new_counts())
 
-    def _claim(self, loc: Location, job_id: str) -> WorkLease | None:
+    def _claim(self, loc: Location, job_id: str) -> WorkClaim | None:
         """Claim a pending or scheduled job as a worker would; None if it moved first."""
         core = self._core
         token = core.new_token()
@@ -178,13 +177,13 @@ class ById:
             sc.rename(loc.path, active)
         except FileNotFoundError:
             return None
-        lease = self._work.lease_from_active(active, job_id, _queue_of(loc), token, None, give_back=loc.path)
-        if lease is None:
+        claim = self._work.claim_from_active(active, job_id, _queue_of(loc), token, None, give_back=loc.path)
+        if claim is None:
             again = core.tree.locate(job_id)
             if again is not None and again.state.is_final:
                 return None  # it already held its result and was published: the caller sees it final
             raise CorruptJob(f"job {job_id} could not be read and was quarantined")
-        return lease
+        return claim
 
 
 def _final_state(core: Core, path: str) -> str:

@@ -1,7 +1,10 @@
-"""Lease handles: what ``pull_work`` and ``pull_notification`` return.
+"""The leases users get: what ``pull_work`` and ``pull_notification`` return.
 
-A handle is the only way to commit a claimed job. Its methods delegate to the store through
-the small ``_WorkCommitter`` and ``_NotificationCommitter`` protocols, so this module does not import the store.
+A lease is a view of a claim: the claim's changing state (its file, token, deadline, whether it
+ended and why) lives in one class beside the code that changes it, ``_work.WorkClaim`` for work
+and ``_notify.NotificationClaim`` for notifications. A lease reads that state and calls the
+claim's methods; it holds nothing of its own. The claims are seen here only through the small
+``WorkClaimed`` and ``NotificationClaimed`` protocols, so this module imports neither.
 """
 
 from __future__ import annotations
@@ -10,44 +13,22 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ._errors import LeaseLost
 from ._records import JobState, Record
-
-if TYPE_CHECKING:
-    from ._liveness import NotifyLock
 
 log = logging.getLogger("fsjobstore")
 
 OnCompromised = Callable[[LeaseLost], object]
 
 
-class _WorkCommitter(Protocol):
-    def _commit_work(self, lease: WorkLease, kind: str, payload: Any, retry: bool,
-                     delay: float | None) -> None: ...
-    def _touch(self, lease: WorkLease, extend: float | None) -> None: ...
-    def _run_log(self, lease: WorkLease) -> _RunLog: ...
-    def _cancel_requested(self, lease: WorkLease) -> bool: ...
-    def _time_out(self, lease: WorkLease) -> bool: ...
-
-
-class _RunLog(Protocol):
-    def progress(self, done: Any, total: Any, message: Any) -> None: ...
-    def log(self, line: Any) -> None: ...
-
-
-class _NotificationCommitter(Protocol):
-    def _finish_notification(self, lease: NotificationLease, delivered: list[Any],
-                             error: str | None) -> None: ...
-    def _release_notification(self, lease: NotificationLease) -> None: ...
-
-
-class _Lease:
-    """Shared compromise bookkeeping: the callback runs once, with the reason."""
+class ClaimEnd:
+    """How a claim ended, shared by both kinds of claim: finished (committed, released or
+    lost) and, if lost, why. ``on_compromised`` runs once, with the reason."""
 
     def __init__(self, on_compromised: OnCompromised | None) -> None:
-        self._mutex = threading.Lock()
+        self.mutex = threading.Lock()
         self._callback = on_compromised
         self._compromised: LeaseLost | None = None
         self._notified = False
@@ -60,29 +41,28 @@ class _Lease:
     @on_compromised.setter
     def on_compromised(self, callback: OnCompromised | None) -> None:
         # Setting it after the lease was already lost still delivers the news, once.
-        with self._mutex:
+        with self.mutex:
             self._callback = callback
         self._deliver()
 
     @property
     def compromised(self) -> LeaseLost | None:
-        """Why the lease was lost, or None while it is (as far as we know) ours."""
         return self._compromised
 
     @property
     def finished(self) -> bool:
-        """True once this handle has committed, released, or lost its lease."""
         return self._finished
 
-    def _compromise(self, error: LeaseLost) -> None:
-        with self._mutex:
+    def compromise(self, error: LeaseLost) -> None:
+        """Record that the claim is lost (unless it ended already) and tell the holder, once."""
+        with self.mutex:
             if self._compromised is not None or self._finished:
                 return
             self._compromised = error
         self._deliver()
 
     def _deliver(self) -> None:
-        with self._mutex:
+        with self.mutex:
             if self._compromised is None or self._notified or self._callback is None:
                 return
             self._notified = True
@@ -92,9 +72,82 @@ class _Lease:
         except Exception:  # a user's callback must not kill the heartbeat thread
             log.exception("on_compromised callback raised")
 
-    def _mark_finished(self) -> None:
-        with self._mutex:
+    def mark_finished(self) -> None:
+        with self.mutex:
             self._finished = True
+
+
+class _Claimed(Protocol):
+    """What both leases read of their claim (``ClaimEnd`` provides it)."""
+
+    on_compromised: OnCompromised | None
+
+    @property
+    def compromised(self) -> LeaseLost | None: ...
+    @property
+    def finished(self) -> bool: ...
+
+
+class RunLogging(Protocol):
+    def progress(self, done: Any, total: Any, message: Any) -> None: ...
+    def log(self, line: Any) -> None: ...
+
+
+class WorkClaimed(_Claimed, Protocol):
+    """A work claim, as its lease sees it (``_work.WorkClaim``)."""
+
+    on_cancel: Callable[[WorkLease], object] | None
+
+    @property
+    def record(self) -> Record: ...
+    @property
+    def token(self) -> str: ...
+    @property
+    def deadline(self) -> float | None: ...
+    def commit(self, kind: str, payload: Any, retry: bool, delay: float | None) -> None: ...
+    def touch(self, extend: float | None) -> None: ...
+    def run_log(self) -> RunLogging: ...
+    def cancel_requested(self) -> bool: ...
+    def time_out(self) -> bool: ...
+
+
+class NotificationClaimed(_Claimed, Protocol):
+    """A notification claim, as its lease sees it (``_notify.NotificationClaim``)."""
+
+    @property
+    def record(self) -> Record: ...
+    @property
+    def state(self) -> JobState: ...
+    @property
+    def waiting(self) -> tuple[Any, ...]: ...
+    @property
+    def attempts(self) -> int: ...
+    def done(self, delivered: list[Any], error: str | None) -> None: ...
+    def release(self) -> None: ...
+
+
+class _Lease:
+    """What both leases show of their claim: whether it ended, and why it was lost."""
+
+    _claim: _Claimed
+
+    @property
+    def on_compromised(self) -> OnCompromised | None:
+        return self._claim.on_compromised
+
+    @on_compromised.setter
+    def on_compromised(self, callback: OnCompromised | None) -> None:
+        self._claim.on_compromised = callback
+
+    @property
+    def compromised(self) -> LeaseLost | None:
+        """Why the lease was lost, or None while it is (as far as we know) ours."""
+        return self._claim.compromised
+
+    @property
+    def finished(self) -> bool:
+        """True once this handle has committed, released, or lost its lease."""
+        return self._claim.finished
 
 
 class WorkLease(_Lease):
@@ -113,145 +166,120 @@ class WorkLease(_Lease):
     runtime ends a timed-out attempt itself, as a failed attempt (see :meth:`touch`).
     """
 
-    def __init__(self, store: _WorkCommitter, record: Record, token: str,
-                 on_compromised: OnCompromised | None, size: int = 0, clean: bool = True) -> None:
-        super().__init__(on_compromised)
-        self._store = store
-        self._record = record
-        self._size = size  # bytes of the claimed file: where a final commit appends its result
-        self._clean = clean  # the file is known to end at _size (no torn tail, no failed attempt)
-        self._committing = False  # set once the commit's first visible step is under way
-        self._token = token
-        self._commit_lock = threading.RLock()  # one commit at a time (a handler, a time limit)
-        self._deadline: float | None = None  # monotonic; None: no time limit
-        self._deadline_path: str | None = None
-        self._run: _RunLog | None = None
-        self._on_cancel: Callable[[WorkLease], object] | None = None
-        self._cancel_seen = False
+    def __init__(self, claim: WorkClaimed) -> None:
+        self._claim: WorkClaimed = claim
 
     @property
     def token(self) -> str:
         """This claim's fencing token: unique to this claim, part of the claimed file's name.
         Use it as the idempotency key of side effects outside the store."""
-        return self._token
+        return self._claim.token
 
     @property
     def id(self) -> str:
         """The job's id."""
-        return self._record.id
+        return self._claim.record.id
 
     @property
     def request(self) -> Any:
         """The job's request, as stored (JSON)."""
-        return self._record.request
+        return self._claim.record.request
 
     @property
     def queue(self) -> str:
         """The queue the job was claimed from."""
-        return self._record.queue
+        return self._claim.record.queue
 
     @property
     def priority(self) -> int:
         """The job's priority (lower runs sooner)."""
-        return self._record.priority
+        return self._claim.record.priority
 
     @property
     def attempt(self) -> int:
         """This attempt's number: 1 for the first run, 2 for the first retry, ..."""
-        return self._record.attempts + 1
+        return self._claim.record.attempts + 1
 
     @property
     def max_attempts(self) -> int:
         """Attempts the job gets before it fails for good."""
-        return self._record.max_attempts
+        return self._claim.record.max_attempts
 
     @property
     def timeout(self) -> float | None:
         """Seconds one attempt of this job may run (``create(timeout=...)``), or None."""
-        return self._record.timeout
+        return self._claim.record.timeout
 
     @property
     def deadline(self) -> float | None:
         """When this attempt's time runs out, on the store's monotonic clock (None: no limit).
         :meth:`touch` moves it. The worker runtime enforces it; other processes take the job
         over once it has passed by a ``lease_duration``."""
-        return self._deadline
+        return self._claim.deadline
 
     def touch(self, extend: float | None = None) -> None:
         """Renew this attempt's time limit: ``extend`` seconds from now (default: the job's
         ``timeout`` again). Seen by every process. Raises :class:`LeaseLost` if the claim is
         gone, :class:`InvalidRequest` if the job has no timeout and ``extend`` is not given."""
-        self._store._touch(self, extend)
+        self._claim.touch(extend)
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         """Report how far this attempt got; ``JobStore.get(id).progress`` shows the latest.
         Raises :class:`LeaseLost` once the claim is no longer ours (never mixed into another
         attempt's). Cheap: one small append, not fsynced."""
-        self._store._run_log(self).progress(done, total, message)
+        self._claim.run_log().progress(done, total, message)
 
     def log(self, line: str) -> None:
         """Add a line to this attempt's log (``JobStore.get(id).logs``). The oldest lines are
         dropped, and counted, past 256 KiB per attempt. Raises :class:`LeaseLost` like
         :meth:`progress`."""
-        self._store._run_log(self).log(line)
+        self._claim.run_log().log(line)
 
     def time_out(self) -> bool:
         """End this attempt as timed out: a failed attempt (retried, or failed for good, as
         usual), ``on_compromised`` fires with reason ``"timeout"``, and any later commit of this
         lease raises :class:`LeaseLost`. What the worker runtime does when an attempt runs past
         :attr:`deadline` in a thread it cannot stop. False if the lease had already ended."""
-        return self._store._time_out(self)
+        return self._claim.time_out()
 
     @property
     def cancel_requested(self) -> bool:
         """True once ``JobStore.cancel`` was asked for this job. A handler that sees it should
         stop; whatever it commits then, the job ends ``cancelled``. Reading it checks the store
         (one stat) and fires :attr:`on_cancel` the first time it is true."""
-        if self._cancel_seen:
-            return True
-        if self._finished or not self._store._cancel_requested(self):
-            return False
-        with self._mutex:
-            first, self._cancel_seen = not self._cancel_seen, True
-            callback = self._on_cancel
-        if first and callback is not None:
-            try:
-                callback(self)
-            except Exception:
-                log.exception("on_cancel callback raised")
-        return True
+        return self._claim.cancel_requested()
 
     @property
     def on_cancel(self) -> Callable[[WorkLease], object] | None:
         """Called once, with this lease, when a cancel request is first noticed (by the store's
         heartbeat, or by reading :attr:`cancel_requested`)."""
-        return self._on_cancel
+        return self._claim.on_cancel
 
     @on_cancel.setter
     def on_cancel(self, callback: Callable[[WorkLease], object] | None) -> None:
-        self._on_cancel = callback
+        self._claim.on_cancel = callback
 
     def fulfill(self, value: Any) -> None:
         """Make the job final with ``value``: bytes (kept as bytes) or any JSON value (str,
         number, bool, None, list, dict), given back as stored JSON. Raises :class:`LeaseLost`
         if the claim is gone, :class:`InvalidRequest` if the value is neither."""
-        self._store._commit_work(self, "fulfill", value, False, None)
+        self._claim.commit("fulfill", value, False, None)
 
     def fail(self, error: BaseException | str, *, retry: bool = True, delay: float | None = None) -> None:
         """Record a failed attempt; retried after ``delay`` (or the store's backoff) while
         attempts remain and ``retry`` is true, otherwise the job becomes final ``failed``."""
-        self._store._commit_work(self, "fail", error, retry, delay)
+        self._claim.commit("fail", error, retry, delay)
 
     def release(self) -> None:
         """Give the job back untouched (the attempt is not counted)."""
-        self._store._commit_work(self, "release", None, False, None)
+        self._claim.commit("release", None, False, None)
 
     def __enter__(self) -> WorkLease:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if self._finished:
+        if self.finished:
             return
         try:
             if exc is not None and isinstance(exc, Exception):
@@ -278,52 +306,43 @@ class NotificationLease(_Lease):
     calling :meth:`done` releases, and so does a ``KeyboardInterrupt`` or ``SystemExit``.
     """
 
-    def __init__(self, store: _NotificationCommitter, record: Record, state: JobState, waiting: tuple[Any, ...],
-                 keys: frozenset[str], lock: NotifyLock, attempts: int,
-                 on_compromised: OnCompromised | None) -> None:
-        super().__init__(on_compromised)
-        self._store = store
-        self._record = record
-        self._keys = keys  # the targets offered, to tell them from ones queued meanwhile
-        self._lock = lock
-        self._state = state
-        self._waiting = waiting
-        self._attempts = attempts
+    def __init__(self, claim: NotificationClaimed) -> None:
+        self._claim: NotificationClaimed = claim
 
     @property
     def id(self) -> str:
         """The job's id."""
-        return self._record.id
+        return self._claim.record.id
 
     @property
     def state(self) -> JobState:
         """The job's final state: fulfilled, failed or cancelled."""
-        return self._state
+        return self._claim.state
 
     @property
     def waiting(self) -> tuple[Any, ...]:
         """The targets to deliver to, oldest first (as they were when the lease was taken)."""
-        return self._waiting
+        return self._claim.waiting
 
     @property
     def attempts(self) -> int:
         """Earlier delivery attempts of this notification that left targets undelivered."""
-        return self._attempts
+        return self._claim.attempts
 
     @property
     def request(self) -> Any:
         """The job's request, as stored (JSON)."""
-        return self._record.request
+        return self._claim.record.request
 
     @property
     def value(self) -> Any:
         """The job's result (bytes, or a JSON value), or None if it did not succeed."""
-        return self._record.value
+        return self._claim.record.value
 
     @property
     def error(self) -> str | None:
         """The job's last error (a failed job), or its reason (a cancelled one)."""
-        return self._record.error
+        return self._claim.record.error
 
     def done(self, delivered: Iterable[Any] = (), *, error: str | None = None) -> None:
         """Remove the ``delivered`` targets and release the lease. ``error`` describes why the
@@ -332,21 +351,21 @@ class NotificationLease(_Lease):
         Every delivered target must be one of :attr:`waiting`; anything else is a mistake in the
         caller and raises :class:`InvalidRequest` before anything changes (the lease is still
         held, so ``done`` can be called again)."""
-        self._store._finish_notification(self, list(delivered), error)
+        self._claim.done(list(delivered), error)
 
     def release(self) -> None:
         """Give the notification back untouched, as :meth:`WorkLease.release` gives a job back:
         no delivery attempt is counted, no backoff is set, its last delivery error stays, and it
         is offered again at once. Raises :class:`LeaseLost` if the lease was lost meanwhile
         (nothing of ours to give back), :class:`InvalidState` if it had already ended."""
-        self._store._release_notification(self)
+        self._claim.release()
 
     def __enter__(self) -> NotificationLease:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if not self._finished:
+        if not self.finished:
             try:
                 if exc is not None and isinstance(exc, Exception):
                     self.done([], error=f"{type(exc).__name__}: {exc}")

@@ -19,8 +19,9 @@ from ._checks import error_text
 from ._codec import canonical, dumps, target_key
 from ._errors import InvalidRequest, InvalidState, LeaseLost, StorageError, ValueTooLarge
 from ._layout import FINAL_RE
-from ._leases import NotificationLease, OnCompromised
+from ._leases import ClaimEnd, NotificationLease, OnCompromised
 from ._liveness import NotifyLock, break_if_expired
+from ._records import JobState, Record
 from ._shared import Core
 
 
@@ -31,13 +32,13 @@ class Notifier:
         self._layout = core.layout
         self._durable = core.durable
         self._mutex = threading.Lock()
-        self._held: dict[str, NotificationLease] = {}
+        self._held: dict[str, NotificationClaim] = {}
 
     def after_fork(self) -> None:
         self._mutex = threading.Lock()
         self._held = {}
 
-    def held(self) -> list[NotificationLease]:
+    def held(self) -> list[NotificationClaim]:
         with self._mutex:
             return list(self._held.values())
 
@@ -146,13 +147,13 @@ class Notifier:
             if lock is None:
                 break_if_expired(lock_path, me, self._core.probe)
                 continue
-            lease = self._open(job_id, lock, now, on_compromised)
-            if lease is not None:
-                return lease
+            claim = self._open(job_id, lock, now, on_compromised)
+            if claim is not None:
+                return claim.lease
         return None
 
     def _open(self, job_id: str, lock: NotifyLock, now: float,
-              on_compromised: OnCompromised | None) -> NotificationLease | None:
+              on_compromised: OnCompromised | None) -> NotificationClaim | None:
         """With the lock held, check again and build the lease; the lock is released otherwise."""
         keep = False
         try:
@@ -173,80 +174,107 @@ class Notifier:
             if not targets:
                 self._drop_entry(job_id)
                 return None
-            lease = NotificationLease(self, record, loc.state, tuple(t for _, t, _ in targets),
+            claim = NotificationClaim(self, record, loc.state, tuple(t for _, t, _ in targets),
                                       frozenset(k for k, _, _ in targets), lock, entry[1], on_compromised)
             with self._mutex:
-                self._held[job_id] = lease
+                self._held[job_id] = claim
             keep = True
-            return lease
+            return claim
         finally:
             if not keep:
                 lock.release()
 
-    def _finish_notification(self, lease: NotificationLease, delivered: list[Any], error: str | None) -> None:
-        if lease.finished:
-            raise InvalidState(f"the notification lease on job {lease.id} was already done")
+    def finish(self, claim: NotificationClaim, delivered: list[Any], error: str | None) -> None:
+        if claim.finished:
+            raise InvalidState(f"the notification lease on job {claim.id} was already done")
         keys = {target_key(t) for t in delivered}
-        strangers = [t for t in delivered if target_key(t) not in lease._keys]
+        strangers = [t for t in delivered if target_key(t) not in claim.keys]
         if strangers:
             raise InvalidRequest(
                 f"done() was given {len(strangers)} target(s) this lease did not offer, e.g. "
-                f"{strangers[0]!r}; deliver only targets from lease.waiting (nothing was removed)"
+                f"{strangers[0]!r}; deliver only targets from claim.waiting (nothing was removed)"
             )
         text = None if error is None else error_text(error)
         try:
-            if not lease._lock.still_ours() or lease.compromised is not None:
-                err = LeaseLost(f"the notification lease on job {lease.id} was lost; nothing was removed")
-                lease._compromise(err)
+            if not claim.lock.still_ours() or claim.compromised is not None:
+                err = LeaseLost(f"the notification lease on job {claim.id} was lost; nothing was removed")
+                claim.compromise(err)
                 raise err
             # RACE: the lock could be broken between the check above and these unlinks only if
             # we stalled for a whole lease; the targets were delivered, so removing them is right.
-            self._remove_targets(lease.id, keys)
-            remaining = self._tree.read_targets(lease.id)
+            self._remove_targets(claim.id, keys)
+            remaining = self._tree.read_targets(claim.id)
             if remaining:
-                attempts = lease.attempts + 1
-                fresh = any(k not in lease._keys for k, _, _ in remaining)
+                attempts = claim.attempts + 1
+                fresh = any(k not in claim.keys for k, _, _ in remaining)
                 not_before = self._core.wall() if fresh else self._core.wall() + self._core.settings.backoff(attempts)
-                tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{lease.id}.notify")
-                self._tree.write_notify_entry(lease.id, tmp, not_before, attempts, text)
+                tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{claim.id}.notify")
+                self._tree.write_notify_entry(claim.id, tmp, not_before, attempts, text)
                 self._core.pending.note_due(not_before)
             else:
-                self._drop_entry(lease.id)
+                self._drop_entry(claim.id)
         finally:
-            self._forget(lease)
+            self._forget(claim)
 
-    def _release_notification(self, lease: NotificationLease) -> None:
+    def release(self, claim: NotificationClaim) -> None:
         """Give the lease back without touching the notification: its entry keeps its due time
         (already passed, so it is offered again at once), attempts and error."""
-        if lease.finished:
-            raise InvalidState(f"the notification lease on job {lease.id} was already done")
+        if claim.finished:
+            raise InvalidState(f"the notification lease on job {claim.id} was already done")
         try:
-            if not lease._lock.still_ours() or lease.compromised is not None:
-                err = LeaseLost(f"the notification lease on job {lease.id} was lost; nothing to give back")
-                lease._compromise(err)
+            if not claim.lock.still_ours() or claim.compromised is not None:
+                err = LeaseLost(f"the notification lease on job {claim.id} was lost; nothing to give back")
+                claim.compromise(err)
                 raise err
         finally:
-            self._forget(lease)
+            self._forget(claim)
         self._tree.bell("work")  # a waiting notifier elsewhere may take it now
 
-    def _forget(self, lease: NotificationLease) -> None:
-        lease._lock.release()
-        lease._mark_finished()
+    def _forget(self, claim: NotificationClaim) -> None:
+        claim.lock.release()
+        claim.mark_finished()
         with self._mutex:
-            self._held.pop(lease.id, None)
+            self._held.pop(claim.id, None)
 
     def check_held(self, problem: LeaseLost | None) -> None:
         """Tell every holder whose lock was broken (or, with ``problem``, every holder) so."""
-        for note in self.held():
+        for claim in self.held():
             if problem is not None:
-                note._compromise(problem)
-            elif not note.finished and not note._lock.still_ours():
-                note._compromise(LeaseLost(f"the notification lease on job {note.id} was broken"))
+                claim.compromise(problem)
+            elif not claim.finished and not claim.lock.still_ours():
+                claim.compromise(LeaseLost(f"the notification lease on job {claim.id} was broken"))
 
     def close(self) -> None:
-        for lease in self.held():
-            lease._compromise(LeaseLost("the store was closed", reason="closed"))
-            self._forget(lease)
+        for claim in self.held():
+            claim.compromise(LeaseLost("the store was closed", reason="closed"))
+            self._forget(claim)
+
+
+class NotificationClaim(ClaimEnd):
+    """One notification claim's changing state, changed only here (by ``Notifier``); its
+    :class:`NotificationLease` (``.lease``, what the notifier gets) reads it and calls its methods."""
+
+    def __init__(self, notifier: Notifier, record: Record, state: JobState, waiting: tuple[Any, ...],
+                 keys: frozenset[str], lock: NotifyLock, attempts: int, on_compromised: OnCompromised | None) -> None:
+        super().__init__(on_compromised)
+        self._notifier = notifier
+        self.record = record
+        self.state = state
+        self.waiting = waiting
+        self.keys = keys  # the targets offered, to tell them from ones queued meanwhile
+        self.lock = lock
+        self.attempts = attempts
+        self.lease = NotificationLease(self)
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    def done(self, delivered: list[Any], error: str | None) -> None:
+        self._notifier.finish(self, delivered, error)
+
+    def release(self) -> None:
+        self._notifier.release(self)
 
 
 def _gone(why: str, path: str) -> StorageError:

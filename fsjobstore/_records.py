@@ -5,10 +5,11 @@ from __future__ import annotations
 import base64
 import enum
 import re
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from ._checks import MAX_ATTEMPT_ERRORS, attempt_error_text, integer, number
+from ._checks import MAX_ATTEMPT_ERRORS, attempt_error_text, error_text, integer, number, retry_delay
 from ._codec import check_job_id, check_queue_name, dumps, loads
 from ._errors import InvalidState, JobCancelled, JobFailed
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
@@ -437,3 +438,23 @@ def _seq(v: Any) -> str:
     if not isinstance(v, str) or len(v) != 20 or not v.isdigit() or not v.isascii():
         raise ValueError(f"seq must be 20 decimal digits, got {v!r}")
     return v
+
+
+def next_record(record: Record, token: str, kind: str, payload: Any, retry: bool, delay: float | None,
+                now: float, backoff: Callable[[int], float]) -> tuple[Record, str]:
+    """The record a commit of ``kind`` (fail, cancel or withdraw) by claim ``token`` leaves, and
+    its state (``_work`` commits it)."""
+    error = error_text(payload)
+    attempts = record.attempts + 1
+    if kind in ("cancel", "withdraw"):  # withdraw: cancelled before any attempt ran
+        return replace(record, attempts=attempts if kind == "cancel" else record.attempts,
+                       error=error, committed_by=token, finished_at=now, not_before=None), "cancelled"
+    delay = retry_delay(delay)
+    if retry and attempts < record.max_attempts:
+        wait = backoff(attempts) if delay is None else delay
+        due = now + wait if wait > 0 else None
+        return replace(record, attempts=attempts, error=error, committed_by=token, not_before=due,
+                       attempt_errors=record.with_failed_attempt(attempts, now, error)), (
+            "scheduled" if due is not None else "pending")
+    return replace(record, attempts=attempts, error=error, committed_by=token,
+                   finished_at=now, not_before=None), "failed"
