@@ -151,7 +151,7 @@ class ById:
             waiting = tuple(t for _, t, _ in tree.read_targets(job_id))
             progress, logs, dropped = read_runs(core, job_id)
             requested = loc.state is JobState.ACTIVE and self._control.cancel_requested(job_id)
-            entry = tree.read_notify_entry(job_id) if waiting and loc.state.is_final else None
+            entry = self._notifier.read_entry(job_id) if waiting and loc.state.is_final else None
             return record.snapshot(loc.state, waiting, progress=progress, logs=logs, logs_dropped=dropped,
                                    cancel_requested=requested, delivery_attempts=entry.attempts if entry else 0,
                                    delivery_error=entry.error if entry else None)

@@ -11,18 +11,27 @@ import errno
 import os
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._checks import error_text
-from ._codec import canonical, dumps, target_key
+from ._checks import error_text, integer, number
+from ._codec import canonical, dumps, loads, target_key
 from ._errors import InvalidRequest, InvalidState, LeaseLost, StorageError, ValueTooLarge
 from ._layout import FINAL_RE
 from ._leases import ClaimEnd, NotificationLease, OnCompromised
 from ._liveness import NotifyLock, break_if_expired
 from ._records import JobState, Record
 from ._shared import Core
+
+
+class NotifyEntry(NamedTuple):
+    """``jobs/notify/<id>.json``: when the next delivery is due, how many deliveries so far
+    left targets waiting, and the last one's error."""
+
+    not_before: float
+    attempts: int
+    error: str | None
 
 
 class Notifier:
@@ -94,15 +103,51 @@ class Notifier:
         return removed
 
     # -- the notify index ----------------------------------------------------------------------
+    def write_entry(self, job_id: str, tmp_path: str, not_before: float, attempts: int,
+                           error: str | None) -> None:
+        """Create or replace ``jobs/notify/<id>.json`` atomically."""
+        doc = {"id": job_id, "not_before": not_before, "attempts": attempts, "error": error}
+        for tries_left in (2, 1, 0):
+            self._tree.write_new(tmp_path, dumps(doc) + b"\n")
+            try:
+                self._tree.rename_into(tmp_path, self._layout.notify_path(job_id))
+                return
+            except FileNotFoundError as exc:
+                # RACE: a member of a shared store moved tmp/ (and our file) away between the
+                # write and the rename; tmp/ is made again on the next write (issue 23).
+                fs.unlink_quietly(tmp_path)  # if it is still here after all, the next write needs its name
+                if not tries_left:
+                    err = StorageError(exc.errno, exc.strerror, exc.filename)
+                    err.op = "rename"
+                    raise err from None
+
+    def read_entry(self, job_id: str) -> NotifyEntry | None:
+        """The job's notify entry, or None if there is no usable one. An unusable one (not a
+        regular file, not our JSON) is quarantined; the caller decides whether to write anew."""
+        path = self._layout.notify_path(job_id)
+        try:
+            doc = loads(fs.read_regular(path, 64 * 1024))
+            not_before, attempts, error = doc["not_before"], doc["attempts"], doc.get("error")
+            due = number(not_before, "not_before", error=ValueError)
+            attempts = integer(attempts, "attempts", at_least=0, error=ValueError)
+            if error is not None and not isinstance(error, str):
+                raise ValueError("error is not a string")
+            return NotifyEntry(due, attempts, error)
+        except FileNotFoundError:
+            return None
+        except (fs.Unreadable, ValueError, TypeError, KeyError) as exc:
+            self._tree.quarantine(path, f"notify entry {exc}")
+            return None
+
     def after_final(self, job_id: str) -> None:
         """Index a final job for notification if targets are waiting (after it is durable)."""
         if self._tree.has_targets(job_id):
             self.mark_due_now(job_id)
 
     def mark_due_now(self, job_id: str) -> None:
-        prev = self._tree.read_notify_entry(job_id)
+        prev = self.read_entry(job_id)
         tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{job_id}.notify")
-        self._tree.write_notify_entry(job_id, tmp, 0.0, prev[1] if prev else 0, None)
+        self.write_entry(job_id, tmp, 0.0, prev[1] if prev else 0, None)
         self._tree.bell("work")
 
     def _drop_entry(self, job_id: str) -> None:
@@ -128,7 +173,7 @@ class Notifier:
             if not m:
                 self._tree.quarantine(os.path.join(lay.notify, name), "unrecognised name in jobs/notify")
                 continue
-            entry = self._tree.read_notify_entry(m["id"])
+            entry = self.read_entry(m["id"])
             if entry is None:
                 # Gone, or quarantined just now: if the job still has targets waiting, index it
                 # again with a clean entry rather than strand them.
@@ -157,7 +202,7 @@ class Notifier:
         """With the lock held, check again and build the lease; the lock is released otherwise."""
         keep = False
         try:
-            entry = self._tree.read_notify_entry(job_id)
+            entry = self.read_entry(job_id)
             if entry is None or entry[0] > now:
                 return None
             loc = self._tree.locate(job_id)
@@ -209,7 +254,7 @@ class Notifier:
                 fresh = any(k not in claim.keys for k, _, _ in remaining)
                 not_before = self._core.wall() if fresh else self._core.wall() + self._core.settings.backoff(attempts)
                 tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{claim.id}.notify")
-                self._tree.write_notify_entry(claim.id, tmp, not_before, attempts, text)
+                self.write_entry(claim.id, tmp, not_before, attempts, text)
                 self._core.pending.note_due(not_before)
             else:
                 self._drop_entry(claim.id)

@@ -4,8 +4,9 @@ raises before anything changes); most then delegate.
 What happens on disk lives one layer down: ``_create`` (new jobs), ``_work`` (claims and
 commits), ``_direct`` (snapshots, fulfil, cancel and retry by id), ``_notify`` (targets and notifier
 leases), ``_listing`` and ``_purge`` (finding and removing jobs), ``_recovery`` (repairs), ``_stats``
-(counts), ``_heart`` (the background threads), all sharing one ``_shared.Core``. ``__init__``
-assembles the settings and the parts; ``create`` builds the job's record for ``_create``.
+(counts), ``_heart`` (the background threads), ``_waiting`` (the blocking waits of ``pull_work``,
+``pull_notification`` and ``wait``), all sharing one ``_shared.Core``. ``__init__`` assembles the
+settings and the parts; ``create`` builds the job's record for ``_create``.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ from ._recovery import RecoveryReport, recover
 from ._registry import WorkerInfo
 from ._shared import Core, Settings
 from ._stats import StoreStatistics, statistics
-from ._tree import Tree
 from ._verify import locks_prove_death
+from ._waiting import Waiting
 from ._work import Work
 
 log = logging.getLogger("fsjobstore")
@@ -148,10 +149,6 @@ class JobStore:
         # a store that was never closed is collected: at most once either way.
         self._detach = weakref.finalize(self, sc.detach, self.path)
         durable = config.durable if durable is None else durable
-        record_cap = job_file_cap(max_value_bytes, max_request_bytes)
-        tree = Tree(layout, durable=durable, record_cap=record_cap, target_cap=max_request_bytes + 4096,
-                    perms=config.perms)
-        tree.default_retain = config.retain  # for jobs whose record does not say (format 2)
         local = locks_prove_death(self.path)  # a local filesystem: locks reach every process, inotify too
         settings = Settings(
             path=self.path, durable=durable, store_durable=config.durable, lease_duration=lease,
@@ -162,14 +159,18 @@ class JobStore:
             doorbell=not local if doorbell is None else doorbell,
             clock=clock, wall=wall_clock,
         )
-        self._core = core = Core(settings, layout, tree)
+        # The heartbeat is made below, from the parts that need the core: the core gets a call to
+        # it (a new owner identity must beat at once), late-bound so it is the one made here.
+        self._core = core = Core(settings, layout, perms=config.perms,
+                                 record_cap=job_file_cap(max_value_bytes, max_request_bytes),
+                                 target_cap=max_request_bytes + 4096, default_retain=config.retain,
+                                 on_new_owner=lambda: self._heart.keep_beating())
         self._notifier = Notifier(core)
         self._control = Control(core)
         self._work = Work(core, self._notifier, self._control)
         self._direct = ById(core, self._work, self._notifier, self._control)
         self._heart = Heart(core, self._work, self._notifier, self._control)
-        core.start_background = self._heart.start
-        core.keep_beating = self._heart.keep_beating
+        self._waiting = Waiting(core, self._heart)
         self.group: int | None = config.perms.gid
         """The gid of the group that shares this store, or None for a private store."""
         _LIVE_STORES.add(self)
@@ -296,7 +297,7 @@ class JobStore:
         self._check_open()
         wanted = [queues] if isinstance(queues, str) else queues
         names = None if wanted is None else [check_queue_name(q, "queues") for q in wanted]
-        return self._core.pull(lambda: self._work.claim(names, on_compromised), timeout)
+        return self._waiting.pull(lambda: self._work.claim(names, on_compromised), timeout)
 
     # == resolving by id ===========================================================================
     def fulfill(self, job_id: str, value: Any) -> None:
@@ -323,7 +324,7 @@ class JobStore:
         Woken by inotify when the result lands, with a rescan every ``poll_interval``."""
         self._check_open()
         check_job_id(job_id)
-        if not self._core.wait_final(job_id, timeout):
+        if not self._waiting.wait_final(job_id, timeout):
             raise WaitTimeout(f"job {job_id} was not final after {timeout} s")
         return self.get(job_id)
 
@@ -416,7 +417,7 @@ class JobStore:
     ) -> NotificationLease | None:
         """Lease one final job whose result is waiting to be delivered, or return None."""
         self._check_open()
-        return self._core.pull(lambda: self._notifier.claim(on_compromised), timeout)
+        return self._waiting.pull(lambda: self._notifier.claim(on_compromised), timeout)
 
     # == maintenance ===============================================================================
     def recover(self, *, deep: bool = True) -> RecoveryReport:
