@@ -70,9 +70,9 @@ from ._errors import (
     WaitTimeout,
     WorkerFailing,
 )
+from ._job import AttemptError, Job, JobState, LogLine, Progress
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
 from ._leases import NotificationLease, WorkLease
-from ._records import AttemptError, Job, JobState, LogLine, Progress
 from ._recovery import RecoveryReport
 from ._registry import WorkerInfo
 from ._stats import StoreStatistics

@@ -17,9 +17,10 @@ from . import _fsops as fs
 from . import _syscalls as sc
 from ._control import Control
 from ._errors import CorruptJob, InvalidState, JobNotFound, JobStoreError, StorageError
+from ._job import Job, JobState
 from ._layout import SCHEDULED_RE, token_owner
 from ._notify import Notifier
-from ._records import FINAL_STATES, Job, JobState, Record
+from ._records import FINAL_STATES, Record
 from ._recovery import new_counts, take_over
 from ._runs import read_runs
 from ._shared import Core

@@ -16,7 +16,8 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from ._errors import LeaseLost
-from ._records import JobState, Record
+from ._job import JobState
+from ._records import Record
 
 log = logging.getLogger("fsjobstore")
 

@@ -34,6 +34,7 @@ from . import _fsops as fs
 from ._checks import integer
 from ._codec import MAX_ID_LENGTH, check_name, check_queue_name
 from ._errors import InvalidJobId, InvalidRequest, JobNotFound
+from ._job import Job, JobState
 from ._layout import (
     ACTIVE_RE,
     BUCKET_RE,
@@ -47,7 +48,7 @@ from ._layout import (
     pending_name,
     prio_field,
 )
-from ._records import FINAL_STATES, Job, JobState, Record
+from ._records import FINAL_STATES, Record
 from ._retention import STALE_AFTER
 from ._shared import Core
 from ._tree import Location

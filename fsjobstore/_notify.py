@@ -18,10 +18,11 @@ from . import _syscalls as sc
 from ._checks import error_text, integer, number
 from ._codec import canonical, dumps, loads, target_key
 from ._errors import InvalidRequest, InvalidState, LeaseLost, StorageError, ValueTooLarge
+from ._job import JobState
 from ._layout import FINAL_RE
 from ._leases import ClaimEnd, NotificationLease, OnCompromised
 from ._liveness import NotifyLock, break_if_expired
-from ._records import JobState, Record
+from ._records import Record
 from ._shared import Core
 
 

@@ -28,9 +28,10 @@ from . import _fsops as fs
 from ._checks import integer, seconds
 from ._codec import check_queue_name, dumps
 from ._errors import InvalidRequest
+from ._job import JobState
 from ._layout import BUCKET_RE, BUCKET_US, FINISHED_RE, PENDING_RE, QUEUE_RE, SCHEDULED_RE, micros
 from ._listing import check_states
-from ._records import JobState, Record
+from ._records import Record
 from ._removal import notification_due, remove_job
 from ._shared import Core
 

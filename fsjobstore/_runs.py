@@ -27,8 +27,8 @@ from . import _syscalls as sc
 from ._checks import number
 from ._codec import dumps, loads
 from ._errors import InvalidRequest, LeaseLost
+from ._job import LogLine, Progress
 from ._layout import RUN_RE
-from ._records import LogLine, Progress
 from ._shared import Core
 
 LOG_CAP = 256 * 1024  # bytes per attempt; past it the oldest log lines go (and are counted)

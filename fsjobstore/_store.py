@@ -42,11 +42,12 @@ from ._create import publish_new
 from ._direct import ById
 from ._errors import InvalidRequest, ValueTooLarge, WaitTimeout
 from ._heart import Heart
+from ._job import Job, JobState
 from ._layout import MAX_PRIORITY, MIN_PRIORITY, Layout
 from ._leases import NotificationLease, OnCompromised, WorkLease
 from ._notify import Notifier
 from ._opening import open_skeleton
-from ._records import Job, JobState, Record
+from ._records import Record
 from ._recovery import RecoveryReport, recover
 from ._registry import WorkerInfo
 from ._shared import Core, Settings

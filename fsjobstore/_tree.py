@@ -22,8 +22,9 @@ from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import dumps, loads
 from ._errors import JobNotFound
+from ._job import JobState
 from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, TARGET_RE, Layout, expiry, micros
-from ._records import FINAL_STATES, LOST_DATA, JobState, LostJobData, Parsed, Record
+from ._records import FINAL_STATES, LOST_DATA, LostJobData, Parsed, Record
 
 log = logging.getLogger("fsjobstore")
 
