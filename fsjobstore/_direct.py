@@ -149,7 +149,7 @@ class ById:
             except (fs.Unreadable, ValueError) as exc:
                 tree.quarantine(loc.path, f"job file {exc}")
                 raise CorruptJob(f"job {job_id}: {exc}; moved to quarantine") from None
-            waiting = tuple(t for _, t, _ in tree.read_targets(job_id))
+            waiting = tuple(t for _, t, _ in self._notifier.read_targets(job_id))
             progress, logs, dropped = read_runs(core, job_id)
             requested = loc.state is JobState.ACTIVE and self._control.cancel_requested(job_id)
             entry = self._notifier.read_entry(job_id) if waiting and loc.state.is_final else None

@@ -19,7 +19,7 @@ from ._checks import error_text, integer, number
 from ._codec import canonical, dumps, loads, target_key
 from ._errors import InvalidRequest, InvalidState, LeaseLost, StorageError, ValueTooLarge
 from ._job import JobState
-from ._layout import FINAL_RE
+from ._layout import FINAL_RE, TARGET_RE, Layout
 from ._leases import ClaimEnd, NotificationLease, OnCompromised
 from ._liveness import NotifyLock, break_if_expired
 from ._records import Record
@@ -41,6 +41,7 @@ class Notifier:
         self._tree = core.tree
         self._layout = core.layout
         self._durable = core.durable
+        self.target_cap = core.settings.max_request_bytes + 4096  # a target document, with room for its fields
         self._mutex = threading.Lock()
         self._held: dict[str, NotificationClaim] = {}
 
@@ -57,8 +58,8 @@ class Notifier:
         _, target = canonical(target, what="target")  # refuse what could not be read back
         key = target_key(target)
         doc = dumps({"target": target, "queued_at": self._core.wall()}, what="target")
-        if len(doc) > self._tree.target_cap:
-            raise ValueTooLarge(f"target is {len(doc)} bytes; the cap is {self._tree.target_cap}")
+        if len(doc) > self.target_cap:
+            raise ValueTooLarge(f"target is {len(doc)} bytes; the cap is {self.target_cap}")
         self._tree.require(job_id)
         tdir = self._layout.target_dir(job_id)
         tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{job_id}.{key}.json")
@@ -86,6 +87,28 @@ class Notifier:
         loc = self._tree.locate(job_id)
         if loc is not None and loc.state.is_final:
             self.mark_due_now(job_id)
+
+    def read_targets(self, job_id: str) -> list[tuple[str, Any, float]]:
+        """(key, target, queued_at) of every waiting target, oldest first; bad files quarantined."""
+        tdir = self._layout.target_dir(job_id)
+        out = []
+        for name in fs.scan_names(tdir):
+            m = TARGET_RE.match(name)
+            if not m:
+                continue
+            path = os.path.join(tdir, name)
+            try:
+                doc = loads(fs.read_regular(path, self.target_cap))
+                if not isinstance(doc, dict) or "target" not in doc:
+                    raise ValueError("not a target document")
+                queued = doc.get("queued_at")
+                out.append((m["key"], doc["target"], float(queued) if isinstance(queued, int | float) else 0.0))
+            except FileNotFoundError:
+                continue
+            except (fs.Unreadable, ValueError) as exc:
+                self._tree.quarantine(path, f"target file {exc}")
+        out.sort(key=lambda item: (item[2], item[0]))
+        return out
 
     def unqueue_all(self, job_id: str, targets: Iterable[Any]) -> int:
         keys = {target_key(t) for t in targets}
@@ -142,7 +165,7 @@ class Notifier:
 
     def after_final(self, job_id: str) -> None:
         """Index a final job for notification if targets are waiting (after it is durable)."""
-        if self._tree.has_targets(job_id):
+        if has_targets(self._layout, job_id):
             self.mark_due_now(job_id)
 
     def mark_due_now(self, job_id: str) -> None:
@@ -156,7 +179,7 @@ class Notifier:
         # RACE: a target queued after we read the list would be stranded without an entry;
         # queue() writes the target before checking for an entry, so checking again here after
         # the unlink catches it.
-        if self._tree.has_targets(job_id):
+        if has_targets(self._layout, job_id):
             self.mark_due_now(job_id)
         else:
             try:
@@ -216,7 +239,7 @@ class Notifier:
                 self._tree.quarantine(loc.path, f"job file {exc}")
                 self._tree.quarantine(self._layout.notify_path(job_id), "notify entry for an unreadable job")
                 return None
-            targets = self._tree.read_targets(job_id)
+            targets = self.read_targets(job_id)
             if not targets:
                 self._drop_entry(job_id)
                 return None
@@ -249,7 +272,7 @@ class Notifier:
             # RACE: the lock could be broken between the check above and these unlinks only if
             # we stalled for a whole lease; the targets were delivered, so removing them is right.
             self._remove_targets(claim.id, keys)
-            remaining = self._tree.read_targets(claim.id)
+            remaining = self.read_targets(claim.id)
             if remaining:
                 attempts = claim.attempts + 1
                 fresh = any(k not in claim.keys for k, _, _ in remaining)
@@ -321,6 +344,13 @@ class NotificationClaim(ClaimEnd):
 
     def release(self) -> None:
         self._notifier.release(self)
+
+
+def has_targets(layout: Layout, job_id: str) -> bool:
+    """Whether targets wait for job ``job_id``'s result (``_removal`` asks before removing it)."""
+    tdir = layout.target_dir(job_id)
+    # Most jobs never have targets: one stat answers for them without listing anything.
+    return sc.lexists(tdir) and any(TARGET_RE.match(n) for n in fs.scan_names(tdir))
 
 
 def _gone(why: str, path: str) -> StorageError:

@@ -50,7 +50,7 @@ class Settings:
 class Core:
     """Shared state of one open store. Thread-safe; reset in a forked child."""
 
-    def __init__(self, settings: Settings, layout: Layout, *, perms: fs.Perms, record_cap: int, target_cap: int,
+    def __init__(self, settings: Settings, layout: Layout, *, perms: fs.Perms, record_cap: int,
                  default_retain: float, on_new_owner: Callable[[], None]) -> None:
         """``on_new_owner`` is called once this process has an owner identity and must beat
         (JobStore passes the heartbeat's ``keep_beating``): handed in, as this module is below it."""
@@ -63,7 +63,7 @@ class Core:
         self.closed = False
         self._on_new_owner = on_new_owner
         self.doorbell = Doorbell(layout, self.owner_id, enabled=settings.doorbell, file_mode=perms.file_mode)
-        self.tree = Tree(layout, durable=settings.durable, record_cap=record_cap, target_cap=target_cap, perms=perms,
+        self.tree = Tree(layout, durable=settings.durable, record_cap=record_cap, perms=perms,
                          bell=self.doorbell.ring)
         self.tree.default_retain = default_retain  # for jobs whose record does not say (format 2)
         self._reset()

@@ -164,7 +164,7 @@ class JobStore:
         # it (a new owner identity must beat at once), late-bound so it is the one made here.
         self._core = core = Core(settings, layout, perms=config.perms,
                                  record_cap=job_file_cap(max_value_bytes, max_request_bytes),
-                                 target_cap=max_request_bytes + 4096, default_retain=config.retain,
+                                 default_retain=config.retain,
                                  on_new_owner=lambda: self._heart.keep_beating())
         self._notifier = Notifier(core)
         self._control = Control(core)

@@ -16,14 +16,13 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._codec import dumps, loads
+from ._codec import dumps
 from ._errors import JobNotFound
 from ._job import JobState
-from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, TARGET_RE, Layout, expiry, micros
+from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, Layout, expiry, micros
 from ._records import FINAL_STATES, LOST_DATA, LostJobData, Parsed, Record
 
 log = logging.getLogger("fsjobstore")
@@ -42,12 +41,11 @@ class Location:
 
 
 class Tree:
-    def __init__(self, layout: Layout, *, durable: bool, record_cap: int, target_cap: int,
+    def __init__(self, layout: Layout, *, durable: bool, record_cap: int,
                  perms: fs.Perms = fs.PRIVATE, bell: Callable[[str], None]) -> None:
         self.layout = layout
         self.durable = durable
         self.record_cap = record_cap
-        self.target_cap = target_cap
         self.perms = perms
         # Seconds a job is kept once final when its record does not say (a format-2 job, or a
         # store whose default the caller has not set yet): the store's recorded default.
@@ -282,34 +280,6 @@ class Tree:
                 if loc.path != not_path:
                     return True
         return False
-
-    # -- notification targets and the notify index --------------------------------------------
-    def read_targets(self, job_id: str) -> list[tuple[str, Any, float]]:
-        """(key, target, queued_at) of every waiting target, oldest first; bad files quarantined."""
-        tdir = self.layout.target_dir(job_id)
-        out = []
-        for name in fs.scan_names(tdir):
-            m = TARGET_RE.match(name)
-            if not m:
-                continue
-            path = os.path.join(tdir, name)
-            try:
-                doc = loads(fs.read_regular(path, self.target_cap))
-                if not isinstance(doc, dict) or "target" not in doc:
-                    raise ValueError("not a target document")
-                queued = doc.get("queued_at")
-                out.append((m["key"], doc["target"], float(queued) if isinstance(queued, int | float) else 0.0))
-            except FileNotFoundError:
-                continue
-            except (fs.Unreadable, ValueError) as exc:
-                self.quarantine(path, f"target file {exc}")
-        out.sort(key=lambda item: (item[2], item[0]))
-        return out
-
-    def has_targets(self, job_id: str) -> bool:
-        tdir = self.layout.target_dir(job_id)
-        # Most jobs never have targets: one stat answers for them without listing anything.
-        return sc.lexists(tdir) and any(TARGET_RE.match(n) for n in fs.scan_names(tdir))
 
     def is_final(self, job_id: str) -> bool:
         return any(sc.lexists(self.layout.final_path(s, job_id)) for s in FINAL_STATES)
