@@ -82,9 +82,8 @@ def _sweep_lock(core: Core) -> int | None:
     """A descriptor holding ``control/boot.lock`` (flock); None if another process holds it;
     ``_NO_LOCK`` if it cannot be opened or locked. Where locks do not exclude (some network
     filesystems), two processes may both make the pass: it is idempotent, only repeated."""
-    flags = os.O_RDWR | os.O_CREAT | fs.O_NOFOLLOW | fs.O_CLOEXEC
     try:
-        fd = sc.open(os.path.join(core.layout.control, "boot.lock"), flags, core.tree.perms.file_mode)
+        fd = fs.open_lock(os.path.join(core.layout.control, "boot.lock"), core.tree.perms)
     except OSError:
         return _NO_LOCK
     try:

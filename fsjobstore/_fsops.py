@@ -99,6 +99,25 @@ def write_new(path: str, data: bytes, *, durable: bool, mode: int = FILE_MODE) -
         raise
 
 
+def open_lock(path: str, perms: Perms) -> int:
+    """A descriptor of the lock file ``path`` (``control/boot.lock``, ``retention.lock``,
+    ``migrate.lock``), made if missing, for ``flock`` only; non-blocking (a FIFO planted there
+    must not hang us). Read-write where allowed (NFS emulates flock with POSIX locks, whose
+    exclusive kind needs it), else read-only: in a group store another member may have made it
+    under a umask that cut the group's write bit, which we then also set if we are its owner."""
+    flags = O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC | os.O_CREAT
+    try:
+        fd = sc.open(path, os.O_RDWR | flags, perms.file_mode)
+    except OSError as exc:  # a StorageError carrying EACCES, from the one door
+        if exc.errno != errno.EACCES:
+            raise
+        fd = sc.open(path, os.O_RDONLY | flags, perms.file_mode)
+    if perms.gid is not None:
+        with contextlib.suppress(OSError):
+            sc.fchmod(fd, perms.file_mode)  # EPERM: another member's file
+    return fd
+
+
 def touch(path: str, mode: int = FILE_MODE) -> None:
     """Make ``path`` exist as a file: created empty if missing, left as it is otherwise (a
     deadline, a doorbell, a boot marker: the name is what counts). Not fsynced."""

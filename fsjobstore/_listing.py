@@ -133,11 +133,11 @@ def _place(core: Core, job_id: str, chosen: JobState | None) -> Cursor:
         except (fs.Unreadable, ValueError) as exc:
             raise JobNotFound(f"job {job_id!r} (after) cannot be read ({exc}); its place is unknown") from None
         phase = _phase_of(chosen if chosen is not None else loc.state)
-        return Cursor(phase, _key(record, phase), job_id)
+        return Cursor(phase, _key(record, phase, loc.state), job_id)
     raise JobNotFound(f"job {job_id!r} (after) kept moving while being read")
 
 
-def _key(record: Record, phase: str) -> str | tuple[int, str]:
+def _key(record: Record, phase: str, now: JobState) -> str | tuple[int, str]:
     if phase == "active":
         return record.id
     if phase == "pending":
@@ -147,8 +147,10 @@ def _key(record: Record, phase: str) -> str | tuple[int, str]:
         return (f"{due_field(record.not_before or 0.0)}.{record.queue}.{prio_field(record.priority)}."
                 f"{record.seq}.{record.id}.json")
     if record.finished_at is None:
-        raise JobNotFound(f"job {record.id!r} (after) is not final any more (it was retried); "
-                          "its place among the final jobs is unknown")
+        # It never finished, or was retried since: nothing places it among the final jobs.
+        how = "was retried and is" if record.history else "is"
+        raise JobNotFound(f"job {record.id!r} (after) {how} {now.value}, not final: its place among the final jobs "
+                          "is unknown; after takes the last id of a page of the same state")
     return (micros(record.finished_at), record.id)
 
 

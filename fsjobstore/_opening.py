@@ -236,7 +236,7 @@ def _migrate_to_3(layout: Layout, config: StoreConfig, retain: float, made_as: i
     all again (an entry already there is fine). A file that cannot be read is left as it is, for
     the quarantine that whoever reads it next makes."""
     lock = os.path.join(layout.control, "migrate.lock")
-    fd = sc.open(lock, os.O_RDWR | os.O_CREAT | fs.O_NOFOLLOW | fs.O_CLOEXEC, config.perms.file_mode)
+    fd = fs.open_lock(lock, config.perms)
     try:
         sc.lock_blocking(fd)
         doc = _read_marker(layout)

@@ -70,6 +70,7 @@ class RecoveryReport:
     lost_to_power_loss: int = 0
     lost_ids: tuple[str, ...] = ()
     removed: int = 0  # jobs removed: retention's, and removals others began and did not finish
+    indexed: int = 0  # final jobs given their missing finished-index entry (explicit recover() only)
 
 
 class Counts(dict[str, int]):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._layout import BUCKET_RE, FINISHED_RE, bucket_field, micros
+from ._layout import BUCKET_RE, FINAL_RE, FINISHED_RE, bucket_field, micros
 from ._removal import notification_due, remove_job
 from ._shared import Core
 
@@ -56,7 +56,7 @@ class Retention:
         core = self._core
         lock = os.path.join(core.layout.control, "retention.lock")
         try:
-            fd = sc.open(lock, os.O_RDWR | os.O_CREAT | fs.O_NOFOLLOW | fs.O_CLOEXEC, core.tree.perms.file_mode)
+            fd = fs.open_lock(lock, core.tree.perms)
         except OSError as exc:
             log.warning("retention skipped: cannot open %s: %s", lock, exc)
             return PassResult(0, False)
@@ -138,3 +138,37 @@ class Retention:
         if remove_job(core, path, job_id, drop_targets=False, entry=entry):
             return True
         return now
+
+
+def index_strays(core: Core) -> int:
+    """Give every final job without a finished-index entry its entry; returns how many.
+
+    Only an explicit ``recover()`` does this (it lists the final directories and the whole
+    index): a final commit always writes its entry first, so a job without one was committed by
+    a process of an older fsjobstore (format 2) that was still running when the store was
+    upgraded, and would otherwise never be listed, purged or removed by retention."""
+    lay = core.layout
+    indexed: set[tuple[str, str]] = set()
+    for bucket in fs.scan_names(lay.finished):
+        if BUCKET_RE.match(bucket):
+            for name in fs.scan_names(lay.finished_bucket(bucket)):
+                m = FINISHED_RE.match(name)
+                if m:
+                    indexed.add((m["state"], m["id"]))
+    added = 0
+    for state, directory in lay.final_dirs():
+        for name in fs.scan_names(directory):
+            m = FINAL_RE.match(name)
+            if m is None or (state, m["id"]) in indexed:
+                continue
+            try:
+                record = core.tree.read_parsed(os.path.join(directory, name)).record
+            except (FileNotFoundError, fs.Unreadable, ValueError):
+                continue  # moved meanwhile, or for the quarantine of whoever reads it next
+            if record.finished_at is not None:
+                core.tree.index_final(record, state, record.finished_at)
+                added += 1
+    if added:
+        log.warning("indexed %d final job(s) that had no finished-index entry (committed by an older "
+                    "fsjobstore after the store was upgraded?)", added)
+    return added

@@ -50,6 +50,7 @@ from ._opening import open_skeleton
 from ._records import Record
 from ._recovery import RecoveryReport, recover
 from ._registry import WorkerInfo
+from ._retention import index_strays
 from ._shared import Core, Settings
 from ._stats import StoreStatistics, statistics
 from ._verify import locks_prove_death
@@ -160,8 +161,7 @@ class JobStore:
             doorbell=not local if doorbell is None else doorbell,
             clock=clock, wall=wall_clock,
         )
-        # The heartbeat is made below, from the parts that need the core: the core gets a call to
-        # it (a new owner identity must beat at once), late-bound so it is the one made here.
+        # Late-bound: the heartbeat is made below, from parts that need the core (see Core).
         self._core = core = Core(settings, layout, perms=config.perms,
                                  record_cap=job_file_cap(max_value_bytes, max_request_bytes),
                                  default_retain=config.retain,
@@ -430,11 +430,12 @@ class JobStore:
         empty, queued or final (one stat per job file: pass False for a periodic pass over a deep
         backlog); each is quarantined, counted in ``lost_to_power_loss`` and named in
         ``lost_ids``. It also makes one bounded retention pass (README, "Retention"), counted
-        in ``removed`` with the removals others began and it finished."""
+        in ``removed`` with the removals others began and it finished, and indexes final jobs an
+        older fsjobstore committed after the upgrade (``indexed``)."""
         self._check_open()
         report = recover(self._core, self._notifier, self._control, deep=deep)
         removed = self._heart.retention.run_pass().removed  # one bounded pass (its thread does the rest)
-        return dataclasses.replace(report, removed=report.removed + removed)
+        return dataclasses.replace(report, removed=report.removed + removed, indexed=index_strays(self._core))
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's counts: jobs in each state, pending jobs per queue, final

@@ -78,7 +78,7 @@ def test_a_job_file_without_the_field_still_reads_and_one_that_has_it_round_trip
     [name] = os.listdir(pending_dir)
     with open(os.path.join(pending_dir, name), "rb") as fh:
         doc = json.loads(fh.readline())
-    assert doc["format"] == 2 and doc["attempt_errors"][0]["error"] == "boom"
+    assert doc["format"] == 3 and doc["attempt_errors"][0]["error"] == "boom"
     record = Record.from_bytes(json.dumps(doc).encode() + b"\n")
     assert record.attempt_errors[0]["attempt"] == 1
     assert store.get(job.id).attempt_errors[0].error == "boom"

@@ -264,3 +264,18 @@ def test_a_format_2_store_opened_first_with_retain_keeps_its_final_jobs_that_lon
     marker = json.loads((root / "fsjobstore.json").read_text())
     assert marker["retain"] == 3600
     assert all(e.split(".")[1] != "9" * 17 for e in _finished(root))
+
+
+def test_recover_indexes_a_final_job_an_older_process_committed_after_the_upgrade(tmp_path: Path) -> None:
+    # A format-2 worker still running when the store was upgraded commits without an entry; the
+    # job would never be listed, purged or removed. An explicit recover() gives it its entry.
+    root = tmp_path / "s"
+    with JobStore(root, durable=False) as store:
+        job_id = _run(store)
+        for dirpath, _dirs, names in os.walk(root / "finished"):
+            for name in names:
+                os.unlink(os.path.join(dirpath, name))
+        assert [j.id for j in store.jobs(state="fulfilled")] == []
+        assert store.recover().indexed == 1
+        assert [j.id for j in store.jobs(state="fulfilled")] == [job_id]
+        assert store.recover().indexed == 0

@@ -79,6 +79,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--kill-mount-every", type=int, default=60,
                         help="steps between SIGKILLs of host B's FUSE client (default 60)")
+    parser.add_argument("--retention", action="store_true",
+                        help="odd-numbered jobs are made with retain=0: removed while the chaos runs")
     args = parser.parse_args()
     reason = gluster.available()
     if reason is not None:
@@ -90,9 +92,10 @@ def main() -> int:
         time.sleep(1.5)
         report = run_on(str(a.path / "chaos" / "store"), str(b.path / "chaos" / "store"), b,
                         kill_every=args.kill_mount_every, workdir=work, jobs=args.jobs, workers=args.workers,
-                        kills=args.kills, lease=args.lease, seed=args.seed)
+                        kills=args.kills, lease=args.lease, seed=args.seed, retention=args.retention)
     print(json.dumps(report, indent=1))
-    bad = report["lost"] or report["unexpected"] or report["duplicate_commits"] or report["created_ok"] != args.jobs
+    bad = (report["lost"] or report["unexpected"] or report["duplicate_commits"] or report["created_ok"] != args.jobs
+           or report["removal_leftovers"])
     return 1 if bad else 0
 
 

@@ -13,6 +13,12 @@ compares the history with the final store and reports:
   is not the one the acknowledged fulfil wrote;
 * **repeated executions**: claims beyond the first (at-least-once execution makes these legal;
   they measure how much work the chaos cost).
+
+With ``--retention`` every odd-numbered job is created with ``retain=0``, so the workers'
+retention threads remove it as soon as it is fulfilled, while they are being killed. Such a job
+missing at the end counts as **removed** if a fulfil of it was at least invoked, and as **lost**
+otherwise (removal took a job that was never done); and nothing a removal cut short may be left
+(``ids/``, ``runs/`` or an index entry naming no job, a final job without its entry).
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 from fsjobstore import JobStore, LeaseLost  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(HERE))
+from faultkit import job_files, removal_leftovers  # noqa: E402
+
 
 def _record(fh: Any, *fields: object) -> None:
     fh.write(" ".join(map(str, (time.monotonic_ns(), os.getpid(), *fields))) + "\n")
@@ -43,11 +52,12 @@ def _record(fh: Any, *fields: object) -> None:
 
 
 # == the processes =============================================================================
-def producer(root: str, history: str, jobs: int, rate: float) -> None:
+def producer(root: str, history: str, jobs: int, rate: float, retention: bool = False) -> None:
     with JobStore(root) as store, open(history, "a") as fh:
         for n in range(jobs):
             _record(fh, "invoke", "create", n)
-            job = store.create({"n": n}, max_attempts=1_000_000)
+            retain = 0 if retention and n % 2 else None
+            job = store.create({"n": n}, max_attempts=1_000_000, retain=retain)
             _record(fh, "ok", "create", n, job.id)
             if rate:
                 time.sleep(random.expovariate(rate))
@@ -121,8 +131,9 @@ def read_history(directory: str) -> list[list[str]]:
     return lines
 
 
-def check(root: str, history: list[list[str]]) -> dict[str, Any]:
+def check(root: str, history: list[list[str]], *, retention: bool = False) -> dict[str, Any]:
     invoked: set[int] = set()
+    fulfil_invoked: set[str] = set()
     created: dict[str, int] = {}
     claims: Counter[str] = Counter()
     fulfil_ok: defaultdict[str, list[str]] = defaultdict(list)
@@ -135,6 +146,8 @@ def check(root: str, history: list[list[str]]) -> dict[str, Any]:
             created[fields[5]] = int(fields[4])
         elif op == "claim":
             claims[fields[5]] += 1
+        elif op == "fulfill" and kind == "invoke":
+            fulfil_invoked.add(fields[5])
         elif op == "fulfill" and kind == "ok":
             fulfil_ok[fields[5]].append(fields[6])
         elif op == "fulfill" and kind == "fail":
@@ -146,9 +159,18 @@ def check(root: str, history: list[list[str]]) -> dict[str, Any]:
         for name in os.listdir(os.path.join(root, "jobs", "fulfilled")):
             job = store.get(name[: -len(".json")])
             final[job.id] = job
-        for job_id in created:
-            if job_id not in final:
-                lost.append(job_id)
+        removed = 0
+        for job_id, n in created.items():
+            if job_id in final:
+                continue
+            if retention and n % 2 and job_id in fulfil_invoked:
+                removed += 1  # fulfilled (or being fulfilled) and then removed by retention
+                continue
+            lost.append(job_id)
+        for job_id, oks in fulfil_ok.items():
+            if job_id not in final and len(oks) > 1:
+                duplicates.append(job_id)  # removed since, but committed twice before
+        leftovers = removal_leftovers(root, job_files(root)) if retention else []
         for job_id, job in final.items():
             if job.request["n"] not in invoked:
                 unexpected.append(job_id)
@@ -168,15 +190,18 @@ def check(root: str, history: list[list[str]]) -> dict[str, Any]:
         "repeated_executions": sum(n - 1 for n in claims.values() if n > 1),
         "fulfils_refused_lease_lost": fulfil_lost,
         "left_pending_or_active": stats.pending + stats.active + stats.scheduled,
+        "removed_by_retention": removed,
+        "removal_leftovers": len(leftovers),
         "failed": stats.failed,
-        "examples": {"lost": lost[:5], "unexpected": unexpected[:5], "duplicates": (duplicates + wrong_value)[:5]},
+        "examples": {"lost": lost[:5], "unexpected": unexpected[:5], "duplicates": (duplicates + wrong_value)[:5],
+                     "removal_leftovers": leftovers[:5]},
     }
 
 
 # == the controller ============================================================================
 def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir: str | None = None,
         max_seconds: float = 3600, runtime: str | None = None, roots: list[str] | None = None,
-        extra: Callable[[random.Random | None], object] | None = None) -> dict[str, Any]:
+        extra: Callable[[random.Random | None], object] | None = None, retention: bool = False) -> dict[str, Any]:
     """``runtime``: None for plain pull/fulfil loops, or "processes"/"threads" for workers that
     are ``fsjobstore.Worker`` runs (signals then go to each worker's whole process group).
     ``roots``: the store as each "host" sees it (one path per mount of a shared filesystem):
@@ -222,7 +247,7 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
     expected = max(1.0, kills * 0.275)
     rate = jobs / (expected * 0.5)
     work = min(1.0, max(0.002, 2 * workers * expected / jobs))
-    prod = spawn("producer", jobs, rate)
+    prod = spawn("producer", jobs, rate, int(retention))
     procs = [spawn("worker", lease, work) for _ in range(workers)]
     def reap(proc: subprocess.Popen[bytes]) -> None:
         while True:
@@ -277,7 +302,7 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
         except subprocess.TimeoutExpired:
             signal_worker(p, signal.SIGKILL)
             p.wait()
-    report = check(root, read_history(base))
+    report = check(root, read_history(base), retention=retention)
     report.update(kills=done_kills, stops=done_stops, workers=workers, seconds=round(time.monotonic() - started, 1),
                   producer_exit=prod.returncode, runtime=runtime or "pull loops")
     return report
@@ -287,7 +312,7 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in ("producer", "worker", "rworker"):
         role, root, history, *rest = sys.argv[1:]
         if role == "producer":
-            producer(root, history, int(rest[0]), float(rest[1]))
+            producer(root, history, int(rest[0]), float(rest[1]), rest[2:] == ["1"])
         elif role == "worker":
             worker(root, history, float(rest[0]), float(rest[1]))
         else:
@@ -301,11 +326,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--runtime", choices=["processes", "threads"], default=None,
                         help="workers are fsjobstore.Worker runs in this mode (default: plain pull loops)")
+    parser.add_argument("--retention", action="store_true",
+                        help="odd-numbered jobs are made with retain=0: removed while the chaos runs")
     args = parser.parse_args()
     report = run(jobs=args.jobs, workers=args.workers, kills=args.kills, lease=args.lease, seed=args.seed,
-                 runtime=args.runtime)
+                 runtime=args.runtime, retention=args.retention)
     print(json.dumps(report, indent=2))
-    bad = report["lost"] or report["unexpected"] or report["duplicate_commits"] or report["left_pending_or_active"]
+    bad = (report["lost"] or report["unexpected"] or report["duplicate_commits"] or report["left_pending_or_active"]
+           or report["removal_leftovers"])
     sys.exit(1 if bad else 0)
 
 
