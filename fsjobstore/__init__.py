@@ -45,6 +45,7 @@ if _sys.argv[0].endswith("/fsjobstore") or _sys.orig_argv[1:3] == ["-m", "fsjobs
 
 from typing import TYPE_CHECKING, Any  # after the guard: these imports take a while
 
+from ._checks import default_backoff
 from ._codec import check_queue_name
 from ._errors import (
     CorruptJob,
@@ -69,14 +70,13 @@ from ._errors import (
     WaitTimeout,
     WorkerFailing,
 )
-from ._handles import NotificationLease, WorkLease
+from ._job import AttemptError, Job, JobState, LogLine, Progress
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
-from ._records import AttemptError, Job, JobState, LogLine, Progress
+from ._leases import NotificationLease, WorkLease
 from ._recovery import RecoveryReport
 from ._registry import WorkerInfo
 from ._stats import StoreStatistics
 from ._store import JobStore
-from ._values import default_backoff
 from ._verify import VerifyCheck, VerifyReport, verify
 from ._verify_peer import verify_across_hosts
 

@@ -6,6 +6,7 @@ surrogates; a job store shared between processes and languages must do none of t
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -130,3 +131,22 @@ def target_key(target: Any) -> str:
     """A filename-safe digest naming a notification target; equal JSON values share it."""
     canonical = dumps(target, what="target", sort_keys=True)
     return hashlib.sha256(canonical).hexdigest()[:32]
+
+
+# Control characters other than tab/newline/CR become 6-byte \uXXXX escapes in JSON; without
+# them, escaping at most doubles the text ('"' and '\\'), so records stay under the read cap.
+_ESCAPES_BADLY = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def encode_value(value: Any) -> dict[str, Any]:
+    """A JSON value is stored as itself; bytes are readable with ``cat`` when they are plain
+    UTF-8 text, and base64 otherwise. (Callers check JSON values with ``_codec.canonical``.)"""
+    if not isinstance(value, bytes):
+        return {"encoding": "json", "data": value}
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and not _ESCAPES_BADLY.search(text):
+        return {"encoding": "utf-8", "data": text}
+    return {"encoding": "base64", "data": base64.b64encode(value).decode("ascii")}

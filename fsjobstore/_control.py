@@ -21,8 +21,8 @@ import time
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import dumps, loads
-from ._core import Core
 from ._layout import CANCEL_RE, DEADLINE_RE, QUEUE_RE
+from ._shared import Core
 
 # The longest a claim trusts a listing of control/paused/ whose directory looks unchanged. A
 # directory's mtime moves in clock ticks (and, on GlusterFS, a cached mtime is up to ~0.9 s old),

@@ -18,10 +18,10 @@ import stat
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._core import Core
 from ._errors import JobExists, StorageError
 from ._layout import GENERATED_ID_RE
 from ._records import Record
+from ._shared import Core
 
 log = logging.getLogger("fsjobstore")
 

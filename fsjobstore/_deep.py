@@ -13,9 +13,9 @@ import os
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._core import Core
 from ._layout import ACTIVE_RE, FINAL_RE, PENDING_RE, SCHEDULED_RE, TMP_RE
 from ._records import LOST_DATA
+from ._shared import Core
 
 MAX_LOST_IDS = 1000  # a report stays small even after a cut that emptied a huge backlog
 

@@ -15,12 +15,12 @@ import logging
 import threading
 
 from ._control import Control
-from ._core import Core
 from ._errors import LeaseLost
-from ._leases import OwnerGone
+from ._liveness import OwnerGone
 from ._notify import Notifier
 from ._recovery import recover
 from ._retention import Retention
+from ._shared import Core
 from ._work import Work
 
 log = logging.getLogger("fsjobstore")

@@ -1,315 +1,380 @@
-"""Leases: who holds what, and how the others can tell the holder is gone.
+"""The leases users get: what ``pull_work`` and ``pull_notification`` return.
 
-Two facts decide whether a claim's holder is gone (FORMAT.md, "Leases"):
-
-* **Dead.** Each open store holds an exclusive ``flock`` (taken through filelock's
-  ``lock_descriptor``) on its own ``leases/<owner>.owner`` file for as long as it lives. The
-  kernel drops that lock the instant the process exits, however it exits, so any process on the
-  same host can prove the owner dead with one non-blocking lock attempt.
-* **Hung.** The owner's heartbeat thread rewrites a counter in that file every
-  ``heartbeat_interval``. An observer that sees the counter unchanged for ``lease_duration``
-  seconds of *its own* monotonic clock declares the owner expired. Wall clocks and file mtimes
-  are never compared, so clock jumps and skew cannot expire a live owner early.
-
-We do not use filelock's ``SoftFileLease``: it detects a dead holder only by expiry (not at once
-via flock), and runs a thread per lease; here one heartbeat covers every claim of a process.
-Leases only say who *should* work; what stops a superseded holder from committing is the
-fencing rename in ``_store`` (the claim token is part of the claimed file's name).
+A lease is a view of a claim: the claim's changing state (its file, token, deadline, whether it
+ended and why) lives in one class beside the code that changes it, ``_work.WorkClaim`` for work
+and ``_notify.NotificationClaim`` for notifications. A lease reads that state and calls the
+claim's methods; it holds nothing of its own. The claims are seen here only through the small
+``WorkClaimed`` and ``NotificationClaimed`` protocols, so this module imports neither.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import json
 import logging
-import os
-import secrets
-import socket
-import stat
 import threading
-import time
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Any, Protocol
 
-from . import _syscalls as sc
-from ._errors import StorageError
-from ._fsops import FILE_MODE, O_CLOEXEC, O_NOFOLLOW, unlink
-from ._layout import Layout
+from ._errors import LeaseLost
+from ._job import JobState
+from ._records import Record
 
 log = logging.getLogger("fsjobstore")
 
-_BEAT_WIDTH = 255  # fixed width so a heartbeat is one pwrite, never a truncate + write
-
-Status = Literal["alive", "dead", "expired"]
+OnCompromised = Callable[[LeaseLost], object]
 
 
-class OwnerGone(OSError):
-    """Our owner file is gone: another process judged us dead or expired and cleaned up."""
+class ClaimEnd:
+    """How a claim ended, shared by both kinds of claim: finished (committed, released or
+    lost) and, if lost, why. ``on_compromised`` runs once, with the reason."""
 
+    def __init__(self, on_compromised: OnCompromised | None) -> None:
+        self.mutex = threading.Lock()
+        self._callback = on_compromised
+        self._compromised: LeaseLost | None = None
+        self._notified = False
+        self._finished = False
 
-class OwnerLease:
-    """This store instance's liveness file, locked for its lifetime and beaten by its thread."""
+    @property
+    def on_compromised(self) -> OnCompromised | None:
+        return self._callback
 
-    def __init__(self, layout: Layout, lease_duration: float, mode: int = FILE_MODE) -> None:
-        self.owner = secrets.token_hex(8)
-        self.path = layout.owner_path(self.owner)
-        self._lease_duration = lease_duration
-        self._beats = 0
-        self._lock = threading.Lock()
-        # The file must never be visible under its real name unlocked, or a prober could judge
-        # us dead in the instant between create and flock. So: create and lock it under a hidden
-        # name that no sweep looks at, then rename it into place already locked.
-        hidden = os.path.join(os.path.dirname(self.path), f".{self.owner}.init")
-        fd = sc.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
+    @on_compromised.setter
+    def on_compromised(self, callback: OnCompromised | None) -> None:
+        # Setting it after the lease was already lost still delivers the news, once.
+        with self.mutex:
+            self._callback = callback
+        self._deliver()
+
+    @property
+    def compromised(self) -> LeaseLost | None:
+        return self._compromised
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def compromise(self, error: LeaseLost) -> None:
+        """Record that the claim is lost (unless it ended already) and tell the holder, once."""
+        with self.mutex:
+            if self._compromised is not None or self._finished:
+                return
+            self._compromised = error
+        self._deliver()
+
+    def _deliver(self) -> None:
+        with self.mutex:
+            if self._compromised is None or self._notified or self._callback is None:
+                return
+            self._notified = True
+            callback, error = self._callback, self._compromised
         try:
-            if mode != FILE_MODE:
-                sc.fchmod(fd, mode)  # group stores: other members must be able to probe it
-            if not sc.try_lock(fd):  # a fresh random name: nobody else has it
-                raise OSError(errno.EAGAIN, "could not lock a fresh owner file", hidden)
-            self._fd: int | None = fd
-            self._write_beat(fd)  # under its hidden name still: beat() would find it "gone"
-            sc.rename(hidden, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):  # must not hide the error that brought us here
-                sc.close(fd)
-            with contextlib.suppress(OSError):
-                sc.unlink(hidden)
-            raise
+            callback(error)
+        except Exception:  # a user's callback must not kill the heartbeat thread
+            log.exception("on_compromised callback raised")
 
-    def beat(self) -> None:
-        """Publish a new heartbeat value; raises OSError if it cannot be written, and
-        :class:`OwnerGone` if our file is no longer there (another process removed it)."""
-        with self._lock:
-            if self._fd is None:
-                return
-            try:
-                self._write_beat(self._fd)
-            except OSError as exc:
-                # On a network filesystem, a file another host removed fails the write with
-                # ESTALE rather than succeeding: a fresh lookup tells that from a storage fault.
-                if exc.errno in (errno.ESTALE, errno.ENOENT) and not sc.lexists(self.path):
-                    raise OwnerGone(f"owner {self.owner}'s file was removed: another process judged it gone "
-                                    "and took over its claims") from None
-                raise
-            # A write to an unlinked file succeeds: check that the name is still ours.
-            mine = sc.fstat(self._fd)
-            try:
-                named = sc.lstat(self.path)
-            except FileNotFoundError:
-                named = None
-            if named is None or (named.st_dev, named.st_ino) != (mine.st_dev, mine.st_ino):
-                raise OwnerGone(f"owner {self.owner}'s file was removed: another process judged it gone "
-                                "and took over its claims")
-
-    def _write_beat(self, fd: int) -> None:
-        self._beats += 1
-        doc = {
-            "owner": self.owner, "pid": os.getpid(), "host": socket.gethostname(),
-            "lease_duration": self._lease_duration, "beat": self._beats,
-        }
-        line = json.dumps(doc, separators=(",", ":")).encode()[:_BEAT_WIDTH]
-        sc.pwrite(fd, line.ljust(_BEAT_WIDTH) + b"\n", 0)
-
-    def close(self) -> None:
-        """Unlink first, then unlock: an observer never sees our file unlocked while it exists."""
-        with self._lock:
-            if self._fd is None:
-                return
-            with contextlib.suppress(OSError):
-                sc.unlink(self.path)
-            fd, self._fd = self._fd, None
-            with contextlib.suppress(OSError):
-                sc.unlock(fd)
-            with contextlib.suppress(OSError):  # the descriptor is released even when close fails
-                sc.close(fd)
-
-    def abandon_after_fork(self) -> None:
-        """In a forked child: drop our copy of the parent's descriptor without unlocking it."""
-        with contextlib.suppress(OSError):
-            if self._fd is not None:
-                sc.close(self._fd)
-        self._fd = None
+    def mark_finished(self) -> None:
+        with self.mutex:
+            self._finished = True
 
 
-class OwnerProbe:
-    """Judges other owners: dead (lock free or file gone), expired (beat frozen), or alive.
+class _Claimed(Protocol):
+    """What both leases read of their claim (``ClaimEnd`` provides it)."""
 
-    Expiry needs observation over time, so a probe kept by a long-lived process (the store's
-    heartbeat thread, a waiting worker) detects hung owners; a one-shot ``recover()`` from cron
-    detects dead owners only. That is by design: a short run has no honest way to tell a hung
-    process from a slow one.
+    on_compromised: OnCompromised | None
+
+    @property
+    def compromised(self) -> LeaseLost | None: ...
+    @property
+    def finished(self) -> bool: ...
+
+
+class RunLogging(Protocol):
+    def progress(self, done: Any, total: Any, message: Any) -> None: ...
+    def log(self, line: Any) -> None: ...
+
+
+class WorkClaimed(_Claimed, Protocol):
+    """A work claim, as its lease sees it (``_work.WorkClaim``)."""
+
+    on_cancel: Callable[[WorkLease], object] | None
+
+    @property
+    def record(self) -> Record: ...
+    @property
+    def token(self) -> str: ...
+    @property
+    def deadline(self) -> float | None: ...
+    def commit(self, kind: str, payload: Any, retry: bool, delay: float | None) -> None: ...
+    def touch(self, extend: float | None) -> None: ...
+    def run_log(self) -> RunLogging: ...
+    def cancel_requested(self) -> bool: ...
+    def time_out(self) -> bool: ...
+
+
+class NotificationClaimed(_Claimed, Protocol):
+    """A notification claim, as its lease sees it (``_notify.NotificationClaim``)."""
+
+    @property
+    def record(self) -> Record: ...
+    @property
+    def state(self) -> JobState: ...
+    @property
+    def waiting(self) -> tuple[Any, ...]: ...
+    @property
+    def attempts(self) -> int: ...
+    def done(self, delivered: list[Any], error: str | None) -> None: ...
+    def release(self) -> None: ...
+
+
+class _Lease:
+    """What both leases show of their claim: whether it ended, and why it was lost."""
+
+    _claim: _Claimed
+
+    @property
+    def on_compromised(self) -> OnCompromised | None:
+        return self._claim.on_compromised
+
+    @on_compromised.setter
+    def on_compromised(self, callback: OnCompromised | None) -> None:
+        self._claim.on_compromised = callback
+
+    @property
+    def compromised(self) -> LeaseLost | None:
+        """Why the lease was lost, or None while it is (as far as we know) ours."""
+        return self._claim.compromised
+
+    @property
+    def finished(self) -> bool:
+        """True once this handle has committed, released, or lost its lease."""
+        return self._claim.finished
+
+
+class WorkLease(_Lease):
+    """An exclusive claim on one job. Commit it with :meth:`fulfill`, :meth:`fail` or :meth:`release`.
+
+    :attr:`token` is unique to this claim and is part of the claimed file's name; a commit is a
+    rename of exactly that name, so once the claim is taken over (the lease expired, or a
+    recovery found us dead) every commit raises :class:`LeaseLost` and changes nothing. Use the
+    token as the idempotency key for side effects outside the store: execution is at least
+    once, commit is exactly once.
+
+    As a context manager: an exception in the body counts as a failed attempt (retried per the
+    job's ``max_attempts``) and is re-raised; leaving the body without committing releases, and
+    so does a ``KeyboardInterrupt`` or ``SystemExit`` (the process is stopping: not the job's
+    fault, and no attempt is counted). Time limits are not delivered as exceptions: the worker
+    runtime ends a timed-out attempt itself, as a failed attempt (see :meth:`touch`).
     """
 
-    def __init__(self, layout: Layout, lease_duration: float, clock: Callable[[], float], *,
-                 trust_locks: bool = True) -> None:
-        self.trust_locks = trust_locks  # False: heartbeat-only (see _verify)
-        self._layout = layout
-        self._lease_duration = lease_duration
-        self._clock = clock
-        self._seen: dict[str, tuple[bytes, float]] = {}
-        self._lock = threading.Lock()
+    def __init__(self, claim: WorkClaimed) -> None:
+        self._claim: WorkClaimed = claim
 
-    def status(self, owner: str) -> Status:
-        """Whether ``owner`` is alive, dead, or past its lease without a beat. A stale handle
-        means the file was replaced on another host: look again, a few times; one that stays
-        stale (a network mount that keeps failing, seen on GlusterFS while a client was cut off)
-        tells nothing about the owner, so it is taken as alive: never take a live one's jobs for
-        it, and the next recovery pass looks again. Any other storage error is raised."""
-        for tries in range(5):
-            try:
-                return self._status_once(owner)
-            except StorageError as exc:
-                if exc.errno != errno.ESTALE:
-                    raise
-                time.sleep(0.002 * 2**tries)
-        log.info("owner %s: its file stayed stale through 5 looks; taken as alive for now", owner)
-        return "alive"
+    @property
+    def token(self) -> str:
+        """This claim's fencing token: unique to this claim, part of the claimed file's name.
+        Use it as the idempotency key of side effects outside the store."""
+        return self._claim.token
 
-    def _status_once(self, owner: str) -> Status:
-        path = self._layout.owner_path(owner)
-        try:
-            fd = sc.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
-        except FileNotFoundError:
-            return "dead"
-        except StorageError as exc:
-            # A stale handle for a name that a fresh lookup no longer finds: the file is gone
-            # (removed on another host), so its owner is. EMFILE or EIO says nothing about the
-            # owner: never take a live one's jobs for it.
-            if exc.errno == errno.ESTALE and not sc.lexists(path):
-                return "dead"
-            raise
-        except OSError:
-            return "dead"  # a planted symlink or worse is no live owner of ours
-        try:
-            # A *shared* lock: probers running at once must not see each other as the owner. The
-            # owner holds an exclusive lock, so this succeeds only once the owner has exited;
-            # the owner's file appears already locked (see OwnerLease), so no startup window.
-            if self.trust_locks and sc.try_lock_shared(fd):
-                return "dead"
-            content = sc.pread(fd, _BEAT_WIDTH + 1, 0)
-        finally:
-            sc.close_read(fd)
-        now = self._clock()
-        with self._lock:
-            seen = self._seen.get(owner)
-            if seen is None or seen[0] != content:
-                self._seen[owner] = (content, now)
-                return "alive"
-            duration = max(self._lease_duration, _declared_duration(content))
-            return "expired" if now - seen[1] >= duration else "alive"
+    @property
+    def id(self) -> str:
+        """The job's id."""
+        return self._claim.record.id
 
-    def forget(self, owner: str) -> None:
-        with self._lock:
-            self._seen.pop(owner, None)
+    @property
+    def request(self) -> Any:
+        """The job's request, as stored (JSON)."""
+        return self._claim.record.request
 
+    @property
+    def queue(self) -> str:
+        """The queue the job was claimed from."""
+        return self._claim.record.queue
 
-def _declared_duration(content: bytes) -> float:
-    """The holder's own lease_duration: never expire a peer sooner than it agreed to."""
-    try:
-        value = json.loads(content.decode("utf-8", "replace").strip() or "{}").get("lease_duration", 0)
-        return float(value) if isinstance(value, int | float) else 0.0
-    except (ValueError, AttributeError):
-        return 0.0
+    @property
+    def priority(self) -> int:
+        """The job's priority (lower runs sooner)."""
+        return self._claim.record.priority
 
+    @property
+    def attempt(self) -> int:
+        """This attempt's number: 1 for the first run, 2 for the first retry, ..."""
+        return self._claim.record.attempts + 1
 
-class NotifyLock:
-    """Exclusive, per-job lock on ``leases/<id>.notify`` that is safe to unlink while held.
+    @property
+    def max_attempts(self) -> int:
+        """Attempts the job gets before it fails for good."""
+        return self._claim.record.max_attempts
 
-    The classic pattern: open-or-create, flock, then check that the path still names the inode we
-    locked; if a previous holder unlinked it in between, we locked a ghost and retry. Holders
-    unlink the path before unlocking, so the lock file never outlives the notification.
-    """
+    @property
+    def timeout(self) -> float | None:
+        """Seconds one attempt of this job may run (``create(timeout=...)``), or None."""
+        return self._claim.record.timeout
 
-    def __init__(self, fd: int, path: str, ino: tuple[int, int]) -> None:
-        self._fd: int | None = fd
-        self.path = path
-        self._ino = ino
+    @property
+    def deadline(self) -> float | None:
+        """When this attempt's time runs out, on the store's monotonic clock (None: no limit).
+        :meth:`touch` moves it. The worker runtime enforces it; other processes take the job
+        over once it has passed by a ``lease_duration``."""
+        return self._claim.deadline
 
-    @classmethod
-    def try_acquire(cls, path: str, owner: str, mode: int = FILE_MODE) -> NotifyLock | None:
-        for _ in range(3):
-            try:
-                fd = sc.open(path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC, mode)
-            except StorageError:
-                raise
-            except OSError:  # a planted symlink or directory: recovery quarantines it
-                return None
-            keep = False
-            try:
-                st = sc.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or not sc.try_lock(fd):
-                    return None
-                try:
-                    cur = sc.lstat(path)
-                except FileNotFoundError:
-                    continue
-                if (st.st_dev, st.st_ino) != (cur.st_dev, cur.st_ino):
-                    continue
-                if mode != FILE_MODE and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != mode:
-                    sc.fchmod(fd, mode)  # we made it; the umask took the group bits off
-                sc.ftruncate(fd, 0)
-                sc.pwrite(fd, owner.encode() + b"\n", 0)
-                keep = True
-                return cls(fd, path, (st.st_dev, st.st_ino))
-            finally:
-                if not keep:  # closed exactly once: a second close could hit a reused descriptor
-                    with contextlib.suppress(OSError):
-                        sc.close(fd)
-        return None
+    def touch(self, extend: float | None = None) -> None:
+        """Renew this attempt's time limit: ``extend`` seconds from now (default: the job's
+        ``timeout`` again). Seen by every process. Raises :class:`LeaseLost` if the claim is
+        gone, :class:`InvalidRequest` if the job has no timeout and ``extend`` is not given."""
+        self._claim.touch(extend)
 
-    def still_ours(self) -> bool:
-        if self._fd is None:
-            return False
-        try:
-            cur = sc.lstat(self.path)
-        except FileNotFoundError:
-            return False
-        return (cur.st_dev, cur.st_ino) == self._ino
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report how far this attempt got; ``JobStore.get(id).progress`` shows the latest.
+        Raises :class:`LeaseLost` once the claim is no longer ours (never mixed into another
+        attempt's). Cheap: one small append, not fsynced."""
+        self._claim.run_log().progress(done, total, message)
+
+    def log(self, line: str) -> None:
+        """Add a line to this attempt's log (``JobStore.get(id).logs``). The oldest lines are
+        dropped, and counted, past 256 KiB per attempt. Raises :class:`LeaseLost` like
+        :meth:`progress`."""
+        self._claim.run_log().log(line)
+
+    def time_out(self) -> bool:
+        """End this attempt as timed out: a failed attempt (retried, or failed for good, as
+        usual), ``on_compromised`` fires with reason ``"timeout"``, and any later commit of this
+        lease raises :class:`LeaseLost`. What the worker runtime does when an attempt runs past
+        :attr:`deadline` in a thread it cannot stop. False if the lease had already ended."""
+        return self._claim.time_out()
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once ``JobStore.cancel`` was asked for this job. A handler that sees it should
+        stop; whatever it commits then, the job ends ``cancelled``. Reading it checks the store
+        (one stat) and fires :attr:`on_cancel` the first time it is true."""
+        return self._claim.cancel_requested()
+
+    @property
+    def on_cancel(self) -> Callable[[WorkLease], object] | None:
+        """Called once, with this lease, when a cancel request is first noticed (by the store's
+        heartbeat, or by reading :attr:`cancel_requested`)."""
+        return self._claim.on_cancel
+
+    @on_cancel.setter
+    def on_cancel(self, callback: Callable[[WorkLease], object] | None) -> None:
+        self._claim.on_cancel = callback
+
+    def fulfill(self, value: Any) -> None:
+        """Make the job final with ``value``: bytes (kept as bytes) or any JSON value (str,
+        number, bool, None, list, dict), given back as stored JSON. Raises :class:`LeaseLost`
+        if the claim is gone, :class:`InvalidRequest` if the value is neither."""
+        self._claim.commit("fulfill", value, False, None)
+
+    def fail(self, error: BaseException | str, *, retry: bool = True, delay: float | None = None) -> None:
+        """Record a failed attempt; retried after ``delay`` (or the store's backoff) while
+        attempts remain and ``retry`` is true, otherwise the job becomes final ``failed``."""
+        self._claim.commit("fail", error, retry, delay)
 
     def release(self) -> None:
-        if self._fd is None:
+        """Give the job back untouched (the attempt is not counted)."""
+        self._claim.commit("release", None, False, None)
+
+    def __enter__(self) -> WorkLease:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.finished:
             return
-        if self.still_ours():
-            with contextlib.suppress(OSError):
-                sc.unlink(self.path)
-        fd, self._fd = self._fd, None
-        with contextlib.suppress(OSError):
-            sc.unlock(fd)
-        with contextlib.suppress(OSError):  # the descriptor is released even when close fails
-            sc.close(fd)
+        try:
+            if exc is not None and isinstance(exc, Exception):
+                self.fail(exc)
+            else:  # clean exit, or KeyboardInterrupt/SystemExit: not the job's fault
+                self.release()
+        except LeaseLost:
+            if exc is None:
+                raise
+
+    def __repr__(self) -> str:
+        return f"<WorkLease id={self.id!r} queue={self.queue!r} attempt={self.attempt} token={self.token!r}>"
 
 
-def break_if_expired(path: str, me: str, probe: OwnerProbe) -> bool:
-    """Unlink a notify lock whose holder's heartbeat stopped; True if it was broken.
+class NotificationLease(_Lease):
+    """An exclusive claim on delivering one final job's result to its waiting targets.
 
-    Where locks are not trusted (heartbeat-only), a holder judged gone whose owner file someone
-    already removed is "dead", and its lock may still be held (a hung client keeps its locks on
-    GlusterFS until it resumes): it is broken as an expired one's would be. Where locks are
-    trusted, a dead holder's lock is free already and needs no breaking.
+    Call :meth:`done` with the targets that were delivered; they are removed while the lease is
+    still held. The rest are offered again after a backoff. :meth:`release` gives it back
+    untouched (no delivery attempt counted, no backoff).
 
-    RACE: the hung holder may wake and call done(); it rechecks its lock's inode first and
-    raises LeaseLost, so at worst its targets are delivered twice (delivery is at least once).
+    As a context manager: an exception in the body is a failed delivery (``done([])`` with the
+    exception as its error, retried after a backoff) and is re-raised; leaving the body without
+    calling :meth:`done` releases, and so does a ``KeyboardInterrupt`` or ``SystemExit``.
     """
-    holder = notify_lock_holder(path)
-    if not holder or holder == me:
-        return False
-    status = probe.status(holder)
-    if status == "expired" or (status == "dead" and not probe.trust_locks):
-        return unlink(path)
-    return False
 
+    def __init__(self, claim: NotificationClaimed) -> None:
+        self._claim: NotificationClaimed = claim
 
-def notify_lock_holder(path: str) -> str | None:
-    """The owner named in a notify lock file, if it can be read."""
-    try:
-        fd = sc.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        text = sc.read(fd, 64).decode("ascii", "replace").strip()
-    except OSError:
-        return None
-    finally:
-        sc.close_read(fd)
-    return text if len(text) == 16 and all(c in "0123456789abcdef" for c in text) else None
+    @property
+    def id(self) -> str:
+        """The job's id."""
+        return self._claim.record.id
+
+    @property
+    def state(self) -> JobState:
+        """The job's final state: fulfilled, failed or cancelled."""
+        return self._claim.state
+
+    @property
+    def waiting(self) -> tuple[Any, ...]:
+        """The targets to deliver to, oldest first (as they were when the lease was taken)."""
+        return self._claim.waiting
+
+    @property
+    def attempts(self) -> int:
+        """Earlier delivery attempts of this notification that left targets undelivered."""
+        return self._claim.attempts
+
+    @property
+    def request(self) -> Any:
+        """The job's request, as stored (JSON)."""
+        return self._claim.record.request
+
+    @property
+    def value(self) -> Any:
+        """The job's result (bytes, or a JSON value), or None if it did not succeed."""
+        return self._claim.record.value
+
+    @property
+    def error(self) -> str | None:
+        """The job's last error (a failed job), or its reason (a cancelled one)."""
+        return self._claim.record.error
+
+    def done(self, delivered: Iterable[Any] = (), *, error: str | None = None) -> None:
+        """Remove the ``delivered`` targets and release the lease. ``error`` describes why the
+        others were not delivered; it is kept with the notification for the next attempt.
+
+        Every delivered target must be one of :attr:`waiting`; anything else is a mistake in the
+        caller and raises :class:`InvalidRequest` before anything changes (the lease is still
+        held, so ``done`` can be called again)."""
+        self._claim.done(list(delivered), error)
+
+    def release(self) -> None:
+        """Give the notification back untouched, as :meth:`WorkLease.release` gives a job back:
+        no delivery attempt is counted, no backoff is set, its last delivery error stays, and it
+        is offered again at once. Raises :class:`LeaseLost` if the lease was lost meanwhile
+        (nothing of ours to give back), :class:`InvalidState` if it had already ended."""
+        self._claim.release()
+
+    def __enter__(self) -> NotificationLease:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if not self.finished:
+            try:
+                if exc is not None and isinstance(exc, Exception):
+                    self.done([], error=f"{type(exc).__name__}: {exc}")
+                else:  # clean exit, or KeyboardInterrupt/SystemExit: not the delivery's fault
+                    self.release()
+            except LeaseLost:
+                if exc is None:
+                    raise
+
+    def __repr__(self) -> str:
+        return f"<NotificationLease id={self.id!r} state={self.state.value} waiting={len(self.waiting)}>"

@@ -31,9 +31,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from . import _fsops as fs
+from ._checks import integer
 from ._codec import MAX_ID_LENGTH, check_name, check_queue_name
-from ._core import Core
 from ._errors import InvalidJobId, InvalidRequest, JobNotFound
+from ._job import Job, JobState
 from ._layout import (
     ACTIVE_RE,
     BUCKET_RE,
@@ -47,10 +48,10 @@ from ._layout import (
     pending_name,
     prio_field,
 )
-from ._records import FINAL_STATES, Job, JobState, Record
+from ._records import FINAL_STATES, Record
 from ._retention import STALE_AFTER
+from ._shared import Core
 from ._tree import Location
-from ._values import integer
 
 log = logging.getLogger("fsjobstore")
 

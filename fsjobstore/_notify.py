@@ -11,17 +11,28 @@ import errno
 import os
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._codec import canonical, dumps, target_key
-from ._core import Core
+from ._checks import error_text, integer, number
+from ._codec import canonical, dumps, loads, target_key
 from ._errors import InvalidRequest, InvalidState, LeaseLost, StorageError, ValueTooLarge
-from ._handles import NotificationLease, OnCompromised
-from ._layout import FINAL_RE
-from ._leases import NotifyLock, break_if_expired
-from ._values import error_text
+from ._job import JobState
+from ._layout import FINAL_RE, TARGET_RE, Layout
+from ._leases import ClaimEnd, NotificationLease, OnCompromised
+from ._liveness import NotifyLock, break_if_expired
+from ._records import Record
+from ._shared import Core
+
+
+class NotifyEntry(NamedTuple):
+    """``jobs/notify/<id>.json``: when the next delivery is due, how many deliveries so far
+    left targets waiting, and the last one's error."""
+
+    not_before: float
+    attempts: int
+    error: str | None
 
 
 class Notifier:
@@ -30,14 +41,15 @@ class Notifier:
         self._tree = core.tree
         self._layout = core.layout
         self._durable = core.durable
+        self.target_cap = core.settings.max_request_bytes + 4096  # a target document, with room for its fields
         self._mutex = threading.Lock()
-        self._held: dict[str, NotificationLease] = {}
+        self._held: dict[str, NotificationClaim] = {}
 
     def after_fork(self) -> None:
         self._mutex = threading.Lock()
         self._held = {}
 
-    def held(self) -> list[NotificationLease]:
+    def held(self) -> list[NotificationClaim]:
         with self._mutex:
             return list(self._held.values())
 
@@ -46,8 +58,8 @@ class Notifier:
         _, target = canonical(target, what="target")  # refuse what could not be read back
         key = target_key(target)
         doc = dumps({"target": target, "queued_at": self._core.wall()}, what="target")
-        if len(doc) > self._tree.target_cap:
-            raise ValueTooLarge(f"target is {len(doc)} bytes; the cap is {self._tree.target_cap}")
+        if len(doc) > self.target_cap:
+            raise ValueTooLarge(f"target is {len(doc)} bytes; the cap is {self.target_cap}")
         self._tree.require(job_id)
         tdir = self._layout.target_dir(job_id)
         tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{job_id}.{key}.json")
@@ -76,6 +88,28 @@ class Notifier:
         if loc is not None and loc.state.is_final:
             self.mark_due_now(job_id)
 
+    def read_targets(self, job_id: str) -> list[tuple[str, Any, float]]:
+        """(key, target, queued_at) of every waiting target, oldest first; bad files quarantined."""
+        tdir = self._layout.target_dir(job_id)
+        out = []
+        for name in fs.scan_names(tdir):
+            m = TARGET_RE.match(name)
+            if not m:
+                continue
+            path = os.path.join(tdir, name)
+            try:
+                doc = loads(fs.read_regular(path, self.target_cap))
+                if not isinstance(doc, dict) or "target" not in doc:
+                    raise ValueError("not a target document")
+                queued = doc.get("queued_at")
+                out.append((m["key"], doc["target"], float(queued) if isinstance(queued, int | float) else 0.0))
+            except FileNotFoundError:
+                continue
+            except (fs.Unreadable, ValueError) as exc:
+                self._tree.quarantine(path, f"target file {exc}")
+        out.sort(key=lambda item: (item[2], item[0]))
+        return out
+
     def unqueue_all(self, job_id: str, targets: Iterable[Any]) -> int:
         keys = {target_key(t) for t in targets}
         self._tree.require(job_id)
@@ -93,15 +127,51 @@ class Notifier:
         return removed
 
     # -- the notify index ----------------------------------------------------------------------
+    def write_entry(self, job_id: str, tmp_path: str, not_before: float, attempts: int,
+                           error: str | None) -> None:
+        """Create or replace ``jobs/notify/<id>.json`` atomically."""
+        doc = {"id": job_id, "not_before": not_before, "attempts": attempts, "error": error}
+        for tries_left in (2, 1, 0):
+            self._tree.write_new(tmp_path, dumps(doc) + b"\n")
+            try:
+                self._tree.rename_into(tmp_path, self._layout.notify_path(job_id))
+                return
+            except FileNotFoundError as exc:
+                # RACE: a member of a shared store moved tmp/ (and our file) away between the
+                # write and the rename; tmp/ is made again on the next write (issue 23).
+                fs.unlink_quietly(tmp_path)  # if it is still here after all, the next write needs its name
+                if not tries_left:
+                    err = StorageError(exc.errno, exc.strerror, exc.filename)
+                    err.op = "rename"
+                    raise err from None
+
+    def read_entry(self, job_id: str) -> NotifyEntry | None:
+        """The job's notify entry, or None if there is no usable one. An unusable one (not a
+        regular file, not our JSON) is quarantined; the caller decides whether to write anew."""
+        path = self._layout.notify_path(job_id)
+        try:
+            doc = loads(fs.read_regular(path, 64 * 1024))
+            not_before, attempts, error = doc["not_before"], doc["attempts"], doc.get("error")
+            due = number(not_before, "not_before", error=ValueError)
+            attempts = integer(attempts, "attempts", at_least=0, error=ValueError)
+            if error is not None and not isinstance(error, str):
+                raise ValueError("error is not a string")
+            return NotifyEntry(due, attempts, error)
+        except FileNotFoundError:
+            return None
+        except (fs.Unreadable, ValueError, TypeError, KeyError) as exc:
+            self._tree.quarantine(path, f"notify entry {exc}")
+            return None
+
     def after_final(self, job_id: str) -> None:
         """Index a final job for notification if targets are waiting (after it is durable)."""
-        if self._tree.has_targets(job_id):
+        if has_targets(self._layout, job_id):
             self.mark_due_now(job_id)
 
     def mark_due_now(self, job_id: str) -> None:
-        prev = self._tree.read_notify_entry(job_id)
+        prev = self.read_entry(job_id)
         tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{job_id}.notify")
-        self._tree.write_notify_entry(job_id, tmp, 0.0, prev[1] if prev else 0, None)
+        self.write_entry(job_id, tmp, 0.0, prev[1] if prev else 0, None)
         self._tree.bell("work")
 
     def _drop_entry(self, job_id: str) -> None:
@@ -109,7 +179,7 @@ class Notifier:
         # RACE: a target queued after we read the list would be stranded without an entry;
         # queue() writes the target before checking for an entry, so checking again here after
         # the unlink catches it.
-        if self._tree.has_targets(job_id):
+        if has_targets(self._layout, job_id):
             self.mark_due_now(job_id)
         else:
             try:
@@ -127,7 +197,7 @@ class Notifier:
             if not m:
                 self._tree.quarantine(os.path.join(lay.notify, name), "unrecognised name in jobs/notify")
                 continue
-            entry = self._tree.read_notify_entry(m["id"])
+            entry = self.read_entry(m["id"])
             if entry is None:
                 # Gone, or quarantined just now: if the job still has targets waiting, index it
                 # again with a clean entry rather than strand them.
@@ -146,17 +216,17 @@ class Notifier:
             if lock is None:
                 break_if_expired(lock_path, me, self._core.probe)
                 continue
-            lease = self._open(job_id, lock, now, on_compromised)
-            if lease is not None:
-                return lease
+            claim = self._open(job_id, lock, now, on_compromised)
+            if claim is not None:
+                return claim.lease
         return None
 
     def _open(self, job_id: str, lock: NotifyLock, now: float,
-              on_compromised: OnCompromised | None) -> NotificationLease | None:
+              on_compromised: OnCompromised | None) -> NotificationClaim | None:
         """With the lock held, check again and build the lease; the lock is released otherwise."""
         keep = False
         try:
-            entry = self._tree.read_notify_entry(job_id)
+            entry = self.read_entry(job_id)
             if entry is None or entry[0] > now:
                 return None
             loc = self._tree.locate(job_id)
@@ -169,84 +239,118 @@ class Notifier:
                 self._tree.quarantine(loc.path, f"job file {exc}")
                 self._tree.quarantine(self._layout.notify_path(job_id), "notify entry for an unreadable job")
                 return None
-            targets = self._tree.read_targets(job_id)
+            targets = self.read_targets(job_id)
             if not targets:
                 self._drop_entry(job_id)
                 return None
-            lease = NotificationLease(self, record, loc.state, tuple(t for _, t, _ in targets),
+            claim = NotificationClaim(self, record, loc.state, tuple(t for _, t, _ in targets),
                                       frozenset(k for k, _, _ in targets), lock, entry[1], on_compromised)
             with self._mutex:
-                self._held[job_id] = lease
+                self._held[job_id] = claim
             keep = True
-            return lease
+            return claim
         finally:
             if not keep:
                 lock.release()
 
-    def _finish_notification(self, lease: NotificationLease, delivered: list[Any], error: str | None) -> None:
-        if lease.finished:
-            raise InvalidState(f"the notification lease on job {lease.id} was already done")
+    def finish(self, claim: NotificationClaim, delivered: list[Any], error: str | None) -> None:
+        if claim.finished:
+            raise InvalidState(f"the notification lease on job {claim.id} was already done")
         keys = {target_key(t) for t in delivered}
-        strangers = [t for t in delivered if target_key(t) not in lease._keys]
+        strangers = [t for t in delivered if target_key(t) not in claim.keys]
         if strangers:
             raise InvalidRequest(
                 f"done() was given {len(strangers)} target(s) this lease did not offer, e.g. "
-                f"{strangers[0]!r}; deliver only targets from lease.waiting (nothing was removed)"
+                f"{strangers[0]!r}; deliver only targets from claim.waiting (nothing was removed)"
             )
         text = None if error is None else error_text(error)
         try:
-            if not lease._lock.still_ours() or lease.compromised is not None:
-                err = LeaseLost(f"the notification lease on job {lease.id} was lost; nothing was removed")
-                lease._compromise(err)
+            if not claim.lock.still_ours() or claim.compromised is not None:
+                err = LeaseLost(f"the notification lease on job {claim.id} was lost; nothing was removed")
+                claim.compromise(err)
                 raise err
             # RACE: the lock could be broken between the check above and these unlinks only if
             # we stalled for a whole lease; the targets were delivered, so removing them is right.
-            self._remove_targets(lease.id, keys)
-            remaining = self._tree.read_targets(lease.id)
+            self._remove_targets(claim.id, keys)
+            remaining = self.read_targets(claim.id)
             if remaining:
-                attempts = lease.attempts + 1
-                fresh = any(k not in lease._keys for k, _, _ in remaining)
+                attempts = claim.attempts + 1
+                fresh = any(k not in claim.keys for k, _, _ in remaining)
                 not_before = self._core.wall() if fresh else self._core.wall() + self._core.settings.backoff(attempts)
-                tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{lease.id}.notify")
-                self._tree.write_notify_entry(lease.id, tmp, not_before, attempts, text)
+                tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{claim.id}.notify")
+                self.write_entry(claim.id, tmp, not_before, attempts, text)
                 self._core.pending.note_due(not_before)
             else:
-                self._drop_entry(lease.id)
+                self._drop_entry(claim.id)
         finally:
-            self._forget(lease)
+            self._forget(claim)
 
-    def _release_notification(self, lease: NotificationLease) -> None:
+    def release(self, claim: NotificationClaim) -> None:
         """Give the lease back without touching the notification: its entry keeps its due time
         (already passed, so it is offered again at once), attempts and error."""
-        if lease.finished:
-            raise InvalidState(f"the notification lease on job {lease.id} was already done")
+        if claim.finished:
+            raise InvalidState(f"the notification lease on job {claim.id} was already done")
         try:
-            if not lease._lock.still_ours() or lease.compromised is not None:
-                err = LeaseLost(f"the notification lease on job {lease.id} was lost; nothing to give back")
-                lease._compromise(err)
+            if not claim.lock.still_ours() or claim.compromised is not None:
+                err = LeaseLost(f"the notification lease on job {claim.id} was lost; nothing to give back")
+                claim.compromise(err)
                 raise err
         finally:
-            self._forget(lease)
+            self._forget(claim)
         self._tree.bell("work")  # a waiting notifier elsewhere may take it now
 
-    def _forget(self, lease: NotificationLease) -> None:
-        lease._lock.release()
-        lease._mark_finished()
+    def _forget(self, claim: NotificationClaim) -> None:
+        claim.lock.release()
+        claim.mark_finished()
         with self._mutex:
-            self._held.pop(lease.id, None)
+            self._held.pop(claim.id, None)
 
     def check_held(self, problem: LeaseLost | None) -> None:
         """Tell every holder whose lock was broken (or, with ``problem``, every holder) so."""
-        for note in self.held():
+        for claim in self.held():
             if problem is not None:
-                note._compromise(problem)
-            elif not note.finished and not note._lock.still_ours():
-                note._compromise(LeaseLost(f"the notification lease on job {note.id} was broken"))
+                claim.compromise(problem)
+            elif not claim.finished and not claim.lock.still_ours():
+                claim.compromise(LeaseLost(f"the notification lease on job {claim.id} was broken"))
 
     def close(self) -> None:
-        for lease in self.held():
-            lease._compromise(LeaseLost("the store was closed", reason="closed"))
-            self._forget(lease)
+        for claim in self.held():
+            claim.compromise(LeaseLost("the store was closed", reason="closed"))
+            self._forget(claim)
+
+
+class NotificationClaim(ClaimEnd):
+    """One notification claim's changing state, changed only here (by ``Notifier``); its
+    :class:`NotificationLease` (``.lease``, what the notifier gets) reads it and calls its methods."""
+
+    def __init__(self, notifier: Notifier, record: Record, state: JobState, waiting: tuple[Any, ...],
+                 keys: frozenset[str], lock: NotifyLock, attempts: int, on_compromised: OnCompromised | None) -> None:
+        super().__init__(on_compromised)
+        self._notifier = notifier
+        self.record = record
+        self.state = state
+        self.waiting = waiting
+        self.keys = keys  # the targets offered, to tell them from ones queued meanwhile
+        self.lock = lock
+        self.attempts = attempts
+        self.lease = NotificationLease(self)
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    def done(self, delivered: list[Any], error: str | None) -> None:
+        self._notifier.finish(self, delivered, error)
+
+    def release(self) -> None:
+        self._notifier.release(self)
+
+
+def has_targets(layout: Layout, job_id: str) -> bool:
+    """Whether targets wait for job ``job_id``'s result (``_removal`` asks before removing it)."""
+    tdir = layout.target_dir(job_id)
+    # Most jobs never have targets: one stat answers for them without listing anything.
+    return sc.lexists(tdir) and any(TARGET_RE.match(n) for n in fs.scan_names(tdir))
 
 
 def _gone(why: str, path: str) -> StorageError:

@@ -25,14 +25,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from . import _fsops as fs
+from ._checks import integer, seconds
 from ._codec import check_queue_name, dumps
-from ._core import Core
 from ._errors import InvalidRequest
+from ._job import JobState
 from ._layout import BUCKET_RE, BUCKET_US, FINISHED_RE, PENDING_RE, QUEUE_RE, SCHEDULED_RE, micros
 from ._listing import check_states
-from ._records import JobState, Record
+from ._records import Record
 from ._removal import notification_due, remove_job
-from ._values import integer, seconds
+from ._shared import Core
 
 DEFAULT_STATES = ("fulfilled", "failed", "cancelled")
 _FINAL = frozenset({JobState.FULFILLED, JobState.FAILED, JobState.CANCELLED})

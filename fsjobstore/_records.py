@@ -1,35 +1,18 @@
-"""Job records: the JSON document in each job file, and the frozen snapshots handed to users."""
+"""Job records: the JSON document in each job file, read and written (the snapshots handed to
+users, :class:`Job`, are in ``_job``)."""
 
 from __future__ import annotations
 
 import base64
-import enum
-import re
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ._codec import check_job_id, check_queue_name, dumps, loads
-from ._errors import InvalidState, JobCancelled, JobFailed
+from ._checks import MAX_ATTEMPT_ERRORS, attempt_error_text, error_text, integer, number, retry_delay
+from ._codec import check_job_id, check_queue_name, dumps, encode_value, loads
+from ._job import AttemptError, Job, JobState
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
-from ._values import MAX_ATTEMPT_ERRORS, attempt_error_text, integer, number
 
-
-class JobState(enum.StrEnum):
-    """Where a job is. The state is the directory its file is in; see FORMAT.md."""
-
-    PENDING = "pending"  # due, waiting for a worker
-    SCHEDULED = "scheduled"  # waiting for its run_at, or for a retry backoff
-    ACTIVE = "active"  # leased by a worker
-    FULFILLED = "fulfilled"  # final, with a value
-    FAILED = "failed"  # final, attempts exhausted or failed without retry
-    CANCELLED = "cancelled"  # final, cancelled before it could finish
-
-    @property
-    def is_final(self) -> bool:
-        return self in _FINAL
-
-
-_FINAL = frozenset({JobState.FULFILLED, JobState.FAILED, JobState.CANCELLED})
 FINAL_STATES = ("fulfilled", "failed", "cancelled")
 FOREVER = float("inf")  # a retain that keeps a job forever
 
@@ -40,110 +23,6 @@ LOST_DATA = ("its data never reached the disk, as after a power cut in a store o
 
 class LostJobData(ValueError):
     """A job file whose name reached the disk and whose data did not (all of it, or its end)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """How far an attempt got, as its handler last said (``lease.progress``)."""
-
-    done: float
-    total: float | None
-    message: str | None
-    at: float  # epoch seconds
-    attempt: int
-
-
-@dataclass(frozen=True, slots=True)
-class LogLine:
-    """One ``lease.log`` line, with the attempt that wrote it."""
-
-    at: float  # epoch seconds
-    attempt: int
-    line: str
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptError:
-    """How one failed attempt ended (``Job.attempt_errors``): its number, when, and its error
-    (a traceback or a string, cut in the middle past 4 KiB)."""
-
-    attempt: int
-    at: float  # epoch seconds
-    error: str
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A snapshot of one job, as :meth:`JobStore.get` and :meth:`JobStore.create` return it.
-
-    ``request`` is the request as stored (JSON: tuples come back as lists, keys as strings).
-    ``attempts`` counts the attempts begun, the running one included (a running job's first
-    attempt: 1, as its worker numbers it); resolving a job by id (``JobStore.fulfill``) is not an
-    attempt. ``value`` is the result of a fulfilled job: ``bytes`` if it was given as bytes, otherwise
-    the JSON value it was given as. ``error`` is the last failure's text (for a cancelled job,
-    the reason). ``history`` lists the earlier lives of a job that was retried after it failed
-    or was cancelled (oldest first), each a dict with ``state``, ``attempts``, ``error`` and
-    ``finished_at``. For a final job whose ``waiting`` targets have not all been delivered to,
-    ``delivery_attempts`` counts the deliveries that left targets waiting (they are retried with
-    backoff, without limit, until a notifier delivers or ``unqueue`` removes them) and
-    ``delivery_error`` is the last one's error. ``attempt_errors`` lists how each failed
-    attempt of the job's current life ended (oldest first; the last 10, each cut to 4 KiB), as
-    RQ's and Celery's per-execution results would: a retried job shows every attempt's error,
-    not only the last (which ``error`` also holds, whole). A life ended by ``retry`` keeps only
-    its last error, in ``history``.
-    """
-
-    id: str
-    state: JobState
-    queue: str
-    priority: int
-    request: Any
-    attempts: int
-    max_attempts: int
-    created_at: float
-    run_at: float | None = None
-    value: Any = None
-    error: str | None = None
-    finished_at: float | None = None
-    waiting: tuple[Any, ...] = field(default=())
-    timeout: float | None = None
-    history: tuple[dict[str, Any], ...] = field(default=())
-    progress: Progress | None = None  # the latest an attempt reported
-    logs: tuple[LogLine, ...] = field(default=())  # every attempt's log lines, oldest first
-    logs_dropped: int = 0  # the oldest lines, removed to keep each attempt's log small
-    cancel_requested: bool = False  # a running job that was asked to stop
-    delivery_attempts: int = 0  # final, targets waiting: deliveries so far that left them waiting
-    delivery_error: str | None = None  # ... and the last one's error
-    attempt_errors: tuple[AttemptError, ...] = field(default=())  # each failed attempt's, oldest first
-
-    def result(self) -> Any:
-        """The value of a fulfilled job; raises :class:`JobFailed` (with the error) for a failed
-        one, :class:`JobCancelled` for a cancelled one, and :class:`InvalidState` for a job that
-        has not ended (``store.wait(job_id).result()`` waits first)."""
-        if self.state is JobState.FULFILLED:
-            return self.value
-        if self.state is JobState.FAILED:
-            raise JobFailed(f"job {self.id} failed after {self.attempts} attempt(s): {_first_line(self.error)}",
-                            self.error)
-        if self.state is JobState.CANCELLED:
-            raise JobCancelled(f"job {self.id} was {self.error or 'cancelled'}")
-        raise InvalidState(f"job {self.id} has no result yet: it is {self.state.value}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """This snapshot as plain JSON types (what ``fsjobstore get --json`` prints): ``state``
-        as its string, ``waiting`` and ``history`` as lists, and ``value`` in the form job files
-        store it, so bytes and JSON results print alike: null unless the job is fulfilled, then
-        ``{"encoding": "json", "data": ...}``, or ``{"encoding": "utf-8" | "base64", "data":
-        "..."}`` for bytes."""
-        doc = {f.name: getattr(self, f.name) for f in fields(self)}
-        doc["state"] = self.state.value
-        doc["value"] = encode_value(self.value) if self.state is JobState.FULFILLED else None
-        doc["waiting"] = list(self.waiting)
-        doc["history"] = list(self.history)
-        doc["progress"] = None if self.progress is None else asdict(self.progress)
-        doc["logs"] = [asdict(line) for line in self.logs]
-        doc["attempt_errors"] = [asdict(e) for e in self.attempt_errors]
-        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,11 +203,6 @@ _READABLE = frozenset({1, 2, FORMAT_VERSION})
 _RESULT_FIELDS = frozenset({"attempts", "error", "finished_at", "committed_by", "not_before", "value"})
 
 
-# Control characters other than tab/newline/CR become 6-byte \uXXXX escapes in JSON; without
-# them, escaping at most doubles the text ('"' and '\\'), so records stay under the read cap.
-_ESCAPES_BADLY = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
-
-
 def result_line(state: str, attempts: int, error: str | None, finished_at: float | None,
                 committed_by: str | None, not_before: float | None, value: Any) -> bytes:
     """A result line (:meth:`Record.result_bytes`), from its fields: a commit of the usual
@@ -344,25 +218,6 @@ def result_line(state: str, attempts: int, error: str | None, finished_at: float
         "value": encode_value(value) if state == "fulfilled" else None,
     }
     return dumps(doc, what="job result") + b"\n"
-
-
-def _first_line(text: str | None) -> str:
-    lines = (text or "no error recorded").strip().splitlines()
-    return lines[-1] if lines else "no error recorded"  # a traceback's last line says what happened
-
-
-def encode_value(value: Any) -> dict[str, Any]:
-    """A JSON value is stored as itself; bytes are readable with ``cat`` when they are plain
-    UTF-8 text, and base64 otherwise. (Callers check JSON values with ``_codec.canonical``.)"""
-    if not isinstance(value, bytes):
-        return {"encoding": "json", "data": value}
-    try:
-        text = value.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is not None and not _ESCAPES_BADLY.search(text):
-        return {"encoding": "utf-8", "data": text}
-    return {"encoding": "base64", "data": base64.b64encode(value).decode("ascii")}
 
 
 def _opt_value(doc: Any) -> Any:
@@ -437,3 +292,23 @@ def _seq(v: Any) -> str:
     if not isinstance(v, str) or len(v) != 20 or not v.isdigit() or not v.isascii():
         raise ValueError(f"seq must be 20 decimal digits, got {v!r}")
     return v
+
+
+def next_record(record: Record, token: str, kind: str, payload: Any, retry: bool, delay: float | None,
+                now: float, backoff: Callable[[int], float]) -> tuple[Record, str]:
+    """The record a commit of ``kind`` (fail, cancel or withdraw) by claim ``token`` leaves, and
+    its state (``_work`` commits it)."""
+    error = error_text(payload)
+    attempts = record.attempts + 1
+    if kind in ("cancel", "withdraw"):  # withdraw: cancelled before any attempt ran
+        return replace(record, attempts=attempts if kind == "cancel" else record.attempts,
+                       error=error, committed_by=token, finished_at=now, not_before=None), "cancelled"
+    delay = retry_delay(delay)
+    if retry and attempts < record.max_attempts:
+        wait = backoff(attempts) if delay is None else delay
+        due = now + wait if wait > 0 else None
+        return replace(record, attempts=attempts, error=error, committed_by=token, not_before=due,
+                       attempt_errors=record.with_failed_attempt(attempts, now, error)), (
+            "scheduled" if due is not None else "pending")
+    return replace(record, attempts=attempts, error=error, committed_by=token,
+                   finished_at=now, not_before=None), "failed"

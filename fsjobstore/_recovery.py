@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from . import _fsops as fs
 from . import _registry as registry
 from . import _syscalls as sc
+from ._checks import time_limit_error
 from ._control import Control
-from ._core import Core
 from ._deep import deep_pass, job_id_of, note_lost
 from ._errors import StorageError
 from ._layout import (
@@ -36,12 +36,12 @@ from ._layout import (
     TMP_RE,
     token_owner,
 )
-from ._leases import NotifyLock, break_if_expired
+from ._liveness import NotifyLock, break_if_expired
 from ._notify import Notifier
 from ._records import FINAL_STATES, LostJobData, Record
 from ._removal import finish_gone, finish_unfinished
+from ._shared import Core
 from ._tree import DESTS
-from ._values import time_limit_error
 
 log = logging.getLogger("fsjobstore")
 

@@ -18,10 +18,10 @@ from typing import Any
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import dumps, loads
-from ._core import Core
 from ._errors import StorageError
 from ._layout import WORKER_RE
-from ._leases import OwnerGone
+from ._liveness import OwnerGone
+from ._shared import Core
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,9 @@ import os
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._core import Core
 from ._layout import FINISHED_RE, bucket_field, micros
+from ._notify import has_targets
+from ._shared import Core
 
 log = logging.getLogger("fsjobstore")
 
@@ -84,7 +85,7 @@ def finish_unfinished(core: Core) -> int:
 
 def notification_due(core: Core, job_id: str) -> bool:
     """Whether some target still waits to hear about the job (it must not be removed)."""
-    return sc.lexists(core.layout.notify_path(job_id)) or core.tree.has_targets(job_id)
+    return sc.lexists(core.layout.notify_path(job_id)) or has_targets(core.layout, job_id)
 
 
 def finish_gone(core: Core, gone: str, job_id: str, *, entry: str | None = None) -> None:

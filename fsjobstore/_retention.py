@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._core import Core
 from ._layout import BUCKET_RE, FINAL_RE, FINISHED_RE, bucket_field, micros
 from ._removal import notification_due, remove_job
+from ._shared import Core
 
 log = logging.getLogger("fsjobstore")
 

@@ -24,12 +24,12 @@ from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
+from ._checks import number
 from ._codec import dumps, loads
-from ._core import Core
 from ._errors import InvalidRequest, LeaseLost
+from ._job import LogLine, Progress
 from ._layout import RUN_RE
-from ._records import LogLine, Progress
-from ._values import number
+from ._shared import Core
 
 LOG_CAP = 256 * 1024  # bytes per attempt; past it the oldest log lines go (and are counted)
 LINE_CAP = 8 * 1024  # characters of one log line; longer ones are cut

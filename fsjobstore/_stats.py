@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from . import _fsops as fs
 from ._control import Control
-from ._core import Core
 from ._layout import PENDING_RE
+from ._shared import Core
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,10 +2,11 @@
 raises before anything changes); most then delegate.
 
 What happens on disk lives one layer down: ``_create`` (new jobs), ``_work`` (claims and
-commits), ``_byid`` (snapshots, fulfil, cancel and retry by id), ``_notify`` (targets and notifier
+commits), ``_direct`` (snapshots, fulfil, cancel and retry by id), ``_notify`` (targets and notifier
 leases), ``_listing`` and ``_purge`` (finding and removing jobs), ``_recovery`` (repairs), ``_stats``
-(counts), ``_heart`` (the background threads), all sharing one ``_core.Core``. ``__init__``
-assembles the settings and the parts; ``create`` builds the job's record for ``_create``.
+(counts), ``_heart`` (the background threads), ``_waiting`` (the blocking waits of ``pull_work``,
+``pull_notification`` and ``wait``), all sharing one ``_shared.Core``. ``__init__`` assembles the
+settings and the parts; ``create`` builds the job's record for ``_create``.
 """
 
 from __future__ import annotations
@@ -24,24 +25,7 @@ from typing import Any
 from . import _listing, _purge
 from . import _registry as registry
 from . import _syscalls as sc
-from ._byid import ById
-from ._codec import canonical, check_job_id, check_queue_name
-from ._control import Control
-from ._core import Core, Settings
-from ._create import publish_new
-from ._errors import InvalidRequest, ValueTooLarge, WaitTimeout
-from ._handles import NotificationLease, OnCompromised, WorkLease
-from ._heart import Heart
-from ._layout import MAX_PRIORITY, MIN_PRIORITY, Layout
-from ._notify import Notifier
-from ._records import Job, JobState, Record
-from ._recovery import RecoveryReport, recover
-from ._registry import WorkerInfo
-from ._retention import index_strays
-from ._skeleton import open_skeleton
-from ._stats import StoreStatistics, statistics
-from ._tree import Tree
-from ._values import (
+from ._checks import (
     check_timeout,
     default_backoff,
     due_time,
@@ -52,7 +36,25 @@ from ._values import (
     result_value,
     retain_seconds,
 )
+from ._codec import canonical, check_job_id, check_queue_name
+from ._control import Control
+from ._create import publish_new
+from ._direct import ById
+from ._errors import InvalidRequest, ValueTooLarge, WaitTimeout
+from ._heart import Heart
+from ._job import Job, JobState
+from ._layout import MAX_PRIORITY, MIN_PRIORITY, Layout
+from ._leases import NotificationLease, OnCompromised, WorkLease
+from ._notify import Notifier
+from ._opening import open_skeleton
+from ._records import Record
+from ._recovery import RecoveryReport, recover
+from ._registry import WorkerInfo
+from ._retention import index_strays
+from ._shared import Core, Settings
+from ._stats import StoreStatistics, statistics
 from ._verify import locks_prove_death
+from ._waiting import Waiting
 from ._work import Work
 
 log = logging.getLogger("fsjobstore")
@@ -149,10 +151,6 @@ class JobStore:
         # a store that was never closed is collected: at most once either way.
         self._detach = weakref.finalize(self, sc.detach, self.path)
         durable = config.durable if durable is None else durable
-        record_cap = job_file_cap(max_value_bytes, max_request_bytes)
-        tree = Tree(layout, durable=durable, record_cap=record_cap, target_cap=max_request_bytes + 4096,
-                    perms=config.perms)
-        tree.default_retain = config.retain  # for jobs whose record does not say (format 2)
         local = locks_prove_death(self.path)  # a local filesystem: locks reach every process, inotify too
         settings = Settings(
             path=self.path, durable=durable, store_durable=config.durable, lease_duration=lease,
@@ -163,14 +161,17 @@ class JobStore:
             doorbell=not local if doorbell is None else doorbell,
             clock=clock, wall=wall_clock,
         )
-        self._core = core = Core(settings, layout, tree)
+        # Late-bound: the heartbeat is made below, from parts that need the core (see Core).
+        self._core = core = Core(settings, layout, perms=config.perms,
+                                 record_cap=job_file_cap(max_value_bytes, max_request_bytes),
+                                 default_retain=config.retain,
+                                 on_new_owner=lambda: self._heart.keep_beating())
         self._notifier = Notifier(core)
         self._control = Control(core)
         self._work = Work(core, self._notifier, self._control)
-        self._byid = ById(core, self._work, self._notifier, self._control)
+        self._direct = ById(core, self._work, self._notifier, self._control)
         self._heart = Heart(core, self._work, self._notifier, self._control)
-        core.start_background = self._heart.start
-        core.keep_beating = self._heart.keep_beating
+        self._waiting = Waiting(core, self._heart)
         self.group: int | None = config.perms.gid
         """The gid of the group that shares this store, or None for a private store."""
         _LIVE_STORES.add(self)
@@ -297,7 +298,7 @@ class JobStore:
         self._check_open()
         wanted = [queues] if isinstance(queues, str) else queues
         names = None if wanted is None else [check_queue_name(q, "queues") for q in wanted]
-        return self._core.pull(lambda: self._work.claim(names, on_compromised), timeout)
+        return self._waiting.pull(lambda: self._work.claim(names, on_compromised), timeout)
 
     # == resolving by id ===========================================================================
     def fulfill(self, job_id: str, value: Any) -> None:
@@ -309,13 +310,13 @@ class JobStore:
         """
         self._check_open()
         check_job_id(job_id)
-        self._byid.fulfill(job_id, result_value(value, self.max_value_bytes))
+        self._direct.fulfill(job_id, result_value(value, self.max_value_bytes))
 
     def get(self, job_id: str) -> Job:
         """A snapshot of the job (state, request, value or error, attempts, waiting targets)."""
         self._check_open()
         check_job_id(job_id)
-        return self._byid.snapshot(job_id)
+        return self._direct.snapshot(job_id)
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
         """Block until the job is final (fulfilled, failed or cancelled) and return its snapshot;
@@ -324,7 +325,7 @@ class JobStore:
         Woken by inotify when the result lands, with a rescan every ``poll_interval``."""
         self._check_open()
         check_job_id(job_id)
-        if not self._core.wait_final(job_id, timeout):
+        if not self._waiting.wait_final(job_id, timeout):
             raise WaitTimeout(f"job {job_id} was not final after {timeout} s")
         return self.get(job_id)
 
@@ -340,7 +341,7 @@ class JobStore:
         check_job_id(job_id)
         if reason is not None and not isinstance(reason, str):
             raise InvalidRequest(f"reason must be a str or None, not {type(reason).__name__}")
-        self._byid.cancel(job_id, reason)
+        self._direct.cancel(job_id, reason)
         return self.get(job_id)
 
     def retry(self, job_id: str) -> Job:
@@ -349,7 +350,7 @@ class JobStore:
         :class:`InvalidState` for a job in any other state."""
         self._check_open()
         check_job_id(job_id)
-        return self._byid.retry(job_id)
+        return self._direct.retry(job_id)
 
     def cancel_requested(self, job_id: str) -> bool:
         """Whether a cancel was asked for this job and not yet honoured (cheap: one stat)."""
@@ -417,7 +418,7 @@ class JobStore:
     ) -> NotificationLease | None:
         """Lease one final job whose result is waiting to be delivered, or return None."""
         self._check_open()
-        return self._core.pull(lambda: self._notifier.claim(on_compromised), timeout)
+        return self._waiting.pull(lambda: self._notifier.claim(on_compromised), timeout)
 
     # == maintenance ===============================================================================
     def recover(self, *, deep: bool = True) -> RecoveryReport:

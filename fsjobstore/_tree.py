@@ -16,15 +16,14 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._codec import dumps, loads
-from ._errors import JobNotFound, StorageError
-from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, TARGET_RE, Layout, expiry, micros
-from ._records import FINAL_STATES, LOST_DATA, JobState, LostJobData, Parsed, Record
-from ._values import integer, number
+from ._codec import dumps
+from ._errors import JobNotFound
+from ._job import JobState
+from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, Layout, expiry, micros
+from ._records import FINAL_STATES, LOST_DATA, LostJobData, Parsed, Record
 
 log = logging.getLogger("fsjobstore")
 
@@ -41,28 +40,19 @@ class Location:
     kind: str | None = None  # for ACTIVE: json | commit | recover
 
 
-class NotifyEntry(NamedTuple):
-    """``jobs/notify/<id>.json``: when the next delivery is due, how many deliveries so far
-    left targets waiting, and the last one's error."""
-
-    not_before: float
-    attempts: int
-    error: str | None
-
-
 class Tree:
-    def __init__(self, layout: Layout, *, durable: bool, record_cap: int, target_cap: int,
-                 perms: fs.Perms = fs.PRIVATE) -> None:
+    def __init__(self, layout: Layout, *, durable: bool, record_cap: int,
+                 perms: fs.Perms = fs.PRIVATE, bell: Callable[[str], None]) -> None:
         self.layout = layout
         self.durable = durable
         self.record_cap = record_cap
-        self.target_cap = target_cap
         self.perms = perms
         # Seconds a job is kept once final when its record does not say (a format-2 job, or a
         # store whose default the caller has not set yet): the store's recorded default.
         self.default_retain = DEFAULT_RETAIN
-        # Rung after a job becomes due ("work") or final ("done"); the doorbell sets it.
-        self.bell: Callable[[str], None] = lambda kind: None
+        # Rung after a job becomes due ("work") or final ("done"): the doorbell's ring, passed
+        # in by whoever makes the tree (JobStore), so no other host's waiter sleeps past it.
+        self.bell = bell
 
     # -- writing, with this store's durability and permissions --------------------------------
     def write_new(self, path: str, data: bytes) -> None:
@@ -290,70 +280,6 @@ class Tree:
                 if loc.path != not_path:
                     return True
         return False
-
-    # -- notification targets and the notify index --------------------------------------------
-    def read_targets(self, job_id: str) -> list[tuple[str, Any, float]]:
-        """(key, target, queued_at) of every waiting target, oldest first; bad files quarantined."""
-        tdir = self.layout.target_dir(job_id)
-        out = []
-        for name in fs.scan_names(tdir):
-            m = TARGET_RE.match(name)
-            if not m:
-                continue
-            path = os.path.join(tdir, name)
-            try:
-                doc = loads(fs.read_regular(path, self.target_cap))
-                if not isinstance(doc, dict) or "target" not in doc:
-                    raise ValueError("not a target document")
-                queued = doc.get("queued_at")
-                out.append((m["key"], doc["target"], float(queued) if isinstance(queued, int | float) else 0.0))
-            except FileNotFoundError:
-                continue
-            except (fs.Unreadable, ValueError) as exc:
-                self.quarantine(path, f"target file {exc}")
-        out.sort(key=lambda item: (item[2], item[0]))
-        return out
-
-    def has_targets(self, job_id: str) -> bool:
-        tdir = self.layout.target_dir(job_id)
-        # Most jobs never have targets: one stat answers for them without listing anything.
-        return sc.lexists(tdir) and any(TARGET_RE.match(n) for n in fs.scan_names(tdir))
-
-    def write_notify_entry(self, job_id: str, tmp_path: str, not_before: float, attempts: int,
-                           error: str | None) -> None:
-        """Create or replace ``jobs/notify/<id>.json`` atomically."""
-        doc = {"id": job_id, "not_before": not_before, "attempts": attempts, "error": error}
-        for tries_left in (2, 1, 0):
-            self.write_new(tmp_path, dumps(doc) + b"\n")
-            try:
-                self.rename_into(tmp_path, self.layout.notify_path(job_id))
-                return
-            except FileNotFoundError as exc:
-                # RACE: a member of a shared store moved tmp/ (and our file) away between the
-                # write and the rename; tmp/ is made again on the next write (issue 23).
-                fs.unlink_quietly(tmp_path)  # if it is still here after all, the next write needs its name
-                if not tries_left:
-                    err = StorageError(exc.errno, exc.strerror, exc.filename)
-                    err.op = "rename"
-                    raise err from None
-
-    def read_notify_entry(self, job_id: str) -> NotifyEntry | None:
-        """The job's notify entry, or None if there is no usable one. An unusable one (not a
-        regular file, not our JSON) is quarantined; the caller decides whether to write anew."""
-        path = self.layout.notify_path(job_id)
-        try:
-            doc = loads(fs.read_regular(path, 64 * 1024))
-            not_before, attempts, error = doc["not_before"], doc["attempts"], doc.get("error")
-            due = number(not_before, "not_before", error=ValueError)
-            attempts = integer(attempts, "attempts", at_least=0, error=ValueError)
-            if error is not None and not isinstance(error, str):
-                raise ValueError("error is not a string")
-            return NotifyEntry(due, attempts, error)
-        except FileNotFoundError:
-            return None
-        except (fs.Unreadable, ValueError, TypeError, KeyError) as exc:
-            self.quarantine(path, f"notify entry {exc}")
-            return None
 
     def is_final(self, job_id: str) -> bool:
         return any(sc.lexists(self.layout.final_path(s, job_id)) for s in FINAL_STATES)

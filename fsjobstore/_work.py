@@ -4,7 +4,7 @@ A claim renames the job's file into ``jobs/active/`` under a name that contains 
 token. Every commit starts from exactly that name, so a holder whose claim was taken over
 (renamed away by recovery) commits nothing: that rename is the fence. FORMAT.md, "Transitions",
 lists the steps of each commit; this module is the only code that performs them for a live
-holder (``_recovery`` performs them for dead ones, ``_byid`` claims jobs by id and then commits
+holder (``_recovery`` performs them for dead ones, ``_direct`` claims jobs by id and then commits
 them here).
 
 A commit of a job whose cancellation was requested (``control/cancel/<id>.json``) ends it
@@ -14,24 +14,24 @@ A commit of a job whose cancellation was requested (``control/cancel/<id>.json``
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
+from ._checks import number, result_value, time_limit_error
 from ._control import Control
-from ._core import Core
 from ._errors import InvalidRequest, InvalidState, JobCancelled, LeaseLost, StorageError
-from ._handles import OnCompromised, WorkLease
 from ._layout import PENDING_RE
+from ._leases import ClaimEnd, OnCompromised, WorkLease
 from ._notify import Notifier
-from ._records import FINAL_STATES, Record, result_line
+from ._records import FINAL_STATES, Record, next_record, result_line
 from ._runs import RunLog
-from ._values import error_text, number, result_value, retry_delay, time_limit_error
+from ._shared import Core
 
 log = logging.getLogger("fsjobstore")
 
@@ -42,15 +42,15 @@ class Work:
     def __init__(self, core: Core, notifier: Notifier, control: Control) -> None:
         self._core = core
         self._notifier = notifier
-        self._control = control
+        self.control = control
         self._mutex = threading.Lock()
-        self._held: dict[str, WorkLease] = {}
+        self._held: dict[str, WorkClaim] = {}
 
     def after_fork(self) -> None:
         self._mutex = threading.Lock()
         self._held = {}
 
-    def held(self) -> list[WorkLease]:
+    def held(self) -> list[WorkClaim]:
         with self._mutex:
             return list(self._held.values())
 
@@ -58,7 +58,7 @@ class Work:
     def claim(self, queues: list[str] | None, on_compromised: OnCompromised | None) -> WorkLease | None:
         core = self._core
         core.pending.promote_due()
-        paused = self._control.paused_for_claim()
+        paused = self.control.paused_for_claim()
         for _ in range(10_000):  # bounded: every turn consumes one name
             index = core.pending.pick(queues, paused)
             if index is None:
@@ -76,14 +76,14 @@ class Work:
                 index.lost(name)  # another worker claimed it first
                 continue
             index.won()
-            lease = self.lease_from_active(active, m["id"], os.path.basename(index.directory), token,
+            claim = self.claim_from_active(active, m["id"], os.path.basename(index.directory), token,
                                            on_compromised, give_back=os.path.join(index.directory, name))
-            if lease is not None:
-                return lease
+            if claim is not None:
+                return claim.lease
         return None
 
-    def lease_from_active(self, active: str, job_id: str, queue: str, token: str,
-                          on_compromised: OnCompromised | None, *, give_back: str) -> WorkLease | None:
+    def claim_from_active(self, active: str, job_id: str, queue: str, token: str,
+                          on_compromised: OnCompromised | None, *, give_back: str) -> WorkClaim | None:
         """Read a file we just claimed into a lease; None (and the file quarantined) if it is
         not a job that may run. ``give_back``: where it came from, for a read fault."""
         tree = self._core.tree
@@ -115,12 +115,12 @@ class Work:
         if parsed.final is not None:
             self._finish_found_result(active, record, parsed.final)
             return None
-        lease = WorkLease(self, record, token, on_compromised, size=parsed.complete, clean=not parsed.torn)
+        claim = WorkClaim(self, record, token, on_compromised, size=parsed.complete, clean=not parsed.torn)
         if record.timeout is not None:
-            self._limit(lease, record.timeout)
+            self._limit(claim, record.timeout)
         with self._mutex:
-            self._held[token] = lease
-        return lease
+            self._held[token] = claim
+        return claim
 
     def _finish_found_result(self, active: str, record: Record, state: str) -> None:
         """A queued file that already ends in a whole result line is a commit whose renames a
@@ -151,41 +151,41 @@ class Work:
         except StorageError as exc:  # every recovery pass restores missing index entries
             log.warning("job %s is published but its notification was not indexed: %s", record.id, exc)
 
-    def _limit(self, lease: WorkLease, seconds: float) -> None:
-        """Give the attempt ``seconds`` from now: locally (``lease.deadline``, on the monotonic
+    def _limit(self, claim: WorkClaim, seconds: float) -> None:
+        """Give the attempt ``seconds`` from now: locally (``claim.deadline``, on the monotonic
         clock) and for every other process (``control/deadlines/``, in wall time)."""
         core = self._core
-        lease._deadline = core.clock() + seconds
-        lease._deadline_path = self._control.set_deadline(lease.id, lease.token, core.wall() + seconds,
-                                                          old=lease._deadline_path)
+        claim.deadline = core.clock() + seconds
+        claim.deadline_path = self.control.set_deadline(claim.id, claim.token, core.wall() + seconds,
+                                                          old=claim.deadline_path)
 
-    # == committing (called by WorkLease) ==========================================================
-    def _commit_work(self, lease: WorkLease, kind: str, payload: Any, retry: bool, delay: float | None) -> None:
-        with lease._commit_lock:
-            self._commit_locked(lease, kind, payload, retry, delay)
+    # == committing (called by WorkClaim, and by _direct) ===========================================
+    def commit(self, claim: WorkClaim, kind: str, payload: Any, retry: bool, delay: float | None) -> None:
+        with claim.commit_lock:
+            self._commit_locked(claim, kind, payload, retry, delay)
 
-    def _commit_locked(self, lease: WorkLease, kind: str, payload: Any, retry: bool, delay: float | None) -> None:
+    def _commit_locked(self, claim: WorkClaim, kind: str, payload: Any, retry: bool, delay: float | None) -> None:
         core = self._core
-        if lease.finished:
-            if lease.compromised is not None:  # timed out or taken over: the late commit is fenced
-                raise LeaseLost(f"{lease.compromised}; this commit was refused", reason=lease.compromised.reason)
-            raise InvalidState(f"the lease on job {lease.id} was already committed")
+        if claim.finished:
+            if claim.compromised is not None:  # timed out or taken over: the late commit is fenced
+                raise LeaseLost(f"{claim.compromised}; this commit was refused", reason=claim.compromised.reason)
+            raise InvalidState(f"the lease on job {claim.id} was already committed")
         if core.forked():
             raise LeaseLost("this lease belongs to the parent process", reason="closed")
-        record, token, lay = lease._record, lease.token, core.layout
+        record, token, lay = claim.record, claim.token, core.layout
         active = lay.active_path(record.id, token)
-        reason = self._control.cancel_reason(record.id)
+        reason = self.control.cancel_reason(record.id)
         if reason is not None and kind not in ("cancel", "withdraw"):
             # A job resolved by id ran no attempt here: its cancel counts none either.
             asked, kind, payload = kind, "withdraw" if kind == "resolve" else "cancel", reason
-            new, dest = self._next_record(record, token, kind, payload, False, None)
-            self._commit_final(lease, active, new.result_bytes(dest), dest, new.finished_at or core.wall())
+            new, dest = next_record(record, token, kind, payload, False, None, core.wall(), core.settings.backoff)
+            self._commit_final(claim, active, new.result_bytes(dest), dest, new.finished_at or core.wall())
             log.info("job %s was cancelled while it ran; its %s became the cancel", record.id, asked)
             if asked != "release":
                 raise JobCancelled(f"job {record.id} was cancelled ({reason}); it was not committed as asked")
             return
         if kind == "release":
-            self._release(lease, active)
+            self._release(claim, active)
             return
         if kind in ("fulfill", "resolve"):
             # The usual commit, on every job: its line is written straight from the claimed
@@ -195,11 +195,11 @@ class Work:
             attempts = record.attempts + (kind == "fulfill")
             now = core.wall()
             line = result_line("fulfilled", attempts, record.error, now, token, None, value)
-            self._commit_final(lease, active, line, "fulfilled", now)
+            self._commit_final(claim, active, line, "fulfilled", now)
             return
-        new, dest = self._next_record(record, token, kind, payload, retry, delay)
+        new, dest = next_record(record, token, kind, payload, retry, delay, core.wall(), core.settings.backoff)
         if dest in FINAL_STATES:
-            self._commit_final(lease, active, new.result_bytes(dest), dest, new.finished_at or core.wall())
+            self._commit_final(claim, active, new.result_bytes(dest), dest, new.finished_at or core.wall())
             return
         tmp = lay.commit_tmp_path(token, record.id, dest)
         fs.unlink_quietly(tmp)  # a failed earlier attempt of this very commit may have left it
@@ -208,20 +208,20 @@ class Work:
         except OSError as exc:
             if _claim_gone(exc, active):  # a stale handle, and our claim is gone too: lost
                 fs.unlink_quietly(tmp)
-                raise self._lost(lease) from None
+                raise self._lost(claim) from None
             raise
-        lease._committing = True
+        claim.committing = True
         committing = lay.active_path(record.id, token, "commit")
         try:
             sc.rename(active, committing)  # the fence: fails if our claim was taken over
         except FileNotFoundError:
             fs.unlink_quietly(tmp)
-            raise self._lost(lease) from None
+            raise self._lost(claim) from None
         except OSError as exc:
             fs.unlink_quietly(tmp)
-            lease._committing = False
+            claim.committing = False
             if _claim_gone(exc, active):
-                raise self._lost(lease) from None
+                raise self._lost(claim) from None
             raise
         try:
             core.tree.publish(tmp, new, dest)
@@ -230,38 +230,38 @@ class Work:
             # our own temp file. That is our result; anything else is someone else's.
             fs.unlink_quietly(tmp)
             if not self._published_by(token, core.tree.dest_path(new, dest)):
-                raise self._lost(lease) from None
+                raise self._lost(claim) from None
         except StorageError as exc:
             if not exc.applied:
-                self._unfence(lease, committing, active, tmp)
+                self._unfence(claim, committing, active, tmp)
                 raise
-            self._committed(lease, committing, new, dest)
+            self._committed(claim, committing, new, dest)
             raise
-        self._committed(lease, committing, new, dest)
+        self._committed(claim, committing, new, dest)
 
-    def _release(self, lease: WorkLease, active: str) -> None:
-        core, record = self._core, lease._record
+    def _release(self, claim: WorkClaim, active: str) -> None:
+        core, record = self._core, claim.record
         dst = core.layout.pending_path(record.queue, record.priority, record.seq, record.id)
         core.tree.ensure_dir(os.path.dirname(dst))
-        lease._committing = True
+        claim.committing = True
         try:
             core.tree.rename_into(active, dst)
         except FileNotFoundError:
-            raise self._lost(lease) from None
+            raise self._lost(claim) from None
         except StorageError as exc:
             if not exc.applied:
-                lease._committing = False  # nothing moved: the lease is still ours
+                claim.committing = False  # nothing moved: the lease is still ours
                 if _claim_gone(exc, active):
-                    raise self._lost(lease) from None
+                    raise self._lost(claim) from None
                 raise
-            self._finish(lease)  # released; only the fsync failed
+            self._finish(claim)  # released; only the fsync failed
             core.pending.note_published(record, "pending")
             raise
         core.tree.bell("work")
-        self._finish(lease)
+        self._finish(claim)
         core.pending.note_published(record, "pending")
 
-    def _commit_final(self, lease: WorkLease, active: str, line: bytes, dest: str, finished_at: float) -> None:
+    def _commit_final(self, claim: WorkClaim, active: str, line: bytes, dest: str, finished_at: float) -> None:
         """A result is final: append it to the claimed file as one line, then move that file
         into its final directory with one rename that never replaces a result.
 
@@ -269,45 +269,45 @@ class Work:
         most filesystems). The rename is the fence: once a recoverer has moved our claim, it
         fails with ENOENT. Durable order: write, fsync the file, rename, fsync the directory.
         """
-        core, job_id = self._core, lease._record.id
-        lease._committing = True
+        core, job_id = self._core, claim.record.id
+        claim.committing = True
         try:
-            fs.write_at(active, lease._size, line, durable=core.durable, clean=lease._clean,
+            fs.write_at(active, claim.size, line, durable=core.durable, clean=claim.clean,
                         linked_as=core.layout.id_marker(job_id))
         except FileNotFoundError:
-            raise self._lost(lease) from None
+            raise self._lost(claim) from None
         except fs.Unreadable as exc:
             # Swapped since the claim for a hard link (or a FIFO) a member planted: nothing was
             # written; the file is kept aside like any planted one, and this attempt is void.
-            lease._committing = False
+            claim.committing = False
             core.tree.quarantine(active, f"claimed job file {exc}")
-            raise self._lost(lease) from None
+            raise self._lost(claim) from None
         except OSError as exc:
-            lease._committing = False  # the line was cut back (if it could be): a retry truncates first
-            lease._clean = False
+            claim.committing = False  # the line was cut back (if it could be): a retry truncates first
+            claim.clean = False
             if _claim_gone(exc, active):
-                raise self._lost(lease) from None
+                raise self._lost(claim) from None
             raise
         try:
-            core.tree.publish_final(active, lease._record, dest, finished_at)
+            core.tree.publish_final(active, claim.record, dest, finished_at)
         except FileNotFoundError:
             # RACE: we were judged hung and a recoverer moved our claim. If it saw our whole
             # result line it published that (our commit stands); otherwise it requeued the job
             # from the record line and ours is void.
-            if not self._published_by(lease.token, core.layout.final_path(dest, job_id)):
-                raise self._lost(lease) from None
+            if not self._published_by(claim.token, core.layout.final_path(dest, job_id)):
+                raise self._lost(claim) from None
         except FileExistsError:
             # A result exists already, so this claim was a second copy of a job that is final:
             # a restored backup, a hand-made copy. It is kept aside, and nothing was committed.
             core.tree.quarantine(active, f"a second copy of job {job_id}, which is already final")
-            raise self._lost(lease) from None
+            raise self._lost(claim) from None
         except StorageError as exc:
             if not exc.applied and _claim_gone(exc, active):
                 # RACE: a recoverer on another host moved our claim and the rename met a stale
                 # handle rather than ENOENT: the same as the FileNotFoundError case above.
-                if not self._published_by(lease.token, core.layout.final_path(dest, job_id)):
-                    raise self._lost(lease) from None
-                self._committed_final(lease, job_id, dest)
+                if not self._published_by(claim.token, core.layout.final_path(dest, job_id)):
+                    raise self._lost(claim) from None
+                self._committed_final(claim, job_id, dest)
                 return
             if not exc.applied:
                 # Nothing moved. Cut the line back, durably, so a release or a retry starts clean
@@ -315,20 +315,20 @@ class Work:
                 # what a crash between the append and the rename leaves, and recovery (or, after
                 # a power cut, a claim) may publish the line: a double fault can turn this
                 # "nothing happened" into a commit, never into a lost job.
-                fs.cut_back(active, lease._size, durable=core.durable)
-                lease._committing = False
-                lease._clean = False
+                fs.cut_back(active, claim.size, durable=core.durable)
+                claim.committing = False
+                claim.clean = False
                 raise
-            self._committed_final(lease, job_id, dest)
+            self._committed_final(claim, job_id, dest)
             raise
-        self._committed_final(lease, job_id, dest)
+        self._committed_final(claim, job_id, dest)
 
-    def _committed_final(self, lease: WorkLease, job_id: str, dest: str) -> None:
-        self._finish(lease)
+    def _committed_final(self, claim: WorkClaim, job_id: str, dest: str) -> None:
+        self._finish(claim)
         if dest == "cancelled":
             # Honoured. RACE: a request written after the commit looked for one is too late; it
             # is left for recovery (_sweep_cancels), so a plain commit unlinks nothing.
-            self._control.clear_cancel(job_id)
+            self.control.clear_cancel(job_id)
         try:
             self._notifier.after_final(job_id)
         except StorageError as exc:
@@ -336,12 +336,12 @@ class Work:
             # and every recovery pass restores those (_recovery._sweep_targets).
             log.warning("job %s is committed but its notification was not indexed: %s", job_id, exc)
 
-    def _committed(self, lease: WorkLease, committing: str, new: Record, dest: str) -> None:
+    def _committed(self, claim: WorkClaim, committing: str, new: Record, dest: str) -> None:
         self._core.drop(committing)
-        self._finish(lease)
+        self._finish(claim)
         self._core.pending.note_published(new, dest)  # a retry: final results go by _commit_final
 
-    def _unfence(self, lease: WorkLease, committing: str, active: str, tmp: str) -> None:
+    def _unfence(self, claim: WorkClaim, committing: str, active: str, tmp: str) -> None:
         """Undo a commit that failed before anything was published: the claim is ours again
         and the caller may retry. If even the undo fails, the ``.commit`` entry stays until this
         process exits; recovery then requeues it (its temp file is gone, so nothing is lost)."""
@@ -350,29 +350,9 @@ class Work:
             sc.rename(committing, active)
         except OSError:
             log.warning("could not undo the fence of job %s; it returns to the queue when this process exits",
-                        lease.id)
+                        claim.id)
             return
-        lease._committing = False
-
-    def _next_record(self, record: Record, token: str, kind: str, payload: Any, retry: bool,
-                     delay: float | None) -> tuple[Record, str]:
-        """The record a commit of ``kind`` (fail, cancel or withdraw) leaves, and its state."""
-        settings = self._core.settings
-        now = self._core.wall()
-        error = error_text(payload)
-        attempts = record.attempts + 1
-        if kind in ("cancel", "withdraw"):  # withdraw: cancelled before any attempt ran
-            return dataclasses.replace(record, attempts=attempts if kind == "cancel" else record.attempts,
-                                       error=error, committed_by=token, finished_at=now, not_before=None), "cancelled"
-        delay = retry_delay(delay)
-        if retry and attempts < record.max_attempts:
-            wait = settings.backoff(attempts) if delay is None else delay
-            due = now + wait if wait > 0 else None
-            return dataclasses.replace(record, attempts=attempts, error=error, committed_by=token, not_before=due,
-                                       attempt_errors=record.with_failed_attempt(attempts, now, error)), (
-                "scheduled" if due is not None else "pending")
-        return dataclasses.replace(record, attempts=attempts, error=error, committed_by=token,
-                                   finished_at=now, not_before=None), "failed"
+        claim.committing = False
 
     def _published_by(self, token: str, path: str) -> bool:
         """Whether the job file at ``path`` holds a commit of claim ``token``."""
@@ -381,49 +361,46 @@ class Work:
         except (FileNotFoundError, fs.Unreadable, ValueError):
             return False
 
-    def _lost(self, lease: WorkLease) -> LeaseLost:
-        error = LeaseLost(f"the lease on job {lease.id} (token {lease.token}) was taken over; nothing was committed")
-        lease._compromise(error)
-        self._finish(lease)
+    def _lost(self, claim: WorkClaim) -> LeaseLost:
+        error = LeaseLost(f"the lease on job {claim.id} (token {claim.token}) was taken over; nothing was committed")
+        claim.compromise(error)
+        self._finish(claim)
         return error
 
-    def _finish(self, lease: WorkLease) -> None:
-        lease._mark_finished()
-        self._control.clear_deadline(lease._deadline_path)
+    def _finish(self, claim: WorkClaim) -> None:
+        claim.mark_finished()
+        self.control.clear_deadline(claim.deadline_path)
         with self._mutex:
-            self._held.pop(lease.token, None)
+            self._held.pop(claim.token, None)
 
-    # == a running attempt (called by WorkLease) ===================================================
-    def _touch(self, lease: WorkLease, extend: float | None) -> None:
-        seconds = lease.timeout if extend is None else extend
+    # == a running attempt (called by WorkClaim) ===================================================
+    def touch(self, claim: WorkClaim, extend: float | None) -> None:
+        seconds = claim.timeout if extend is None else extend
         if seconds is None:
-            raise InvalidRequest(f"job {lease.id} has no timeout to renew; give extend=seconds")
+            raise InvalidRequest(f"job {claim.id} has no timeout to renew; give extend=seconds")
         limit = number(seconds, "extend (seconds)", above=0, below=1e9)
-        with lease._commit_lock:
-            if lease.finished or not sc.lexists(self._core.layout.active_path(lease.id, lease.token)):
-                raise LeaseLost(f"the lease on job {lease.id} is no longer held; it cannot be extended")
-            self._limit(lease, limit)
+        with claim.commit_lock:
+            if claim.finished or not sc.lexists(self._core.layout.active_path(claim.id, claim.token)):
+                raise LeaseLost(f"the lease on job {claim.id} is no longer held; it cannot be extended")
+            self._limit(claim, limit)
 
-    def _run_log(self, lease: WorkLease) -> RunLog:
-        run = lease._run
-        if not isinstance(run, RunLog):
-            run = lease._run = RunLog(self._core, lease.id, lease.token, lease.attempt)
+    def run_log(self, claim: WorkClaim) -> RunLog:
+        run = claim.run
+        if run is None:
+            run = claim.run = RunLog(self._core, claim.id, claim.token, claim.attempt)
         return run
 
-    def _cancel_requested(self, lease: WorkLease) -> bool:
-        return self._control.cancel_requested(lease.id)
-
-    def _time_out(self, lease: WorkLease) -> bool:
+    def time_out(self, claim: WorkClaim) -> bool:
         """End an attempt that overran its time limit: a failed attempt (retried or failed as
         usual), committed here so that the late holder's own commit is fenced (LeaseLost).
         False if the lease had ended already."""
-        text = time_limit_error(lease.attempt, lease.timeout)
-        with lease._commit_lock:
-            if lease.finished:
+        text = time_limit_error(claim.attempt, claim.timeout)
+        with claim.commit_lock:
+            if claim.finished:
                 return False
-            lease._compromise(LeaseLost(f"job {lease.id}: {text}", reason="timeout"))
+            claim.compromise(LeaseLost(f"job {claim.id}: {text}", reason="timeout"))
             with contextlib.suppress(JobCancelled):  # cancelled meanwhile: that is how it ended
-                self._commit_locked(lease, "fail", text, True, None)
+                self._commit_locked(claim, "fail", text, True, None)
         return True
 
     # == the heartbeat's checks ====================================================================
@@ -431,21 +408,83 @@ class Work:
         """Tell every holder whose claim is gone (or, with ``problem``, every holder) so, and
         every holder whose job is to be cancelled."""
         layout = self._core.layout
-        for lease in self.held():
+        for claim in self.held():
             if problem is not None:
-                lease._compromise(problem)
-            elif not lease._committing and not sc.lexists(layout.active_path(lease.id, lease.token)):
-                lease._compromise(LeaseLost(f"job {lease.id} was taken over by another process"))
+                claim.compromise(problem)
+            elif not claim.committing and not sc.lexists(layout.active_path(claim.id, claim.token)):
+                claim.compromise(LeaseLost(f"job {claim.id} was taken over by another process"))
             else:
-                lease.cancel_requested  # noqa: B018  (reading it fires on_cancel once)
+                claim.cancel_requested()  # fires on_cancel once
 
     def release_all(self) -> None:
         """Give back every held job (on close)."""
-        for lease in self.held():
+        for claim in self.held():
             try:
-                lease.release()
+                claim.commit("release", None, False, None)
             except Exception:  # already lost: nothing of ours to give back
-                log.debug("release on close failed for %s", lease.id, exc_info=True)
+                log.debug("release on close failed for %s", claim.id, exc_info=True)
+
+
+class WorkClaim(ClaimEnd):
+    """One work claim's changing state, changed only here (by ``Work``); its :class:`WorkLease`
+    (``.lease``, what the holder gets) reads it and calls its methods."""
+
+    def __init__(self, work: Work, record: Record, token: str, on_compromised: OnCompromised | None,
+                 size: int, clean: bool) -> None:
+        super().__init__(on_compromised)
+        self._work = work
+        self.record = record
+        self.token = token
+        self.size = size  # bytes of the claimed file: where a final commit appends its result
+        self.clean = clean  # the file is known to end at size (no torn tail, no failed attempt)
+        self.committing = False  # set once the commit's first visible step is under way
+        self.commit_lock = threading.RLock()  # one commit at a time (a handler, a time limit)
+        self.deadline: float | None = None  # monotonic; None: no time limit
+        self.deadline_path: str | None = None
+        self.run: RunLog | None = None
+        self.on_cancel: Callable[[WorkLease], object] | None = None
+        self._cancel_seen = False
+        self.lease = WorkLease(self)
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def attempt(self) -> int:
+        return self.record.attempts + 1
+
+    @property
+    def timeout(self) -> float | None:
+        return self.record.timeout
+
+    def commit(self, kind: str, payload: Any, retry: bool, delay: float | None) -> None:
+        self._work.commit(self, kind, payload, retry, delay)
+
+    def touch(self, extend: float | None) -> None:
+        self._work.touch(self, extend)
+
+    def run_log(self) -> RunLog:
+        return self._work.run_log(self)
+
+    def time_out(self) -> bool:
+        return self._work.time_out(self)
+
+    def cancel_requested(self) -> bool:
+        """Whether a cancel was asked for (one stat); fires ``on_cancel`` the first time."""
+        if self._cancel_seen:
+            return True
+        if self.finished or not self._work.control.cancel_requested(self.id):
+            return False
+        with self.mutex:
+            first, self._cancel_seen = not self._cancel_seen, True
+            callback = self.on_cancel
+        if first and callback is not None:
+            try:
+                callback(self.lease)
+            except Exception:
+                log.exception("on_cancel callback raised")
+        return True
 
 
 def _claim_gone(exc: OSError, active: str) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fsjobstore import JobStore
-from fsjobstore._leases import OwnerLease
+from fsjobstore._liveness import OwnerLease
 
 
 def owner(store: JobStore) -> OwnerLease:
@@ -52,7 +52,7 @@ def die_unlinked(store: JobStore) -> None:
 def no_background(store: JobStore) -> None:
     """Never start the background thread (nor its first recovery pass): recovery then runs
     only when the test calls it."""
-    store._core.start_background = lambda: None
+    store._heart.start = lambda: None  # type: ignore[method-assign]
 
 
 def rescan(store: JobStore) -> None:

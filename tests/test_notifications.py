@@ -153,7 +153,7 @@ def test_a_notification_is_handed_to_one_notifier_at_a_time(open_store: Callable
 def test_a_notifier_that_died_frees_its_notification_at_once(open_store: Callable[..., JobStore]) -> None:
     a, b = open_store(backoff=lambda n: 0.0), open_store(backoff=lambda n: 0.0)
     job_id, note = _leased_notification(a)
-    note._lock.release()  # what the kernel does to flock when the process dies
+    note._claim.lock.release()  # what the kernel does to flock when the process dies
     taken = b.pull_notification()
     assert taken is not None and taken.waiting == ("t",)
     with pytest.raises(LeaseLost):

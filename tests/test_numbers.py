@@ -1,4 +1,4 @@
-"""Every numeric argument of the store goes through one check (``_values.number``/``integer``):
+"""Every numeric argument of the store goes through one check (``_checks.number``/``integer``):
 no bool, NaN or infinity is taken for a number, and each error names the argument and its range."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import powerloss
 import pytest
 
-from fsjobstore import _fsops, _skeleton
+from fsjobstore import _fsops, _opening
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,7 @@ def test_the_not_durable_checker_catches_a_store_marker_written_without_fsync(mo
         real(path, data, durable=durable and ".init" not in path, **kw)
 
     monkeypatch.setattr(_fsops, "write_new", marker_not_synced)
-    monkeypatch.setattr(_skeleton, "_looks_like_store", lambda layout: False)  # no second chance
+    monkeypatch.setattr(_opening, "_looks_like_store", lambda layout: False)  # no second chance
     report = powerloss.run_not_durable()
     assert any("StoreNotFound" in p or "StoreFormatError" in p for p in report["problems"]), report["problems"][:3]
 

@@ -378,7 +378,7 @@ def test_a_holder_hears_of_a_hung_heartbeat_while_it_is_still_hung(open_store: C
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The heartbeat thread blocked inside a hung mount cannot tell anyone; the watchdog, which
     never touches the filesystem, must, within about 0.75 lease of the last beat that landed."""
-    from fsjobstore import _leases
+    from fsjobstore import _liveness
 
     worker = open_store(lease_duration=1.0, heartbeat_interval=0.1)
     worker.create("x")
@@ -386,13 +386,13 @@ def test_a_holder_hears_of_a_hung_heartbeat_while_it_is_still_hung(open_store: C
     lease = worker.pull_work(on_compromised=lambda exc: told.append((exc.reason, time.monotonic())))
     assert lease is not None
     hung = threading.Event()
-    real_beat = _leases.OwnerLease.beat
+    real_beat = _liveness.OwnerLease.beat
 
-    def hang(self: _leases.OwnerLease) -> None:
+    def hang(self: _liveness.OwnerLease) -> None:
         hung.wait(30)  # as if the mount stopped answering
         real_beat(self)
 
-    monkeypatch.setattr(_leases.OwnerLease, "beat", hang)
+    monkeypatch.setattr(_liveness.OwnerLease, "beat", hang)
     started = time.monotonic()
     deadline = started + 10
     while not told and time.monotonic() < deadline:

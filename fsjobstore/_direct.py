@@ -16,16 +16,16 @@ from typing import Any
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._control import Control
-from ._core import Core
 from ._errors import CorruptJob, InvalidState, JobNotFound, JobStoreError, StorageError
-from ._handles import WorkLease
+from ._job import Job, JobState
 from ._layout import SCHEDULED_RE, token_owner
 from ._notify import Notifier
-from ._records import FINAL_STATES, Job, JobState, Record
+from ._records import FINAL_STATES, Record
 from ._recovery import new_counts, take_over
 from ._runs import read_runs
+from ._shared import Core
 from ._tree import Location
-from ._work import Work
+from ._work import Work, WorkClaim
 
 
 class ById:
@@ -45,15 +45,15 @@ class ById:
                     raise InvalidState(f"job {job_id} is leased by a live worker")
                 self._take_over(loc, job_id, "its holder is gone (taken over to fulfil it by id)")
                 continue
-            lease = self._claim(loc, job_id)
-            if lease is None:
+            claim = self._claim(loc, job_id)
+            if claim is None:
                 continue
             try:
-                self._work._commit_work(lease, "resolve", value, False, None)  # not an attempt
+                self._work.commit(claim, "resolve", value, False, None)  # not an attempt
             except StorageError:
-                if not lease.finished:  # nobody else holds this lease: give the job back
+                if not claim.finished:  # nobody else holds this claim: give the job back
                     with contextlib.suppress(JobStoreError):
-                        lease.release()
+                        self._work.commit(claim, "release", None, False, None)
                 raise
             return
         raise InvalidState(f"job {job_id} kept moving; try again")
@@ -77,10 +77,10 @@ class ById:
                     self._control.clear_cancel(job_id)  # it ended meanwhile: the request came too late
                     return again.state
                 return JobState.ACTIVE
-            lease = self._claim(loc, job_id)
-            if lease is None:
+            claim = self._claim(loc, job_id)
+            if claim is None:
                 continue
-            self._work._commit_work(lease, "withdraw", text, False, None)
+            self._work.commit(claim, "withdraw", text, False, None)
             return JobState.CANCELLED
         raise InvalidState(f"job {job_id} kept moving; try again")
 
@@ -149,10 +149,10 @@ class ById:
             except (fs.Unreadable, ValueError) as exc:
                 tree.quarantine(loc.path, f"job file {exc}")
                 raise CorruptJob(f"job {job_id}: {exc}; moved to quarantine") from None
-            waiting = tuple(t for _, t, _ in tree.read_targets(job_id))
+            waiting = tuple(t for _, t, _ in self._notifier.read_targets(job_id))
             progress, logs, dropped = read_runs(core, job_id)
             requested = loc.state is JobState.ACTIVE and self._control.cancel_requested(job_id)
-            entry = tree.read_notify_entry(job_id) if waiting and loc.state.is_final else None
+            entry = self._notifier.read_entry(job_id) if waiting and loc.state.is_final else None
             return record.snapshot(loc.state, waiting, progress=progress, logs=logs, logs_dropped=dropped,
                                    cancel_requested=requested, delivery_attempts=entry.attempts if entry else 0,
                                    delivery_error=entry.error if entry else None)
@@ -169,7 +169,7 @@ class ById:
         take_over(self._core, self._notifier, self._control, loc.path, job_id, loc.token, loc.kind, why,
                   new_counts())
 
-    def _claim(self, loc: Location, job_id: str) -> WorkLease | None:
+    def _claim(self, loc: Location, job_id: str) -> WorkClaim | None:
         """Claim a pending or scheduled job as a worker would; None if it moved first."""
         core = self._core
         token = core.new_token()
@@ -178,13 +178,13 @@ class ById:
             sc.rename(loc.path, active)
         except FileNotFoundError:
             return None
-        lease = self._work.lease_from_active(active, job_id, _queue_of(loc), token, None, give_back=loc.path)
-        if lease is None:
+        claim = self._work.claim_from_active(active, job_id, _queue_of(loc), token, None, give_back=loc.path)
+        if claim is None:
             again = core.tree.locate(job_id)
             if again is not None and again.state.is_final:
                 return None  # it already held its result and was published: the caller sees it final
             raise CorruptJob(f"job {job_id} could not be read and was quarantined")
-        return lease
+        return claim
 
 
 def _final_state(core: Core, path: str) -> str:

@@ -1,8 +1,9 @@
-"""The machinery one open store shares between its parts: settings, the owner identity and its
-tokens, the pending index, the wake-up source, and the waiting loop of every blocking call.
+"""The state one open store shares between its parts: settings, the tree of job files, the
+owner identity and its tokens, the pending index, the doorbell and the wake-up sources.
 
 ``JobStore`` builds one :class:`Core` and hands it to the protocol modules (``_create``,
-``_work``, ``_notify``, ``_recovery``, ``_heart``); none of them reaches into ``JobStore``.
+``_work``, ``_notify``, ``_recovery``, ``_heart``, ``_waiting``); none of them reaches into
+``JobStore``. The blocking waits that sleep on the wake-ups live above, in ``_waiting``.
 """
 
 from __future__ import annotations
@@ -13,21 +14,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._doorbell import POLL as DOORBELL_POLL
-from ._doorbell import Doorbell, Listener
+from ._doorbell import Doorbell
 from ._errors import StoreClosed
 from ._layout import Layout, seq_field
-from ._leases import OwnerLease, OwnerProbe
+from ._liveness import OwnerLease, OwnerProbe
 from ._pending import Pending
 from ._tree import Tree
-from ._values import number
 from ._wakeup import Waker
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,20 +50,22 @@ class Settings:
 class Core:
     """Shared state of one open store. Thread-safe; reset in a forked child."""
 
-    def __init__(self, settings: Settings, layout: Layout, tree: Tree) -> None:
+    def __init__(self, settings: Settings, layout: Layout, *, perms: fs.Perms, record_cap: int,
+                 default_retain: float, on_new_owner: Callable[[], None]) -> None:
+        """``on_new_owner`` is called once this process has an owner identity and must beat
+        (JobStore passes the heartbeat's ``keep_beating``): handed in, as this module is below it."""
         self.settings = settings
         self.layout = layout
-        self.tree = tree
         self.durable = settings.durable
         self.clock = settings.clock
         self.wall = settings.wall
         self.probe = OwnerProbe(layout, settings.lease_duration, settings.clock, trust_locks=settings.lock_takeover)
         self.closed = False
-        # Called once before the first pull that needs the background thread (set by JobStore).
-        self.start_background: Callable[[], None] = lambda: None
-        self.keep_beating: Callable[[], None] = lambda: None  # the heartbeat alone (see ensure_owner)
-        self.doorbell = Doorbell(layout, self.owner_id, enabled=settings.doorbell, file_mode=tree.perms.file_mode)
-        tree.bell = self.doorbell.ring
+        self._on_new_owner = on_new_owner
+        self.doorbell = Doorbell(layout, self.owner_id, enabled=settings.doorbell, file_mode=perms.file_mode)
+        self.tree = Tree(layout, durable=settings.durable, record_cap=record_cap, perms=perms,
+                         bell=self.doorbell.ring)
+        self.tree.default_retain = default_retain  # for jobs whose record does not say (format 2)
         self._reset()
 
     def _reset(self) -> None:
@@ -112,7 +110,7 @@ class Core:
             # Where a free lock proves nothing, an owner file that stops changing is a dead
             # owner's: others delete its temp files and its reservations' owner. A process that
             # only creates jobs must beat too, from the moment it has an identity.
-            self.keep_beating()
+            self._on_new_owner()
         assert owner is not None
         return owner
 
@@ -159,77 +157,15 @@ class Core:
                 waker.start()
                 self.waker = waker
 
-    def pull(self, attempt: Callable[[], T | None], timeout: float | None) -> T | None:
-        """Call ``attempt`` until it returns something or ``timeout`` runs out, sleeping between
-        tries until a wake-up, the next due job, or ``poll_interval``, whichever comes first."""
-        if timeout is not None:
-            timeout = number(timeout, "timeout (seconds, or None)", at_least=0)
-        self.start_background()
-        deadline = None if timeout is None else self.clock() + timeout
-        bell = self.doorbell.listener(("work",)) if self.doorbell.enabled else None
-        while True:
-            waker = self.waker
-            generation = waker.generation if waker else 0
-            got = attempt()
-            if got is not None or timeout == 0:
-                return got
-            remaining = float("inf") if deadline is None else deadline - self.clock()
-            if remaining <= 0:
-                return None
-            if waker is None and self.settings.watch:
-                # Started only when a pull has to wait: watching costs a busy process a thread
-                # hop per event it causes itself. Start, then look again before sleeping.
-                self.start_waker()
-                continue
-            pause = min(remaining, self.settings.poll_interval, max(0.001, self.pending.next_due - self.wall()))
-            self._sleep(waker, generation, pause, bell)
-            self.check_open()
-
-    def _sleep(self, waker: Waker | None, generation: int, pause: float, bell: Listener | None) -> None:
-        """Wait up to ``pause`` for a local event (inotify) or, with a doorbell, a ring from
-        another host; past ``pause`` (or at a ring) the next look lists the directories anew."""
-        end = self.clock() + pause
-        if bell is not None:
-            bell.rang()  # the first look only learns the names there are
-        while True:
-            left = end - self.clock()
-            if left <= 0:
-                break
-            step = left if bell is None else min(left, DOORBELL_POLL)
-            if waker is not None and waker.watching:
-                waker.wait(generation, step)
-                if waker.generation != generation:
-                    return
-            else:
-                time.sleep(step)
-            if bell is not None and bell.rang():
-                break
-        self.pending.invalidate()
-
-    def wait_final(self, job_id: str, timeout: float | None) -> bool:
-        """Wait until job ``job_id`` is in a final state; False if ``timeout`` ran out first.
-        Raises JobNotFound if there is no such job. Woken by inotify on the final directories
-        (a watcher of its own: pullers are not woken by every result), with a rescan every
-        ``poll_interval`` for what inotify cannot see."""
-        if timeout is not None:
-            timeout = number(timeout, "timeout (seconds, or None)", at_least=0)
-        deadline = None if timeout is None else self.clock() + timeout
+    def start_final_waker(self) -> Waker | None:
+        """The watcher of the final directories that ``wait`` sleeps on (its own: pullers are not
+        woken by every result), started by the first wait that needs it; None without inotify."""
         with self.mutex:
             if self.final_waker is None and self.settings.watch and not self.closed:
                 lay = self.layout
                 self.final_waker = Waker((lay.fulfilled, lay.failed, lay.cancelled), lambda path: None)
                 self.final_waker.start()
-            waker = self.final_waker
-        bell = self.doorbell.listener(("done",)) if self.doorbell.enabled else None
-        while True:
-            generation = waker.generation if waker else 0
-            if self.tree.require(job_id).state.is_final:
-                return True
-            remaining = float("inf") if deadline is None else deadline - self.clock()
-            if remaining <= 0:
-                return False
-            self._sleep(waker, generation, min(remaining, self.settings.poll_interval), bell)
-            self.check_open()
+            return self.final_waker
 
     def stop_waker(self) -> None:
         for waker in (self.waker, self.final_waker):

@@ -23,12 +23,12 @@ from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
+from ._checks import integer, number
 from ._codec import dumps
 from ._errors import InvalidRequest, StoreFormatError, StoreNotFound, UntrustedStore
 from ._layout import FINAL_RE, FORMAT_VERSION, MARKER, Layout
 from ._records import FOREVER
 from ._tree import DEFAULT_RETAIN, Tree
-from ._values import integer, number
 
 log = logging.getLogger("fsjobstore")
 
@@ -244,7 +244,8 @@ def _migrate_to_3(layout: Layout, config: StoreConfig, retain: float, made_as: i
             raise StoreFormatError(f"{layout.marker} went away while the store was being upgraded")
         if integer(doc.get("format"), "format", error=StoreFormatError) >= FORMAT_VERSION:
             return _config(layout, doc, config.durable)  # another process did it meanwhile
-        tree = Tree(layout, durable=False, record_cap=_MIGRATE_READ_CAP, target_cap=65536, perms=config.perms)
+        tree = Tree(layout, durable=False, record_cap=_MIGRATE_READ_CAP, perms=config.perms,
+                    bell=lambda kind: None)  # it only indexes jobs already final: no news for a waiter
         tree.default_retain = retain
         indexed = 0
         for state, directory in layout.final_dirs():
