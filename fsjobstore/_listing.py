@@ -49,7 +49,7 @@ from ._layout import (
     prio_field,
 )
 from ._records import FINAL_STATES, Record
-from ._retention import STALE_AFTER
+from ._retention import STALE_AFTER, later_life
 from ._shared import Core
 from ._tree import Location
 
@@ -280,8 +280,9 @@ def _final(core: Core, states: frozenset[JobState], queue: str | None, after: ob
             record = _read(core, loc, job_id)
             if record is not None and record.finished_at is not None and micros(record.finished_at) == fin:
                 yield record.snapshot(JobState(state))
-            else:
+            elif record is None or later_life(record.finished_at, fin):
                 drop_if_stale(core, os.path.join(lay.finished_bucket(bucket), name), fin)
+            # else: a read that lags behind the file (network filesystems), never proof: kept
 
 
 def drop_if_stale(core: Core, entry: str, fin: int) -> None:

@@ -256,8 +256,7 @@ def _migrate_to_3(layout: Layout, config: StoreConfig, retain: float, made_as: i
                     record = tree.read_parsed(os.path.join(directory, name)).record
                 except (FileNotFoundError, fs.Unreadable, ValueError):
                     continue
-                if record.finished_at is not None:
-                    tree.index_final(record, state, record.finished_at)
+                if record.finished_at is not None and tree.index_final(record, state, record.finished_at):
                     indexed += 1
         new = dict(doc, format=FORMAT_VERSION, retain=_retain_field(retain), migrated_from=made_as)
         _write_marker(layout, new, config.perms, replace=True)

@@ -16,6 +16,7 @@ removers on different hosts never remove one job twice: each removal is fenced b
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 from dataclasses import dataclass
@@ -130,14 +131,34 @@ class Retention:
         except (fs.Unreadable, ValueError) as exc:
             log.warning("retention keeps job %s: its file %s", job_id, exc)
             return now
+        except OSError as exc:
+            if exc.errno != errno.ESTALE:
+                raise
+            # Another host removed or moved it while we read it (a stale handle on a network
+            # filesystem, after the read's own retries): look again next pass.
+            return now
         if record.finished_at is None or micros(record.finished_at) != fin:
-            fs.unlink(entry)  # an earlier life's entry: the job was retried, or its id used again
-            return None
+            if later_life(record.finished_at, fin):
+                fs.unlink(entry)  # an earlier life's entry: the job was retried, or its id used again
+                return None
+            # A read that lags behind the file (a network filesystem's cache served its content
+            # from before the result line: seen on GlusterFS under chaos), or an entry made by a
+            # commit that a take-over finished first, at an earlier time: never a reason to
+            # unlink. Looked at again; it goes with its job.
+            return now
         if notification_due(core, job_id):
             return now  # kept until its targets have heard
         if remove_job(core, path, job_id, drop_targets=False, entry=entry):
             return True
         return now
+
+
+def later_life(finished_at: float | None, fin: int) -> bool:
+    """Whether a final file that says ``finished_at`` makes an index entry of ``fin`` stale:
+    only a file that finished *later* does (the job was retried and finished again, or a commit
+    retried after a fault). A file that says less (no finish, an earlier one) may be a read that
+    lags behind on a network filesystem, and is never taken as proof."""
+    return finished_at is not None and micros(finished_at) > fin
 
 
 def index_strays(core: Core) -> int:
@@ -165,8 +186,7 @@ def index_strays(core: Core) -> int:
                 record = core.tree.read_parsed(os.path.join(directory, name)).record
             except (FileNotFoundError, fs.Unreadable, ValueError):
                 continue  # moved meanwhile, or for the quarantine of whoever reads it next
-            if record.finished_at is not None:
-                core.tree.index_final(record, state, record.finished_at)
+            if record.finished_at is not None and core.tree.index_final(record, state, record.finished_at):
                 added += 1
     if added:
         log.warning("indexed %d final job(s) that had no finished-index entry (committed by an older "

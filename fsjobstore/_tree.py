@@ -132,18 +132,19 @@ class Tree:
         fs.sync_applied(os.path.dirname(dst), durable=self.durable)
         return dst
 
-    def index_final(self, record: Record, state: str, finished_at: float) -> str:
-        """Create the finished-index entry of ``record`` final in ``state`` (EEXIST: it is
-        there already, from an earlier try); returns its path."""
+    def index_final(self, record: Record, state: str, finished_at: float) -> bool:
+        """Create the finished-index entry of ``record`` final in ``state``; False if it was
+        there already (EEXIST: from an earlier try, or made by another host that this one's
+        listing did not show yet)."""
         fin = micros(finished_at)
         retain = self.default_retain if record.retain is None else record.retain
         entry = self.layout.finished_entry(fin, expiry(fin, retain), state, record.queue, record.id)
         for tries_left in (2, 1, 0):
             try:
                 sc.close(sc.open(entry, _CREATE_EMPTY, self.perms.file_mode))
-                break
+                return True
             except FileExistsError:
-                break
+                return False
             except FileNotFoundError:
                 # The hour's first entry: its bucket is made on demand (unfsynced, as the entry).
                 # RACE: retention may rmdir an emptied bucket between our mkdir and our create;
@@ -154,7 +155,7 @@ class Tree:
                     sc.mkdir(os.path.dirname(entry), self.perms.dir_mode)
                     if self.perms.dir_mode != fs.DIR_MODE:
                         sc.chmod(os.path.dirname(entry), self.perms.dir_mode)
-        return entry
+        raise AssertionError("unreachable: the last round returns or raises")
 
     def publish_found_result(self, path: str, record: Record, state: str) -> str:
         """Publish a file that already ends in a whole result line nobody published: its holder

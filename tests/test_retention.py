@@ -279,3 +279,22 @@ def test_recover_indexes_a_final_job_an_older_process_committed_after_the_upgrad
         assert store.recover().indexed == 1
         assert [j.id for j in store.jobs(state="fulfilled")] == [job_id]
         assert store.recover().indexed == 0
+
+
+def test_a_final_file_read_as_an_older_version_never_costs_the_job_its_index_entry(tmp_path: Path) -> None:
+    # On GlusterFS under chaos, a host read a just-published final file as the version before its
+    # result line (a requeued record: committed_by set, no finished_at) and retention unlinked the
+    # job's entry as stale: the job stayed final, unlisted and never removed. Such a read is kept.
+    root = tmp_path / "s"
+    with JobStore(root, durable=False) as store:
+        job_id = _run(store, retain=0)
+        final = root / "jobs" / "fulfilled" / f"{job_id}.json"
+        whole = final.read_bytes()
+        older = json.loads(whole.split(b"\n", 1)[0])
+        older.update(finished_at=None, committed_by="0123456789abcdef-1", attempts=1)
+        final.write_bytes(json.dumps(older, separators=(",", ":")).encode() + b"\n")
+        assert store.recover().removed == 0
+        assert len(_finished(root)) == 1  # the entry stays
+        final.write_bytes(whole)  # the read catches up
+        assert store.recover().removed == 1
+        assert _finished(root) == [] and not final.exists()
