@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, NoReturn
 
+from .. import JobStore, StoreNotFound
 from . import INTERRUPTED as INTERRUPTED  # 130: kept where main() reads it without importing this module
 
 ENV_DIR = "FSJOBSTORE_DIR"
@@ -224,3 +225,24 @@ def store_options(args: argparse.Namespace) -> dict[str, Any]:
     """The ``JobStore`` options a command line asked for; None leaves the store's own choice."""
     return {"durable": False if getattr(args, "no_fsync", False) else None,
             "lock_takeover": getattr(args, "lock_takeover", None)}
+
+
+def open_store(args: argparse.Namespace, *, create: bool = False, **more: Any) -> JobStore:
+    options = {**store_options(args), **more}
+    try:
+        return JobStore(args.dir, create=False, **options)
+    except StoreNotFound:
+        if not create:
+            raise
+    store = make_store(args.dir, **options)
+    print(f"fsjobstore: made a new store at {store.path}", file=sys.stderr)  # a typo in DIR shows
+    return store
+
+
+def make_store(path: str, **options: Any) -> JobStore:
+    """Open the store at ``path``, making it if needed; a file or a directory of other files
+    there is :class:`Refused` (exit 4), not "not found" (3), since the user named it."""
+    try:
+        return JobStore(path, create=True, **options)
+    except StoreNotFound as exc:
+        raise Refused(str(exc)) from None

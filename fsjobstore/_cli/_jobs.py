@@ -32,12 +32,13 @@ from ._args import (
     Refused,
     UsageError,
     kept,
+    make_store,
     moment,
     no_lock_takeover,
     number,
+    open_store,
     retain_doc,
     retention,
-    store_options,
     subcommand,
 )
 
@@ -153,27 +154,6 @@ def _in_bulk(p: argparse.ArgumentParser, states: list[str], usual: str) -> None:
     p.add_argument("--queue", default=None, help="with --state: only the jobs of this queue")
     p.set_defaults(shape=_ops.one_or_many, bulk_states=usual)
     p.usage = (p.usage or "").replace(" ID", " (ID | --state S [--queue Q])")
-
-
-def open_store(args: argparse.Namespace, *, create: bool = False, **more: Any) -> JobStore:
-    options = {**store_options(args), **more}
-    try:
-        return JobStore(args.dir, create=False, **options)
-    except StoreNotFound:
-        if not create:
-            raise
-    store = make_store(args.dir, **options)
-    print(f"fsjobstore: made a new store at {store.path}", file=sys.stderr)  # a typo in DIR shows
-    return store
-
-
-def make_store(path: str, **options: Any) -> JobStore:
-    """Open the store at ``path``, making it if needed; a file or a directory of other files
-    there is :class:`Refused` (exit 4), not "not found" (3), since the user named it."""
-    try:
-        return JobStore(path, create=True, **options)
-    except StoreNotFound as exc:
-        raise Refused(str(exc)) from None
 
 
 def json_arg(text: str, what: str) -> Any:

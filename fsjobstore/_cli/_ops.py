@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import InvalidState, Job, JobNotFound, JobState, JobStore
 from . import _screen as screen
-from ._args import ENV_DIR, OK, duration, number, regex, subcommand
+from ._args import ENV_DIR, OK, duration, number, open_store, regex, subcommand
 
 STATES = [s.value for s in JobState]
 PURGEABLE = ["pending", "scheduled", "fulfilled", "failed", "cancelled"]
@@ -227,9 +227,3 @@ def one_or_many(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> tupl
     if given >= 2:
         parser.error(f"give either a job ID or --state, not both (got {ns.args[-1]!r} and --state {ns.state})")
     return ("DIR",)
-
-
-def open_store(args: argparse.Namespace) -> JobStore:
-    from ._jobs import open_store as opener  # one opener for every command: a typo'd DIR is never made
-
-    return opener(args)

@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import JobStore
 from . import _screen as screen
-from ._args import ENV_DIR, INTERRUPTED, OK, kept, number, retain_doc, subcommand
+from ._args import ENV_DIR, INTERRUPTED, OK, kept, number, open_store, retain_doc, subcommand
 
 WINDOWS = (("1m", 60), ("5m", 300), ("15m", 900))
 WALK_CAP = 5_000  # jobs read per state and snapshot, so a busy store's snapshot stays quick
@@ -250,7 +250,6 @@ SHOW_CURSOR = "\x1b[?25h"
 
 
 def status(args: argparse.Namespace) -> int:
-    from ._jobs import open_store
 
     if args.interval is not None and not args.watch:
         args.parser.error("--interval needs --watch")  # else it would be ignored without a word
