@@ -210,3 +210,22 @@ def test_a_value_that_cannot_be_stored_fails_the_job_at_once_with_a_clear_error(
     got = fast.get(job.id)
     assert got.state is JobState.FAILED and got.attempts == 1  # a bug in the handler: running it again cannot help
     assert (got.error or "").startswith("the handler's return value cannot be stored: ")
+
+
+def test_a_child_slow_to_start_after_a_time_out_is_not_taken_for_the_one_that_overran(
+        fast: JobStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Until a new child writes its slot, the slot showed the killed child's overrun job, and the
+    # next tick killed the new child for it, again and again: one time-out counted 4 times in CI.
+    from fsjobstore._runtime import _processes
+
+    real = _processes._child
+
+    def slow_child(*args: object) -> None:
+        time.sleep(0.5)  # a loaded machine: the child writes its slot late
+        real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_processes, "_child", slow_child)
+    job = fast.create({}, queue="hang", timeout=0.3, max_attempts=2)
+    summary = Worker(fast, {"hang": tasks.hang}, mode="processes").run(burst=True)
+    assert fast.get(job.id).state is JobState.FULFILLED
+    assert (summary.timed_out, summary.fulfilled) == (1, 1), summary

@@ -190,6 +190,12 @@ class ProcessPool:
             self._spawn(i)
 
     def _spawn(self, index: int) -> None:
+        # The slot still shows its last child's job (busy, its deadline passed) until the new
+        # child writes it, which a loaded machine can delay past the next tick: that tick would
+        # take the overrun for the new child's and kill it, again and again (seen in CI: one
+        # time-out counted 4 times). Its last child is dead and reaped, so nobody else writes
+        # the slot: mark it idle, keeping its counts, before the new child exists.
+        self._board.write(index, busy=False, pid=0, counts=self._board.read(index).counts)
         parent = os.getpid()
         unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the mask to restore in the child
         pid = fork_child(lambda: _child(self._store, self._handlers, self._queues, self._board, index,
