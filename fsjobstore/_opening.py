@@ -26,7 +26,7 @@ from . import _syscalls as sc
 from ._checks import integer, number
 from ._codec import dumps
 from ._errors import InvalidRequest, StoreFormatError, StoreNotFound, UntrustedStore
-from ._layout import FINAL_RE, FORMAT_VERSION, MARKER, Layout
+from ._layout import FORMAT_VERSION, MARKER, Layout
 from ._records import FOREVER
 from ._tree import DEFAULT_RETAIN, Tree
 
@@ -247,17 +247,7 @@ def _migrate_to_3(layout: Layout, config: StoreConfig, retain: float, made_as: i
         tree = Tree(layout, durable=False, record_cap=_MIGRATE_READ_CAP, perms=config.perms,
                     bell=lambda kind: None)  # it only indexes jobs already final: no news for a waiter
         tree.default_retain = retain
-        indexed = 0
-        for state, directory in layout.final_dirs():
-            for name in fs.scan_names(directory):
-                if not FINAL_RE.match(name):
-                    continue
-                try:
-                    record = tree.read_parsed(os.path.join(directory, name)).record
-                except (FileNotFoundError, fs.Unreadable, ValueError):
-                    continue
-                if record.finished_at is not None and tree.index_final(record, state, record.finished_at):
-                    indexed += 1
+        indexed = tree.index_unindexed(set())
         new = dict(doc, format=FORMAT_VERSION, retain=_retain_field(retain), migrated_from=made_as)
         _write_marker(layout, new, config.perms, replace=True)
     finally:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._layout import BUCKET_RE, FINAL_RE, FINISHED_RE, bucket_field, micros
+from ._layout import BUCKET_RE, FINISHED_RE, bucket_field, micros
 from ._removal import notification_due, remove_job
 from ._shared import Core
 
@@ -164,8 +164,8 @@ def later_life(finished_at: float | None, fin: int) -> bool:
 def index_strays(core: Core) -> int:
     """Give every final job without a finished-index entry its entry; returns how many.
 
-    Only an explicit ``recover()`` does this (it lists the final directories and the whole
-    index): a final commit always writes its entry first, so a job without one was committed by
+    Only an explicit, deep ``recover()`` does this (it lists the final directories and the
+    whole index): a final commit always writes its entry first, so a job without one was committed by
     a process of an older fsjobstore (format 2) that was still running when the store was
     upgraded, and would otherwise never be listed, purged or removed by retention."""
     lay = core.layout
@@ -176,18 +176,7 @@ def index_strays(core: Core) -> int:
                 m = FINISHED_RE.match(name)
                 if m:
                     indexed.add((m["state"], m["id"]))
-    added = 0
-    for state, directory in lay.final_dirs():
-        for name in fs.scan_names(directory):
-            m = FINAL_RE.match(name)
-            if m is None or (state, m["id"]) in indexed:
-                continue
-            try:
-                record = core.tree.read_parsed(os.path.join(directory, name)).record
-            except (FileNotFoundError, fs.Unreadable, ValueError):
-                continue  # moved meanwhile, or for the quarantine of whoever reads it next
-            if record.finished_at is not None and core.tree.index_final(record, state, record.finished_at):
-                added += 1
+    added = core.tree.index_unindexed(indexed)
     if added:
         log.warning("indexed %d final job(s) that had no finished-index entry (committed by an older "
                     "fsjobstore after the store was upgraded?)", added)

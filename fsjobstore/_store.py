@@ -429,13 +429,13 @@ class JobStore:
         ``deep``: in a store that does not fsync, also look for job files a power cut left
         empty, queued or final (one stat per job file: pass False for a periodic pass over a deep
         backlog); each is quarantined, counted in ``lost_to_power_loss`` and named in
-        ``lost_ids``. It also makes one bounded retention pass (README, "Retention"), counted
-        in ``removed`` with the removals others began and it finished, and indexes final jobs an
-        older fsjobstore committed after the upgrade (``indexed``)."""
+        ``lost_ids``; and final jobs an older fsjobstore committed after the upgrade are indexed
+        (``indexed``). Also one bounded retention pass (README, "Retention"), in ``removed``."""
         self._check_open()
         report = recover(self._core, self._notifier, self._control, deep=deep)
         removed = self._heart.retention.run_pass().removed  # one bounded pass (its thread does the rest)
-        return dataclasses.replace(report, removed=report.removed + removed, indexed=index_strays(self._core))
+        indexed = index_strays(self._core) if deep else 0  # it lists every final job: deep passes only
+        return dataclasses.replace(report, removed=report.removed + removed, indexed=indexed)
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's counts: jobs in each state, pending jobs per queue, final

@@ -22,7 +22,7 @@ from . import _syscalls as sc
 from ._codec import dumps
 from ._errors import JobNotFound
 from ._job import JobState
-from ._layout import ACTIVE_RE, PENDING_RE, SCHEDULED_RE, Layout, expiry, micros
+from ._layout import ACTIVE_RE, FINAL_RE, PENDING_RE, SCHEDULED_RE, Layout, expiry, micros
 from ._records import FINAL_STATES, LOST_DATA, LostJobData, Parsed, Record
 
 log = logging.getLogger("fsjobstore")
@@ -156,6 +156,25 @@ class Tree:
                     if self.perms.dir_mode != fs.DIR_MODE:
                         sc.chmod(os.path.dirname(entry), self.perms.dir_mode)
         raise AssertionError("unreachable: the last round returns or raises")
+
+    def index_unindexed(self, indexed: set[tuple[str, str]]) -> int:
+        """Give each final job that is not in ``indexed`` (``(state, id)`` pairs) its finished-index
+        entry; returns how many entries were made. Lists the final directories whole: for the
+        upgrade from format 2 and an explicit ``recover()`` only. A file that cannot be read is
+        passed over, for the quarantine of whoever reads it next."""
+        made = 0
+        for state, directory in self.layout.final_dirs():
+            for name in fs.scan_names(directory):
+                m = FINAL_RE.match(name)
+                if m is None or (state, m["id"]) in indexed:
+                    continue
+                try:
+                    record = self.read_parsed(os.path.join(directory, name)).record
+                except (FileNotFoundError, fs.Unreadable, ValueError):
+                    continue  # moved meanwhile, or a bad file
+                if record.finished_at is not None and self.index_final(record, state, record.finished_at):
+                    made += 1
+        return made
 
     def publish_found_result(self, path: str, record: Record, state: str) -> str:
         """Publish a file that already ends in a whole result line nobody published: its holder

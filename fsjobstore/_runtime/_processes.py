@@ -265,7 +265,9 @@ class ProcessPool:
                 log.info("job %s queue=%s attempt=%d %s: %s; its process is killed", view.job_id, view.queue,
                          view.attempt, outcome, why)
         if recover:
-            self._store.recover()  # the claims of killed or crashed children: retried, failed or cancelled
+            # The claims of killed or crashed children: retried, failed or cancelled. Not deep: a
+            # child's death is no power cut, and a deep pass reads every job file of the store.
+            self._store.recover(deep=False)
             self._count_crashed()
 
     def _count_crashed(self) -> None:
@@ -331,5 +333,5 @@ class ProcessPool:
         for fd in self._pidfds.values():
             os.close(fd)
         self._pidfds.clear()
-        self._store.recover()
+        self._store.recover(deep=False)
 
