@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 
+from . import _buckets
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._layout import ACTIVE_RE, FINAL_RE, PENDING_RE, SCHEDULED_RE, TMP_RE
@@ -110,12 +112,19 @@ def _sweep_emptied(core: Core, counts: dict[str, int]) -> None:
     a ``get`` trip on each. One lstat per job file, once per boot: the same cost per file for
     final jobs as for queued ones. (Active ones are met by the take-over of their claim.)"""
     lay = core.layout
-    dirs = [lay.pending_dir(q) for q in fs.scan_names(lay.pending) if fs.is_real_dir(lay.pending_dir(q))]
+    dirs = []
+    for q in fs.scan_names(lay.pending):
+        qdir = lay.pending_dir(q)
+        if fs.is_real_dir(qdir):
+            buckets, _ = _buckets.list_queue(qdir)
+            dirs += [qdir, *(os.path.join(qdir, b) for b in buckets)]  # flat jobs of older stores too
     dirs += [lay.scheduled, lay.fulfilled, lay.failed, lay.cancelled]
     for directory in dirs:
         for name in fs.scan_names(directory):
             path = os.path.join(directory, name)
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                if sc.lstat(path).st_size == 0 and core.tree.quarantine(path, f"job file is empty: {LOST_DATA}"):
+                st = sc.lstat(path)
+                empty = stat.S_ISREG(st.st_mode) and st.st_size == 0  # (a bucket is a directory)
+                if empty and core.tree.quarantine(path, f"job file is empty: {LOST_DATA}"):
                     counts["quarantined"] += 1
                     note_lost(counts, job_id_of(name))

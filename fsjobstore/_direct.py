@@ -197,7 +197,7 @@ def _final_state(core: Core, path: str) -> str:
 
 def _queue_of(loc: Location) -> str:
     if loc.state is JobState.PENDING:
-        return os.path.basename(os.path.dirname(loc.path))
+        return os.path.basename(os.path.dirname(os.path.dirname(loc.path)))  # <queue>/<bucket>/<name>
     m = SCHEDULED_RE.match(os.path.basename(loc.path))
     assert m is not None
     return m["queue"]

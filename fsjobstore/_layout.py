@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from dataclasses import dataclass, field
 
 from ._codec import QUEUE_NAME_RE, QUEUE_PATTERN
@@ -38,7 +39,7 @@ QUEUE_RE = QUEUE_NAME_RE  # the one rule (_codec.check_queue_name)
 RUN_RE = re.compile(rf"(?P<token>{_TOKEN})\.jsonl\Z")
 BELL_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.(?P<kind>work|done)\.(?P<n>[0-9a-f]{1,16})\Z")
 WORKER_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.json\Z")
-GENERATED_ID_RE = re.compile(r"[0-9a-f]{32}\Z")  # uuid4().hex: what create() makes up
+GENERATED_ID_RE = re.compile(r"[0-9a-f]{32}\Z")  # what create() makes up (generated_id; uuid4 before)
 TARGET_RE = re.compile(r"(?P<key>[0-9a-f]{32})\.json\Z")
 OWNER_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.owner\Z")
 NOTIFY_LOCK_RE = re.compile(rf"(?P<id>{_ID})\.notify\Z")
@@ -48,6 +49,9 @@ FINISHED_RE = re.compile(
     rf"(?P<fin>\d{{17}})\.(?P<exp>\d{{17}})\.(?P<state>fulfilled|failed|cancelled)\.(?P<queue>{_Q})\.(?P<id>{_ID})\Z"
 )
 BUCKET_RE = re.compile(r"\d{10}\Z")
+# A pending queue's bucket (FORMAT.md, "Tree"): pending/<queue>/<P>.<S>/, S the second of creation.
+PENDING_BUCKET_RE = re.compile(r"(?P<prio>\d{7})\.(?P<sec>\d{11})\Z")
+SEQ_PER_BUCKET = 1_000_000_000  # one bucket per priority and second of <SEQ> (ns)
 FOREVER = 99_999_999_999_999_999  # <EXP> of a job kept forever: later than any time a field can hold
 BUCKET_US = 3_600_000_000  # one bucket of the finished index per hour of finishing
 
@@ -112,7 +116,7 @@ class Layout:
         return os.path.join(self.pending, queue)
 
     def pending_path(self, queue: str, priority: int, seq: str, job_id: str) -> str:
-        return f"{self.pending}/{queue}/{pending_name(priority, seq, job_id)}"
+        return f"{self.pending}/{queue}/{pending_rel(priority, seq, job_id)}"
 
     def scheduled_path(self, due: float, queue: str, priority: int, seq: str, job_id: str) -> str:
         name = f"{due_field(due)}.{queue}.{prio_field(priority)}.{seq}.{job_id}.json"
@@ -214,6 +218,36 @@ def seq_field(created_ns: int) -> str:
 
 def pending_name(priority: int, seq: str, job_id: str) -> str:
     return f"{prio_field(priority)}.{seq}.{job_id}.json"
+
+
+def pending_bucket(prio: str, seq: str) -> str:
+    """<P>.<S>: the bucket of a pending name with priority field ``prio`` and <SEQ> ``seq``."""
+    return f"{prio}.{int(seq) // SEQ_PER_BUCKET:011d}"
+
+
+def pending_rel(priority: int, seq: str, job_id: str) -> str:
+    """A pending job's path below its queue's directory: ``<P>.<S>/<P>.<SEQ>.<id>.json``."""
+    prio = prio_field(priority)
+    return f"{prio}.{int(seq) // SEQ_PER_BUCKET:011d}/{prio}.{seq}.{job_id}.json"
+
+
+def bucket_of_name(name: str) -> str:
+    """The bucket a pending file's name (``PENDING_RE``) belongs in."""
+    return pending_bucket(name[:7], name[8:28])
+
+
+def generated_id(seq: str) -> str:
+    """A new generated id: its <SEQ> in 16 hex digits, then 63 random bits (16 hex digits, the
+    first 0-7). Lookups by id find a pending job's bucket from it (:func:`seq_of_generated`);
+    ids made by versions before buckets (uuid4: 13th digit 4, 17th 8-b) never have that shape."""
+    return f"{int(seq):016x}{secrets.randbits(63):016x}"
+
+
+def seq_of_generated(job_id: str) -> str | None:
+    """The <SEQ> a generated id (:func:`generated_id`) begins with, or None for any other id."""
+    if len(job_id) != 32 or job_id[16] not in "01234567" or not GENERATED_ID_RE.match(job_id):
+        return None
+    return seq_field(int(job_id[:16], 16))
 
 
 def token_owner(token: str) -> str:

@@ -29,7 +29,9 @@ import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
+from . import _buckets
 from . import _fsops as fs
 from ._checks import integer
 from ._codec import MAX_ID_LENGTH, check_name, check_queue_name
@@ -53,6 +55,7 @@ from ._retention import STALE_AFTER, later_life
 from ._shared import Core
 from ._tree import Location
 
+_T = TypeVar("_T")
 log = logging.getLogger("fsjobstore")
 
 MAX_LIMIT = 10_000
@@ -218,9 +221,9 @@ def _drain(names: list[str]) -> Iterator[str]:
         yield heapq.heappop(names)
 
 
-def _tagged(names: Iterator[str], queue: str) -> Iterator[tuple[str, str]]:
-    for name in names:
-        yield name, queue
+def _tagged(items: Iterator[_T], queue: str) -> Iterator[tuple[_T, str]]:
+    for item in items:
+        yield item, queue
 
 
 def _pending(core: Core, queue: str | None, after: object) -> Iterator[Job]:
@@ -230,16 +233,14 @@ def _pending(core: Core, queue: str | None, after: object) -> Iterator[Job]:
     queues = [queue] if queue is not None else [q for q in fs.scan_names(lay.pending) if QUEUE_RE.match(q)]
     streams = []
     for q in queues:
-        try:
-            names = [n for n in fs.scan_names(lay.pending_dir(q)) if n > low]
-        except NotADirectoryError:
-            continue  # a file planted where a queue belongs: the next pull quarantines it
-        streams.append(_tagged(_drain(names), q))
-    for name, q in heapq.merge(*streams):
+        # One bucket at a time (_buckets.walk), as the caller reads on: a page of a deep queue
+        # reads the names of the buckets it returns from, not the whole backlog.
+        streams.append(_tagged(_buckets.walk(lay.pending_dir(q), low), q))
+    for (bucket, name), q in heapq.merge(*streams, key=lambda item: item[0][1]):
         m = PENDING_RE.match(name)
         if not m:
             continue
-        record = _read(core, Location(JobState.PENDING, os.path.join(lay.pending_dir(q), name)), m["id"])
+        record = _read(core, Location(JobState.PENDING, f"{lay.pending_dir(q)}/{bucket}/{name}"), m["id"])
         if record is not None and record.queue == q:
             yield record.snapshot(JobState.PENDING)
 

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from . import _buckets
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._checks import integer, number
@@ -229,7 +230,8 @@ def _migrate(layout: Layout, doc: dict[str, Any], config: StoreConfig) -> StoreC
 
 def _migrate_to_3(layout: Layout, config: StoreConfig, retain: float, made_as: int) -> StoreConfig:
     """Format 2 to 3: every final job gets its finished-index entry (its ``finished_at`` from
-    its file, kept for ``retain``, the store's default from now on), then the marker says 3.
+    its file, kept for ``retain``, the store's default from now on), every pending job moves
+    into its bucket, then the marker says 3.
 
     Under ``control/migrate.lock`` (flock), so concurrent opens take turns and the second finds
     the marker rewritten. A crash midway leaves format 2 in the marker: the next open does it
@@ -248,6 +250,10 @@ def _migrate_to_3(layout: Layout, config: StoreConfig, retain: float, made_as: i
                     bell=lambda kind: None)  # it only indexes jobs already final: no news for a waiter
         tree.default_retain = retain
         indexed = tree.index_unindexed(set())
+        for queue in fs.scan_names(layout.pending):  # pending jobs into their buckets (_buckets)
+            qdir = layout.pending_dir(queue)
+            if fs.is_real_dir(qdir):
+                tree.settle_flat(qdir, _buckets.flat_jobs(qdir, _buckets.list_queue(qdir)[1]))
         new = dict(doc, format=FORMAT_VERSION, retain=_retain_field(retain), migrated_from=made_as)
         _write_marker(layout, new, config.perms, replace=True)
     finally:

@@ -19,13 +19,14 @@ import heapq
 import os
 import random
 import threading
+import time
 from collections.abc import Callable
 
+from . import _buckets
 from . import _fsops as fs
-from . import _syscalls as sc
 from ._codec import check_queue_name
 from ._errors import InvalidRequest
-from ._layout import PENDING_RE, SCHEDULED_RE, Layout, prio_value
+from ._layout import PENDING_RE, SCHEDULED_RE, Layout, bucket_of_name, pending_rel, prio_value
 from ._records import Record
 from ._tree import Tree
 
@@ -50,50 +51,96 @@ _SORT_UP_TO = 16  # a listing up to this many times the index's size is sorted w
 INDEX_SIZE = 4096  # names of a queue a process keeps between listings
 
 
+def _valid(rel: str) -> bool:
+    """``<bucket>/<name>`` with a name of the grammar, in the bucket it belongs in."""
+    bucket, _, name = rel.partition("/")
+    return PENDING_RE.match(name) is not None and bucket == bucket_of_name(name)
+
+
 class QueueIndex:
     def __init__(self, directory: str, limit: int, rescan_interval: float,
-                 clock: Callable[[], float], on_bad_name: Callable[[str], None]) -> None:
+                 clock: Callable[[], float], on_bad_name: Callable[[str], None],
+                 settle: Callable[[str, list[str]], int] = lambda d, n: 0) -> None:
         self.directory = directory
         self._limit = limit
         self._rescan = rescan_interval
         self._clock = clock
-        self._on_bad_name = on_bad_name
-        self._names: list[str] = []  # sorted: the next jobs to run first
+        self._on_bad_name = on_bad_name  # given a name below the queue's directory
+        self._settle = settle  # moves flat jobs into their buckets (Tree.settle_flat)
+        # "<bucket>/<name>", sorted: the next jobs to run first. A bucket's names all sort after
+        # the names of the buckets before it, so these sort as their jobs run.
+        self._names: list[str] = []
         self._losses = 0  # races lost in a row
         self._known: set[str] = set()
         self._truncated = False
         self._ceiling = ""  # when truncated: the largest name we kept
         self._listed_at = float("-inf")
-        # The stat of the directory before a listing that found it empty, once it had settled
-        # (_fsops.SETTLE): while the stat is the same, it is still empty, and a claim that
-        # passes over this queue costs one stat instead of a listing (4-5 system calls; a
-        # worker of 16 queues, 15 of them empty, did 15 listings per claim).
-        self._empty_sig: tuple[int, int, int] | None = None
+        # The stats of the directory and of the emptied buckets it still holds, taken before a
+        # listing that found them empty once they had settled (_fsops.SETTLE): while they are
+        # the same, the queue is still empty, and a claim that passes over it costs a stat or
+        # two instead of a listing (a worker of 16 queues, 15 of them empty, did 15 listings
+        # per claim).
+        self._empty_sig: tuple[tuple[int, int, int], ...] | None = None
+        self._empty_buckets: list[str] = []
         self._mutex = threading.Lock()
 
     def _refill(self) -> None:
-        # Names are checked against the grammar when they reach the front (_drop_bad_head), not
-        # all here: a listing may be made many times before its names are all claimed
-        # (PERFORMANCE.md: at 100,000 pending, matching every name cost more than listing them).
+        """List the queue's buckets in run order, and the first of them until ``limit`` names:
+        a bounded slice of the backlog however deep it is (``_buckets``). Emptied buckets of
+        past seconds are removed on the way."""
         sig, settled = fs.dir_signature(self.directory)  # before the listing it vouches for
-        names = fs.scan_names(self.directory)
-        # Dot names (a writer's temp file, an NFS silly-rename) are never jobs. They go before
-        # the front is taken: a front of dot files alone would hide the jobs behind it.
-        if len(names) <= self._limit * _SORT_UP_TO:
-            names.sort()
-            del names[bisect.bisect_left(names, "."):bisect.bisect_left(names, "/")]  # they sort together
-            front = names[: self._limit]
-        else:
-            names = [n for n in names if not n.startswith(".")]
-            front = heapq.nsmallest(self._limit, names)  # sorted too
-        self._set_front(front, truncated=len(names) > len(front))
+        emptied: list[tuple[str, tuple[int, int, int]]] = []
+        buckets, others = _buckets.list_queue(self.directory)
+        if others:
+            flat = _buckets.flat_jobs(self.directory, others)
+            if flat and self._settle_flat(flat):
+                buckets, others = _buckets.list_queue(self.directory)
+            for name in others:
+                if name not in flat:
+                    self._on_bad_name(name)  # a name that is neither a bucket nor a job
+        front: list[str] = []
+        truncated = False
+        now = time.time()
+        for bucket in buckets:
+            if len(front) >= self._limit:
+                truncated = True
+                break
+            bdir = os.path.join(self.directory, bucket)
+            bsig, bsettled = fs.dir_signature(bdir)
+            names = _buckets.names_in(bdir)
+            if not names:
+                if not (_buckets.is_old(bucket, now) and _buckets.remove_if_empty(bdir)):
+                    emptied.append((bucket, bsig))  # kept: still empty while its stat is the same
+                    settled = settled and bsettled
+                continue
+            # Names are checked against the grammar when they reach the front (_drop_bad_head),
+            # not all here (PERFORMANCE.md: at 100,000 pending, matching every name cost more
+            # than listing them).
+            prefix = bucket + "/"
+            if len(names) > self._limit * _SORT_UP_TO:
+                names = heapq.nsmallest(self._limit, names)
+                truncated = True
+            else:
+                names.sort()
+            front.extend(prefix + n for n in names)
+        if len(front) > self._limit:
+            del front[self._limit:]
+            truncated = True
+        self._set_front(front, truncated=truncated)
         if not self._names and self._truncated:
             # A whole front of bad names that could not be quarantined (too long to move, say)
             # would hide every job behind it: hostile, and rare enough to check every name.
-            valid = sorted(n for n in names if PENDING_RE.match(n))
-            self._set_front(valid[: self._limit], truncated=len(valid) > self._limit)
+            valid = [n for n in front if _valid(n)]
+            self._set_front(valid, truncated=True)
         self._listed_at = self._clock()
-        self._empty_sig = sig if settled and not self._names and not self._truncated else None
+        if settled and not self._names and not self._truncated:
+            self._empty_sig = (sig, *(s for _, s in emptied))
+            self._empty_buckets = [b for b, _ in emptied]
+        else:
+            self._empty_sig = None
+
+    def _settle_flat(self, names: list[str]) -> bool:
+        return bool(self._settle(self.directory, names))
 
     def _set_front(self, front: list[str], *, truncated: bool) -> None:
         self._truncated = truncated
@@ -103,8 +150,8 @@ class QueueIndex:
         self._drop_bad_head()
 
     def add(self, name: str) -> None:
-        """Merge an arrival reported by the waker."""
-        if not PENDING_RE.match(name):
+        """Merge an arrival (``<bucket>/<name>``) reported by the waker or made by us."""
+        if not _valid(name):
             return
         with self._mutex:
             if name in self._known or (self._truncated and name > self._ceiling):
@@ -126,7 +173,7 @@ class QueueIndex:
         if there were any. (Dot names never get this far: a listing leaves them out, and add()
         takes only names of the grammar.)"""
         names, dropped = self._names, False
-        while names and not PENDING_RE.match(names[0]):
+        while names and not _valid(names[0]):
             name = names.pop(0)
             self._known.discard(name)
             dropped = True
@@ -135,7 +182,8 @@ class QueueIndex:
 
     def pop(self) -> str | None:
         """The next name to try to claim, or None; names not of the grammar are reported as bad
-        (and passed over) here, so every name returned matches ``PENDING_RE``."""
+        (and passed over) here, so every name returned is ``<bucket>/<name>`` with the name
+        matching ``PENDING_RE``."""
         with self._mutex:
             self._maybe_refill()
             self._drop_bad_head()
@@ -166,7 +214,13 @@ class QueueIndex:
             self._refill()
 
     def _still_empty(self) -> bool:
-        return self._empty_sig is not None and fs.dir_signature(self.directory)[0] == self._empty_sig
+        sig = self._empty_sig
+        if sig is None or fs.dir_signature(self.directory)[0] != sig[0]:
+            return False
+        # The emptied buckets it still holds (of the last few seconds, not removed yet): a
+        # create into one of them changes its stat, not the queue directory's.
+        return all(fs.dir_signature(os.path.join(self.directory, b))[0] == s
+                   for b, s in zip(self._empty_buckets, sig[1:], strict=True))
 
     def invalidate(self) -> None:
         with self._mutex:
@@ -246,7 +300,7 @@ class Pending:
                 self._tree.quarantine(os.path.join(directory, name), "unrecognised name in a pending queue")
 
             index = QueueIndex(directory, INDEX_SIZE, rescan_interval=self._poll, clock=self._clock,
-                               on_bad_name=bad_name)
+                               on_bad_name=bad_name, settle=self._tree.settle_flat)
             self._indexes[queue] = index
         return index
 
@@ -272,7 +326,7 @@ class Pending:
             if index is None:
                 self._queues_listed_at = float("-inf")
         if index is not None:
-            index.add(os.path.basename(self._tree.dest_path(record, "pending")))
+            index.add(pending_rel(record.priority, record.seq, record.id))
 
     def note_due(self, due: float) -> None:
         """Something becomes due at ``due``: make sure pullers look (and wake) by then."""
@@ -282,14 +336,15 @@ class Pending:
     def on_arrival(self, path: str) -> None:
         """A file appeared under jobs/ (reported by the waker)."""
         parent, name = os.path.split(path)
-        if os.path.dirname(parent) == self._layout.pending:
-            queue = os.path.basename(parent)
+        qdir, bucket = os.path.split(parent)
+        if os.path.dirname(qdir) == self._layout.pending:  # pending/<queue>/<bucket>/<name>
+            queue = os.path.basename(qdir)
             with self._mutex:
                 index = self._indexes.get(queue)
                 if index is None:
                     self._queues_listed_at = float("-inf")
             if index is not None:
-                index.add(name)
+                index.add(f"{bucket}/{name}")
         elif parent == self._layout.scheduled:
             m = SCHEDULED_RE.match(name)
             if m:
@@ -314,14 +369,14 @@ class Pending:
                 if due > now:
                     next_due = due
                     break
-                dst = self._layout.pending_path(m["queue"], prio_value(m["prio"]), m["seq"], m["id"])
-                self._tree.ensure_dir(os.path.dirname(dst))
+                rel = pending_rel(prio_value(m["prio"]), m["seq"], m["id"])
+                dst = f"{self._layout.pending_dir(m['queue'])}/{rel}"
                 try:
-                    sc.rename(src, dst)
+                    self._tree.into_pending(src, dst, durable=False)  # fsynced below, once per bucket
                 except FileNotFoundError:
                     continue  # another process promoted it
                 touched.add(os.path.dirname(dst))
-                self._index(m["queue"]).add(os.path.basename(dst))
+                self._index(m["queue"]).add(rel)
             if self._durable:
                 for directory in touched:
                     fs.fsync_dir(directory)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from . import _buckets
 from . import _fsops as fs
 from ._checks import integer, seconds
 from ._codec import check_queue_name, dumps
@@ -167,14 +168,23 @@ def _pending(core: Core, sel: Selection) -> Iterator[_Candidate]:
     queues = [sel.queue] if sel.queue is not None else [q for q in fs.scan_names(lay.pending) if QUEUE_RE.match(q)]
     for q in queues:
         qdir = lay.pending_dir(q)
-        try:
-            names = sorted(fs.scan_names(qdir))  # run order: the oldest of a priority first
-        except NotADirectoryError:
-            continue  # a file planted where a queue belongs: the next pull quarantines it
-        for name in names:
+        last = None
+        for bucket, name in _buckets.walk(qdir):  # run order: the oldest of a priority first
+            if last is not None and bucket != last:
+                _drop_if_emptied(qdir, last)
+            last = bucket
             m = PENDING_RE.match(name)
             if m and _created_before(m["seq"], sel.cutoff):
-                yield _Candidate(os.path.join(qdir, name), m["id"], JobState.PENDING)
+                yield _Candidate(f"{qdir}/{bucket}/{name}", m["id"], JobState.PENDING)
+        if last is not None:
+            _drop_if_emptied(qdir, last)
+
+
+def _drop_if_emptied(qdir: str, bucket: str) -> None:
+    """A bucket the purge emptied goes now, not at a claimer's next listing: a purged queue may
+    have no worker."""
+    if _buckets.is_old(bucket):
+        _buckets.remove_if_empty(f"{qdir}/{bucket}")
 
 
 def _scheduled(core: Core, sel: Selection) -> Iterator[_Candidate]:

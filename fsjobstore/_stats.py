@@ -1,14 +1,23 @@
-"""Store statistics: the counts ``JobStore.statistics()`` returns, from one listing of each directory."""
+"""Store statistics: the counts ``JobStore.statistics()`` returns.
+
+Pending and final jobs are counted per bucket (``pending/<queue>/<P>.<S>/`` and ``finished/<B>/``),
+and a bucket whose stat did not change since this store counted it is not listed again
+(:class:`DirCounts`): the cost grows with the buckets that changed, not with the backlog. Final
+jobs are counted from their finished-index entries (FORMAT.md says how exact that is)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
+from . import _buckets
 from . import _fsops as fs
 from ._control import Control
-from ._layout import PENDING_RE
+from ._layout import BUCKET_RE, FINISHED_RE, PENDING_RE
 from ._shared import Core
+
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,29 +38,87 @@ class StoreStatistics:
     watching: bool  # whether *this process* gets inotify wake-ups (it has waited in a pull)
 
 
-def statistics(core: Core, control: Control) -> StoreStatistics:
-    """Count each state's directory, the pending jobs per queue and the oldest of them."""
+class DirCounts:
+    """What was counted in each bucket directory, kept while its stat says it did not change.
+
+    A bucket of a past second (pending) or hour (the finished index) rarely changes once it
+    settles, so a store's second ``statistics()`` lists only the buckets that changed: those
+    being drained, filled or purged. Trusted only for a directory that had settled
+    (``_fsops.SETTLE``) when it was listed, so a change in the same clock tick as the listing is
+    never hidden behind an unchanged mtime. Thread-safe enough: a lost update is a recount."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[tuple[int, int, int], object]] = {}
+
+    def get(self, path: str, count: Callable[[list[str]], _V]) -> _V:
+        sig, settled = fs.dir_signature(path)  # before the listing it vouches for
+        hit = self._seen.get(path)
+        if hit is not None and hit[0] == sig:
+            return cast(_V, hit[1])
+        value = count(_buckets.names_in(path))
+        if settled:
+            self._seen[path] = (sig, value)
+        else:
+            self._seen.pop(path, None)
+        return value
+
+    def forget_missing(self, present: set[str]) -> None:
+        for path in [p for p in self._seen if p not in present]:
+            del self._seen[path]
+
+
+def _pending_bucket(names: list[str]) -> tuple[int, int | None]:
+    seqs = [int(n[8:28]) for n in names if PENDING_RE.match(n)]
+    return len(seqs), min(seqs, default=None)
+
+
+def _finished_bucket(names: list[str]) -> dict[str, int]:
+    by_state = {"fulfilled": 0, "failed": 0, "cancelled": 0}
+    for name in names:
+        m = FINISHED_RE.match(name)
+        if m:
+            by_state[m["state"]] += 1
+    return by_state
+
+
+def statistics(core: Core, control: Control, counts: DirCounts) -> StoreStatistics:
+    """Count each state: pending and final jobs bucket by bucket (a bucket that did not change
+    since this store last counted it is not listed again), the rest by listing its directory."""
     lay = core.layout
     by_queue: dict[str, int] = {}
     oldest: int | None = None
+    present: set[str] = set()
     for q in fs.scan_names(lay.pending):
-        try:
-            names = [n for n in fs.scan_names(lay.pending_dir(q)) if PENDING_RE.match(n)]
-        except NotADirectoryError:
-            continue  # a file planted where a queue belongs: the next pull quarantines it
-        by_queue[q] = len(names)
-        for n in names:
-            seq = int(n.split(".", 2)[1])
-            oldest = seq if oldest is None else min(oldest, seq)
+        qdir = lay.pending_dir(q)
+        buckets, others = _buckets.list_queue(qdir)
+        n, first = _pending_bucket(others)  # jobs written flat by an older store, not moved yet
+        for bucket in buckets:
+            path = f"{qdir}/{bucket}"
+            present.add(path)
+            k, low = counts.get(path, _pending_bucket)
+            n += k
+            if low is not None and (first is None or low < first):
+                first = low
+        by_queue[q] = n
+        if first is not None and (oldest is None or first < oldest):
+            oldest = first
+    final = {"fulfilled": 0, "failed": 0, "cancelled": 0}
+    for bucket in fs.scan_names(lay.finished):
+        if BUCKET_RE.match(bucket):
+            path = lay.finished_bucket(bucket)
+            present.add(path)
+            for state, k in counts.get(path, _finished_bucket).items():
+                final[state] += k
+    counts.forget_missing(present)
     quarantined = sum(1 for n in fs.scan_names(lay.quarantine) if not n.endswith(".reason"))
     waker = core.waker
     return StoreStatistics(
         pending=sum(by_queue.values()),
         scheduled=len(fs.scan_names(lay.scheduled)),
         active=len(fs.scan_names(lay.active)),
-        fulfilled=len(fs.scan_names(lay.fulfilled)),
-        failed=len(fs.scan_names(lay.failed)),
-        cancelled=len(fs.scan_names(lay.cancelled)),
+        fulfilled=final["fulfilled"],
+        failed=final["failed"],
+        cancelled=final["cancelled"],
         notifications=len(fs.scan_names(lay.notify)),
         quarantined=quarantined,
         pending_by_queue=by_queue,

@@ -16,7 +16,6 @@ import logging
 import os
 import re
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -43,7 +42,7 @@ from ._direct import ById
 from ._errors import InvalidRequest, ValueTooLarge, WaitTimeout
 from ._heart import Heart
 from ._job import Job, JobState
-from ._layout import MAX_PRIORITY, MIN_PRIORITY, Layout
+from ._layout import MAX_PRIORITY, MIN_PRIORITY, Layout, generated_id
 from ._leases import NotificationLease, OnCompromised, WorkLease
 from ._notify import Notifier
 from ._opening import open_skeleton
@@ -52,7 +51,7 @@ from ._recovery import RecoveryReport, recover
 from ._registry import WorkerInfo
 from ._retention import index_strays
 from ._shared import Core, Settings
-from ._stats import StoreStatistics, statistics
+from ._stats import DirCounts, StoreStatistics, statistics
 from ._verify import locks_prove_death
 from ._waiting import Waiting
 from ._work import Work
@@ -168,6 +167,7 @@ class JobStore:
                                  on_new_owner=lambda: self._heart.keep_beating())
         self._notifier = Notifier(core)
         self._control = Control(core)
+        self._counts = DirCounts()  # what statistics() counted per bucket, while unchanged
         self._work = Work(core, self._notifier, self._control)
         self._direct = ById(core, self._work, self._notifier, self._control)
         self._heart = Heart(core, self._work, self._notifier, self._control)
@@ -264,7 +264,8 @@ class JobStore:
         attempts_cap = settings.max_attempts if max_attempts is None else integer(
             max_attempts, "max_attempts", at_least=1, at_most=1_000_000)
         explicit = job_id is not None
-        job_id = check_job_id(job_id) if explicit else uuid.uuid4().hex
+        seq = core.next_seq()
+        job_id = check_job_id(job_id) if explicit else generated_id(seq)
         # What is returned is what was stored: a reader of the file gets exactly this request.
         request_bytes, request = canonical(request, what="request")
         if len(request_bytes) > settings.max_request_bytes:
@@ -275,7 +276,7 @@ class JobStore:
         now = core.wall()
         not_before = due_time(now, delay, run_at)
         record = Record(id=job_id, queue=queue, priority=priority, request=request, created_at=now,
-                        seq=core.next_seq(), max_attempts=attempts_cap, not_before=not_before,
+                        seq=seq, max_attempts=attempts_cap, not_before=not_before,
                         timeout=limit, retain=self._retain if kept is None else kept,
                         request_json=request_bytes)
         dest = publish_new(core, record, explicit=explicit)
@@ -442,7 +443,7 @@ class JobStore:
         jobs with notifications waiting, quarantined files, the age of the oldest pending job,
         and the paused queues. One listing of each directory; cheap enough to call often."""
         self._check_open()
-        return statistics(self._core, self._control)
+        return statistics(self._core, self._control, self._counts)
 
     def close(self) -> None:
         """Release held leases (giving their jobs back), stop the threads, drop the owner lock."""

@@ -17,12 +17,27 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from . import _buckets
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import dumps
 from ._errors import JobNotFound
 from ._job import JobState
-from ._layout import ACTIVE_RE, FINAL_RE, PENDING_RE, SCHEDULED_RE, Layout, expiry, micros
+from ._layout import (
+    ACTIVE_RE,
+    FINAL_RE,
+    GENERATED_ID_RE,
+    PENDING_RE,
+    SCHEDULED_RE,
+    SEQ_PER_BUCKET,
+    Layout,
+    bucket_of_name,
+    expiry,
+    micros,
+    pending_bucket,
+    prio_field,
+    seq_of_generated,
+)
 from ._records import FINAL_STATES, LOST_DATA, LostJobData, Parsed, Record
 
 log = logging.getLogger("fsjobstore")
@@ -207,22 +222,47 @@ class Tree:
         if dest in FINAL_STATES:
             return self.publish_final(tmp_path, record, dest, record.finished_at or time.time())
         dst = self.dest_path(record, dest)
-        for tries_left in (2, 1, 0):
-            try:
-                self.rename_into(tmp_path, dst)
-                break
-            except FileNotFoundError:
-                # A queue's first job: its directory is made on demand (one mkdir per queue, not
-                # one failed mkdir per job). Any other ENOENT (our temp file went) is the caller's.
-                # RACE: a member may move the new directory away again before the rename; a few
-                # rounds, then the caller's error (the job is not acknowledged, so not lost).
-                parent = os.path.dirname(dst)
-                if dest != "pending" or not tries_left or fs.is_real_dir(parent):
-                    raise
-                self.ensure_dir(parent)
         if dest == "pending":
+            self.into_pending(tmp_path, dst)
             self.bell("work")
+        else:
+            self.rename_into(tmp_path, dst)
         return dst
+
+    def into_pending(self, src: str, dst: str, *, durable: bool | None = None) -> None:
+        """Rename ``src`` to ``dst`` in a pending bucket (made on demand with its queue's
+        directory, each fsynced into its parent when made); then the bucket is fsynced
+        (``durable``: default the store's). FileNotFoundError only when ``src`` went.
+
+        RACE: a bucket of a past second may be removed as empty (``_buckets``) between our mkdir
+        and our rename, or a member may move it away; the rename then fails with ``src`` still
+        here, and we make it again. A remover needs to list it empty each time, so a few rounds
+        are enough; after them the caller's error (nothing moved, nothing lost)."""
+        for tries_left in range(7, -1, -1):
+            try:
+                if durable is None:
+                    self.rename_into(src, dst)
+                else:
+                    fs.rename_into(src, dst, durable=durable)
+                return
+            except FileNotFoundError:
+                if not tries_left or not sc.lexists(src):
+                    raise
+                bucket = os.path.dirname(dst)
+                self.ensure_dir(os.path.dirname(bucket))
+                self.ensure_dir(bucket)
+
+    def settle_flat(self, qdir: str, names: list[str]) -> int:
+        """Move pending jobs found flat in a queue's directory (``names``: written by format 2,
+        or by format 3 before buckets) into their buckets; returns how many moved."""
+        moved = 0
+        for name in names:
+            try:
+                self.into_pending(os.path.join(qdir, name), os.path.join(qdir, bucket_of_name(name), name))
+                moved += 1
+            except FileNotFoundError:
+                continue  # claimed meanwhile
+        return moved
 
     # -- finding a job by id -------------------------------------------------------------------
     def locate(self, job_id: str) -> Location | None:
@@ -259,12 +299,59 @@ class Tree:
                     yield Location(JobState.ACTIVE, os.path.join(active, name), m["token"], m["kind"])
 
     def _in_pending(self, job_id: str) -> Iterator[Location]:
-        tail = f".{job_id}.json"
-        for queue in fs.scan_names(self.layout.pending):
-            qdir = self.layout.pending_dir(queue)
-            for name in fs.scan_names(qdir):
-                if name.endswith(tail) and PENDING_RE.match(name):
-                    yield Location(JobState.PENDING, os.path.join(qdir, name))
+        """A pending job's file by id, reading the names of buckets, not of jobs: where its
+        name is found from the id (FORMAT.md, "Finding a job by id")."""
+        lay = self.layout
+        where = self._pending_key(job_id)
+        if where is None:
+            return  # a chosen id with no reservation: no job of it exists
+        if isinstance(where, tuple):
+            queues, prio, seq = where
+        else:
+            queues, prio, seq = fs.scan_names(lay.pending), None, where
+        name_tail = f".{seq}.{job_id}.json" if seq else f".{job_id}.json"
+        for queue in queues:
+            qdir = lay.pending_dir(queue)
+            if seq and prio is not None:
+                buckets = [pending_bucket(prio, seq)]  # the one place it can be
+            else:
+                buckets, others = _buckets.list_queue(qdir)
+                if seq:  # a generated id: the buckets of its second, one per priority in use
+                    sec = f".{int(seq) // SEQ_PER_BUCKET:011d}"
+                    buckets = [b for b in buckets if b.endswith(sec)]
+                else:  # an id of an older version: every bucket is listed
+                    for name in others:
+                        if name.endswith(name_tail) and PENDING_RE.match(name):
+                            yield Location(JobState.PENDING, os.path.join(qdir, name))
+            for bucket in buckets:
+                bdir = os.path.join(qdir, bucket)
+                if seq:
+                    path = f"{bdir}/{bucket[:7]}{name_tail}"
+                    if sc.lexists(path):
+                        yield Location(JobState.PENDING, path)
+                    continue
+                for name in _buckets.names_in(bdir):
+                    if name.endswith(name_tail) and PENDING_RE.match(name):
+                        yield Location(JobState.PENDING, os.path.join(bdir, name))
+
+    def _pending_key(self, job_id: str) -> tuple[list[str], str, str] | str | None:
+        """Where a pending job with this id can be: ``([queue], P, SEQ)`` read from its
+        reservation (a chosen id), the ``SEQ`` a generated id begins with (any queue, any
+        priority), ``""`` for an id of an older version (anywhere), or None (nowhere)."""
+        try:
+            record = Record.parse(fs.read_regular(self.layout.id_marker(job_id), self.record_cap)).record
+        except FileNotFoundError:
+            record = None
+        except (NotADirectoryError, fs.Unreadable, ValueError):
+            return ""  # a planted or damaged reservation: look everywhere
+        if record is not None:
+            if record.id != job_id:
+                return ""
+            return [record.queue], prio_field(record.priority), record.seq
+        seq = seq_of_generated(job_id)
+        if seq is not None:
+            return seq
+        return "" if GENERATED_ID_RE.match(job_id) else None
 
     def _in_scheduled(self, job_id: str) -> Iterator[Location]:
         tail = f".{job_id}.json"

@@ -66,7 +66,7 @@ class Work:
             name = index.pop()
             if name is None:
                 continue
-            m = PENDING_RE.match(name)
+            m = PENDING_RE.match(name, name.index("/") + 1)  # "<bucket>/<name>"
             assert m is not None  # the index only holds valid names
             token = core.new_token()
             active = core.layout.active_path(m["id"], token)
@@ -242,10 +242,9 @@ class Work:
     def _release(self, claim: WorkClaim, active: str) -> None:
         core, record = self._core, claim.record
         dst = core.layout.pending_path(record.queue, record.priority, record.seq, record.id)
-        core.tree.ensure_dir(os.path.dirname(dst))
         claim.committing = True
         try:
-            core.tree.rename_into(active, dst)
+            core.tree.into_pending(active, dst)
         except FileNotFoundError:
             raise self._lost(claim) from None
         except StorageError as exc:

@@ -1,0 +1,89 @@
+"""Pending buckets: a queue's jobs in ``pending/<queue>/<P>.<S>/``, one directory per priority
+and second of creation (FORMAT.md, "Tree").
+
+Why: a claimer, a listing or a lookup by id reads one bucket, not the whole backlog. With a
+million jobs in one directory, a worker's first listing took seconds and 150 MB, and an emptied
+ext4 directory never shrinks (a drained queue of 20,000 stayed 2.2 MB). Bucket names sort as their
+jobs run (priority, then second), and every name in a bucket sorts after every name of the buckets
+before it, so reading buckets in name order reads the queue in run order.
+
+An emptied bucket is removed (rmdir) by whoever lists it empty once its second is ``LINGER``
+seconds past: creates go to the current second's bucket, so only a job put back into an old
+second (a release, a retry, a promotion) can meet a bucket removed under it, and it makes it again
+(:meth:`Tree.into_pending`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+from . import _fsops as fs
+from . import _syscalls as sc
+from ._layout import PENDING_BUCKET_RE, PENDING_RE, bucket_of_name
+
+LINGER = 2.0  # seconds after its second ends before an emptied bucket is removed
+
+
+def list_queue(qdir: str) -> tuple[list[str], list[str]]:
+    """A queue directory's buckets in run order, and its other names (dot names left out)."""
+    buckets: list[str] = []
+    others: list[str] = []
+    try:
+        names = fs.scan_names(qdir)
+    except NotADirectoryError:
+        names = []  # a file planted where a queue belongs: the next pull quarantines it
+    for name in names:
+        if PENDING_BUCKET_RE.match(name):
+            buckets.append(name)
+        elif not name.startswith("."):
+            others.append(name)
+    buckets.sort()
+    return buckets, others
+
+
+def names_in(bdir: str) -> list[str]:
+    """A bucket's names, dot names left out; [] if it is gone (or not a directory)."""
+    try:
+        return [n for n in fs.scan_names(bdir) if not n.startswith(".")]
+    except NotADirectoryError:
+        return []
+
+
+def is_old(bucket: str, now: float | None = None) -> bool:
+    """Whether ``bucket``'s second ended ``LINGER`` seconds ago (wall clock: creators use theirs)."""
+    return int(bucket[8:]) + 1 + LINGER <= (time.time() if now is None else now)
+
+
+def remove_if_empty(bdir: str) -> bool:
+    """rmdir an emptied bucket; False if it holds something (ENOTEMPTY: a job arrived) or is gone."""
+    try:
+        sc.rmdir(bdir)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        if exc.errno in (39, 66):  # ENOTEMPTY (Linux), ENOTEMPTY (BSD): a job arrived meanwhile
+            return False
+        raise
+    return True
+
+
+def walk(qdir: str, low: str = "") -> Iterator[tuple[str, str]]:
+    """``(bucket, name)`` of each pending job of a queue in run order, names after ``low`` (a
+    pending file name) only. Lists one bucket at a time, as the caller reads on. Names not of
+    the grammar are passed over."""
+    buckets, _ = list_queue(qdir)
+    floor = bucket_of_name(low) if PENDING_RE.match(low) else low[:19]
+    for bucket in buckets:
+        if bucket < floor:
+            continue  # every name in it sorts before low
+        for name in sorted(names_in(os.path.join(qdir, bucket))):
+            if name > low and PENDING_RE.match(name):
+                yield bucket, name
+
+
+def flat_jobs(qdir: str, others: list[str]) -> list[str]:
+    """Of a queue directory's non-bucket names, those that are pending jobs written flat (by a
+    format-2 store, or a format-3 one before buckets): :meth:`Tree.settle_flat` moves them."""
+    return [n for n in others if PENDING_RE.match(n) and fs.is_regular(os.path.join(qdir, n))]
