@@ -87,3 +87,16 @@ def flat_jobs(qdir: str, others: list[str]) -> list[str]:
     """Of a queue directory's non-bucket names, those that are pending jobs written flat (by a
     format-2 store, or a format-3 one before buckets): :meth:`Tree.settle_flat` moves them."""
     return [n for n in others if PENDING_RE.match(n) and fs.is_regular(os.path.join(qdir, n))]
+
+
+WATCHED_FOR = 60.0  # seconds: buckets of older seconds are not watched (see past_bucket)
+
+
+def past_bucket(parent: str, name: str) -> bool:
+    """Whether a directory found while starting to watch ``jobs/`` is a pending bucket of a past
+    minute: a waiting puller needs to hear of jobs put into the current buckets (a create, or a
+    release into a bucket made a moment ago); a deep backlog has thousands of past ones, and one
+    inotify watch each would reach ``fs.inotify.max_user_watches``. A job put back into a past
+    bucket (a release, a retry) is found by the next listing, within ``poll_interval``; buckets
+    made after the start are watched when they appear."""
+    return PENDING_BUCKET_RE.match(name) is not None and int(name[8:]) + WATCHED_FOR < time.time()

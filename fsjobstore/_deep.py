@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Callable
 
 from . import _buckets
 from . import _fsops as fs
@@ -52,7 +53,8 @@ def _boot_marker(core: Core) -> str:
     return os.path.join(core.layout.control, f"boot-{boot[:32]}")
 
 
-def deep_pass(core: Core, counts: dict[str, int], *, explicit: bool) -> None:
+def deep_pass(core: Core, counts: dict[str, int], *, explicit: bool,
+              stop: Callable[[], bool] = lambda: False) -> None:
     """Make the deep pass: always when ``explicit``, else once per boot of this host. The
     process making it holds ``control/boot.lock`` (flock) meanwhile, and marks the boot only
     when it is done: workers started together make one pass, not one each (16 children on a
@@ -60,7 +62,7 @@ def deep_pass(core: Core, counts: dict[str, int], *, explicit: bool) -> None:
     or the pass failed) is made again by the next process that starts."""
     marker = _boot_marker(core)
     if marker.endswith("-unknown"):  # no boot id: nothing to mark, so every first pass is deep
-        _sweep_emptied(core, counts)
+        _sweep_emptied(core, counts, stop)
         return
     if not explicit and sc.lexists(marker):
         return  # made since this host booted
@@ -70,8 +72,8 @@ def deep_pass(core: Core, counts: dict[str, int], *, explicit: bool) -> None:
     try:
         if not explicit and sc.lexists(marker):
             return  # made while we waited for the lock
-        _sweep_emptied(core, counts)
-        _mark_boot(core, marker)
+        if _sweep_emptied(core, counts, stop):
+            _mark_boot(core, marker)  # (a pass stopped midway is made again by the next process)
     finally:
         if lock is not None and lock != _NO_LOCK:
             sc.close_read(lock)  # releases the flock
@@ -106,7 +108,7 @@ def _mark_boot(core: Core, marker: str) -> None:
         fs.touch(marker, core.tree.perms.file_mode)
 
 
-def _sweep_emptied(core: Core, counts: dict[str, int]) -> None:
+def _sweep_emptied(core: Core, counts: dict[str, int], stop: Callable[[], bool] = lambda: False) -> bool:
     """Job files a power cut left empty (the rename reached the disk, the data did not), queued
     or final: quarantine them now with the reason, and report them, rather than let a worker or
     a ``get`` trip on each. One lstat per job file, once per boot: the same cost per file for
@@ -120,7 +122,9 @@ def _sweep_emptied(core: Core, counts: dict[str, int]) -> None:
             dirs += [qdir, *(os.path.join(qdir, b) for b in buckets)]  # flat jobs of older stores too
     dirs += [lay.scheduled, lay.fulfilled, lay.failed, lay.cancelled]
     for directory in dirs:
-        for name in fs.scan_names(directory):
+        for k, name in enumerate(fs.scan_names(directory)):
+            if k % 1024 == 0 and stop():  # its store is closing: a deep backlog must not hold it up
+                return False
             path = os.path.join(directory, name)
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 st = sc.lstat(path)
@@ -128,3 +132,4 @@ def _sweep_emptied(core: Core, counts: dict[str, int]) -> None:
                 if empty and core.tree.quarantine(path, f"job file is empty: {LOST_DATA}"):
                     counts["quarantined"] += 1
                     note_lost(counts, job_id_of(name))
+    return True

@@ -18,7 +18,7 @@ from ._control import Control
 from ._errors import LeaseLost
 from ._liveness import OwnerGone
 from ._notify import Notifier
-from ._recovery import recover
+from ._recovery import boot_pass, recover
 from ._retention import Retention
 from ._shared import Core
 from ._work import Work
@@ -90,8 +90,12 @@ class Heart:
         self.remover.start()
 
     def _first_recovery(self) -> None:
+        # Not deep: the once-per-boot look for files a power cut emptied reads every job file's
+        # size (25 s at a million pending), so the retention thread makes it (_remove), and a
+        # first pull waits only for what can need repair. A worker that claims an emptied file
+        # before that pass meets it quarantines it just the same (LostJobData).
         try:
-            self._recover(deep=None)  # deep once per boot (a power cut is one): see _recovery
+            self._recover(deep=False)
         finally:
             self._first_pass.set()  # pulls waiting for it go on, whatever happened
 
@@ -121,6 +125,8 @@ class Heart:
         the time this process's workers could use (they keep most of their rate meanwhile)."""
         core = self._core
         self._first_pass.wait(60)  # after the first recovery pass, which finishes cut-short removals
+        if not self.stop_event.is_set():
+            boot_pass(core, self.stop_event.is_set)  # once per boot of the host, by one process: see _first_recovery
         pause = 0.0
         while not self.stop_event.wait(pause):
             began = core.clock()

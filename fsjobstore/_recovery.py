@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import _fsops as fs
@@ -90,7 +91,7 @@ def new_counts() -> Counts:
 def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | None = False) -> RecoveryReport:
     """One pass of every repair. ``deep`` also looks for jobs a power cut emptied, in stores
     that do not fsync (it reads the size of every job file: done by every explicit
-    ``recover()``, and with None once per boot of the host by the first process that pulls)."""
+    ``recover()``; with None once per boot of the host, as :func:`boot_pass` does)."""
     counts = new_counts()
     me = core.owner_id()
     counts["duplicates_dropped"] += core.sweep_litter()
@@ -98,7 +99,7 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     # What the store promises decides, not what this process does: a process that fsyncs in a
     # store that does not still meets the files others wrote without fsync.
     emptiable = not core.settings.store_durable
-    if emptiable and deep is not False:  # None: a process's first pass, deep once per boot (_deep.deep_pass)
+    if emptiable and deep is not False:  # None: deep once per boot (_deep.deep_pass)
         deep_pass(core, counts, explicit=deep is True)
     overdue = _sweep_deadlines(core, notifier, control, me, counts)
     _sweep_active(core, notifier, control, me, overdue, counts)
@@ -109,6 +110,21 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     _sweep_targets(core, notifier, counts)
     _sweep_cancels(core, control)
     return RecoveryReport(**counts, lost_ids=tuple(counts.lost_ids))
+
+
+def boot_pass(core: Core, stop: Callable[[], bool]) -> int:
+    """The deep pass alone, once per boot of the host (``_deep.deep_pass``), for a store that
+    does not fsync; made by a long-lived store's retention thread, so no pull waits for it (it
+    reads every job file's size). Returns how many job files it found emptied (each is
+    quarantined and logged)."""
+    if core.settings.store_durable:
+        return 0
+    counts = new_counts()
+    try:
+        deep_pass(core, counts, explicit=False, stop=stop)
+    except Exception:
+        log.exception("the pass looking for job files a power cut emptied failed; the next process makes it")
+    return counts["lost_to_power_loss"]
 
 
 def _gone(core: Core, owner: str) -> bool:

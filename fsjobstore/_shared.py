@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import _buckets
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._doorbell import Doorbell
@@ -153,7 +154,8 @@ class Core:
     def start_waker(self) -> None:
         with self.mutex:
             if self.waker is None and not self.closed:
-                waker = Waker(self.layout.jobs, self.pending.on_arrival, self.pending.invalidate)
+                waker = Waker(self.layout.jobs, self.pending.on_arrival, self.pending.invalidate,
+                              skip=_buckets.past_bucket)
                 waker.start()
                 self.waker = waker
 

@@ -65,8 +65,10 @@ class Waker:
     """
 
     def __init__(self, root: str | tuple[str, ...], on_arrival: Callable[[str], None],
-                 on_overflow: Callable[[], None] = lambda: None) -> None:
+                 on_overflow: Callable[[], None] = lambda: None,
+                 skip: Callable[[str, str], bool] = lambda parent, name: False) -> None:
         self._roots = (root,) if isinstance(root, str) else root
+        self._skip = skip  # (parent, name) of a directory found at start that need not be watched
         self._on_arrival = on_arrival
         self._on_overflow = on_overflow
         self._cond = threading.Condition()
@@ -134,7 +136,7 @@ class Waker:
         """Watch ``directory`` and the directories below it (queue directories, ...)."""
         subdirs = self._watch(directory)
         for name in subdirs or ():
-            if name not in _UNWATCHED:
+            if name not in _UNWATCHED and not self._skip(directory, name):
                 self._watch_tree(os.path.join(directory, name))
 
     def _start_watchdog(self) -> None:
