@@ -263,8 +263,7 @@ class JobStore:
         priority = integer(priority, "priority", at_least=MIN_PRIORITY, at_most=MAX_PRIORITY)
         attempts_cap = settings.max_attempts if max_attempts is None else integer(
             max_attempts, "max_attempts", at_least=1, at_most=1_000_000)
-        explicit = job_id is not None
-        seq = core.next_seq()
+        explicit, seq = job_id is not None, core.next_seq()  # a generated id begins with its seq
         job_id = check_job_id(job_id) if explicit else generated_id(seq)
         # What is returned is what was stored: a reader of the file gets exactly this request.
         request_bytes, request = canonical(request, what="request")

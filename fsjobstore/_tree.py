@@ -255,13 +255,21 @@ class Tree:
     def settle_flat(self, qdir: str, names: list[str]) -> int:
         """Move pending jobs found flat in a queue's directory (``names``: written by format 2,
         or by format 3 before buckets) into their buckets; returns how many moved."""
+        touched: set[str] = set()
         moved = 0
         for name in names:
+            bucket = os.path.join(qdir, bucket_of_name(name))
             try:
-                self.into_pending(os.path.join(qdir, name), os.path.join(qdir, bucket_of_name(name), name))
-                moved += 1
+                # Not fsynced one by one: a move lost to a power cut leaves the job where it was,
+                # flat, and the next listing moves it again.
+                self.into_pending(os.path.join(qdir, name), os.path.join(bucket, name), durable=False)
             except FileNotFoundError:
                 continue  # claimed meanwhile
+            touched.add(bucket)
+            moved += 1
+        if self.durable:
+            for bucket in touched:
+                fs.fsync_dir(bucket)
         return moved
 
     # -- finding a job by id -------------------------------------------------------------------
