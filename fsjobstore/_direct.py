@@ -18,7 +18,7 @@ from . import _syscalls as sc
 from ._control import Control
 from ._errors import CorruptJob, InvalidState, JobNotFound, JobStoreError, StorageError
 from ._job import Job, JobState
-from ._layout import SCHEDULED_RE, token_owner
+from ._layout import PENDING_BUCKET_RE, SCHEDULED_RE, token_owner
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record
 from ._recovery import new_counts, take_over
@@ -197,7 +197,10 @@ def _final_state(core: Core, path: str) -> str:
 
 def _queue_of(loc: Location) -> str:
     if loc.state is JobState.PENDING:
-        return os.path.basename(os.path.dirname(os.path.dirname(loc.path)))  # <queue>/<bucket>/<name>
+        parent = os.path.dirname(loc.path)  # <queue>/<bucket>, or <queue> for a flat job (_buckets)
+        if PENDING_BUCKET_RE.match(os.path.basename(parent)):
+            parent = os.path.dirname(parent)
+        return os.path.basename(parent)
     m = SCHEDULED_RE.match(os.path.basename(loc.path))
     assert m is not None
     return m["queue"]

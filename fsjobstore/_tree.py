@@ -321,7 +321,10 @@ class Tree:
         for queue in queues:
             qdir = lay.pending_dir(queue)
             if seq and prio is not None:
-                buckets = [pending_bucket(prio, seq)]  # the one place it can be
+                buckets = [pending_bucket(prio, seq)]  # the one place it can be, but for:
+                flat = f"{qdir}/{prio}{name_tail}"  # a store from before buckets (Tree.settle_flat)
+                if sc.lexists(flat):
+                    yield Location(JobState.PENDING, flat)
             else:
                 buckets, others = _buckets.list_queue(qdir)
                 if seq:  # a generated id: the buckets of its second, one per priority in use
