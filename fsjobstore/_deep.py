@@ -45,12 +45,7 @@ def job_id_of(name: str) -> str | None:
 def _boot_marker(core: Core) -> str:
     """``control/boot-<id>``: this boot's deep pass was made. A power cut means a boot, so one
     deep pass per boot finds what it emptied; every later process skips it."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            boot = fh.read().strip().replace("-", "")
-    except OSError:
-        boot = "unknown"  # no boot id: never marked, so every first pass is deep
-    return os.path.join(core.layout.control, f"boot-{boot[:32]}")
+    return core.layout.boot_marker()
 
 
 def deep_pass(core: Core, counts: dict[str, int], *, explicit: bool,

@@ -176,6 +176,16 @@ class Layout:
         """The finished-index entry of a final job: ``fin`` and ``exp`` in µs (see FORMAT.md)."""
         return f"{self.finished}/{bucket_field(fin)}/{fin:017d}.{exp:017d}.{state}.{queue}.{job_id}"
 
+    def boot_marker(self) -> str:
+        """``control/boot-<boot id>``: this boot's deep pass was made (``_deep``), or the store
+        was made during this boot, so no earlier power cut can have emptied its files."""
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as fh:
+                boot = fh.read().strip().replace("-", "")
+        except OSError:
+            boot = "unknown"  # no boot id: never marked, so every first pass is deep
+        return os.path.join(self.control, f"boot-{boot[:32]}")
+
     def commit_tmp_path(self, token: str, job_id: str, dest: str) -> str:
         """The new version of a job being committed by claim ``token`` (recovery finishes it)."""
         return self.tmp_path(token, "commit", f"{job_id}.{dest}.json")

@@ -66,6 +66,7 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
             "users must be created with JobStore(path, group=...), and each user be in that group"
         )
     doc = _read_marker(layout)
+    made_now = False
     if doc is None:
         what = _examine(root)
         if what == "other" and _looks_like_store(layout):
@@ -84,6 +85,7 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
         else:
             doc = _initialise(layout, durable=True if durable is None else durable, gid=wanted_gid,
                               retain=DEFAULT_RETAIN if retain is None else retain)
+            made_now = True
     config = _config(layout, doc, durable)
     made_as = config.format
     if config.format < 2:
@@ -107,6 +109,13 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
             fs.fsync_dir(directory)  # opens it as a directory: whatever else is planted there is moved aside
             fs.check_trusted(directory, config.perms)
         sc.prime(root)
+        boot = layout.boot_marker()
+        if made_now and not boot.endswith("-unknown"):
+            # Made during this boot: no power cut before it can have emptied a file of it, so
+            # its first worker skips the pass that looks for them (_deep), however deep its
+            # backlog is by then.
+            with contextlib.suppress(OSError):
+                fs.touch(boot, config.perms.file_mode)
         if config.format < FORMAT_VERSION:
             # A store made before retention promised to keep every job: an upgrade keeps that
             # promise (forever) unless the opener asks for a retention period itself.
