@@ -7,12 +7,17 @@ jobs are counted from their finished-index entries (FORMAT.md says how exact tha
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
 from . import _buckets
 from . import _fsops as fs
+from . import _syscalls as sc
 from ._control import Control
 from ._layout import BUCKET_RE, FINISHED_RE, PENDING_RE
 from ._shared import Core
@@ -42,29 +47,66 @@ class DirCounts:
     """What was counted in each bucket directory, kept while its stat says it did not change.
 
     A bucket of a past second (pending) or hour (the finished index) rarely changes once it
-    settles, so a store's second ``statistics()`` lists only the buckets that changed: those
-    being drained, filled or purged. Trusted only for a directory that had settled
-    (``_fsops.SETTLE``) when it was listed, so a change in the same clock tick as the listing is
-    never hidden behind an unchanged mtime. Thread-safe enough: a lost update is a recount."""
+    settles, so ``statistics()`` lists only the buckets that changed: those being drained,
+    filled or purged. Trusted only for a directory that had settled (``_fsops.SETTLE``) when it
+    was listed, so a change in the same clock tick as the listing is never hidden behind an
+    unchanged mtime. Kept in ``control/counts.json`` too (a hint: replaced whole, never
+    fsynced, ignored when unreadable), so a fresh process (``fsjobstore status``) starts from
+    what others counted. Thread-safe enough: a lost update is a recount."""
 
-    def __init__(self) -> None:
-        self._seen: dict[str, tuple[tuple[int, int, int], object]] = {}
+    def __init__(self, control: str, file_mode: int) -> None:
+        self._path = os.path.join(control, COUNTS)
+        self._file_mode = file_mode
+        self._seen: dict[str, tuple[tuple[int, int, int], object]] | None = None
+        self._changed = False
 
     def get(self, path: str, count: Callable[[list[str]], _V]) -> _V:
+        seen = self._load()
         sig, settled = fs.dir_signature(path)  # before the listing it vouches for
-        hit = self._seen.get(path)
+        key = os.path.relpath(path, os.path.dirname(os.path.dirname(self._path)))
+        hit = seen.get(key)
         if hit is not None and hit[0] == sig:
             return cast(_V, hit[1])
         value = count(_buckets.names_in(path))
         if settled:
-            self._seen[path] = (sig, value)
-        else:
-            self._seen.pop(path, None)
+            seen[key] = (sig, value)
+            self._changed = True
+        elif seen.pop(key, None) is not None:
+            self._changed = True
         return value
 
-    def forget_missing(self, present: set[str]) -> None:
-        for path in [p for p in self._seen if p not in present]:
-            del self._seen[path]
+    def _load(self) -> dict[str, tuple[tuple[int, int, int], object]]:
+        if self._seen is None:
+            self._seen = {}
+            with contextlib.suppress(OSError, ValueError, fs.Unreadable, TypeError, KeyError):
+                doc = json.loads(fs.read_regular(self._path, _COUNTS_CAP))
+                for key, (m, c, ino, value) in doc["buckets"].items():
+                    if isinstance(key, str) and all(type(v) is int for v in (m, c, ino)):
+                        self._seen[key] = ((m, c, ino), value)
+        return self._seen
+
+    def finish(self, present: set[str]) -> None:
+        """Forget the buckets that are gone, and write what changed for the next process."""
+        seen = self._load()
+        root = os.path.dirname(os.path.dirname(self._path))
+        keep = {os.path.relpath(p, root) for p in present}
+        for key in [k for k in seen if k not in keep]:
+            del seen[key]
+            self._changed = True
+        if not self._changed:
+            return
+        self._changed = False
+        doc = {"buckets": {k: [*sig, value] for k, (sig, value) in seen.items()}}
+        tmp = f"{os.path.dirname(self._path)}/.{COUNTS}.{os.getpid()}.{secrets.token_hex(4)}"
+        try:
+            fs.write_new(tmp, json.dumps(doc, separators=(",", ":")).encode(), durable=False, mode=self._file_mode)
+            sc.rename(tmp, self._path)
+        except OSError:
+            fs.unlink_quietly(tmp)  # a hint: the next call counts again (read-only control/, full disk)
+
+
+COUNTS = "counts.json"
+_COUNTS_CAP = 64 << 20
 
 
 def _pending_bucket(names: list[str]) -> tuple[int, int | None]:
@@ -109,7 +151,7 @@ def statistics(core: Core, control: Control, counts: DirCounts) -> StoreStatisti
             present.add(path)
             for state, k in counts.get(path, _finished_bucket).items():
                 final[state] += k
-    counts.forget_missing(present)
+    counts.finish(present)
     quarantined = sum(1 for n in fs.scan_names(lay.quarantine) if not n.endswith(".reason"))
     waker = core.waker
     return StoreStatistics(

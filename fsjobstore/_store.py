@@ -167,7 +167,7 @@ class JobStore:
                                  on_new_owner=lambda: self._heart.keep_beating())
         self._notifier = Notifier(core)
         self._control = Control(core)
-        self._counts = DirCounts()  # what statistics() counted per bucket, while unchanged
+        self._counts = DirCounts(core.layout.control, core.tree.perms.file_mode)  # statistics() per bucket
         self._work = Work(core, self._notifier, self._control)
         self._direct = ById(core, self._work, self._notifier, self._control)
         self._heart = Heart(core, self._work, self._notifier, self._control)
