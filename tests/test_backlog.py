@@ -1,0 +1,127 @@
+"""A deep backlog at flat cost: what statistics() and a first pull read (issue 24, section 3)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fsjobstore import JobStore, _syscalls
+from fsjobstore._fsops import SETTLE
+
+
+class _Listings:
+    """Counts listings of directories below ``prefix`` made through the store's one door."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.paths: list[str] = []
+
+    def before(self, op: str, args: tuple[Any, ...]) -> None:
+        if op == "listdir" and isinstance(args[0], str) and args[0].startswith(self.prefix):
+            self.paths.append(args[0])
+
+    def after(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+        pass
+
+
+def _fill_three_seconds(store: JobStore) -> list[str]:
+    ids = []
+    for _ in range(3):
+        ids += [store.create({"n": i}).id for i in range(20)]
+        time.sleep(1.0)
+    time.sleep(SETTLE + 0.5)  # every bucket settled: its count may be kept
+    return ids
+
+
+def test_a_fresh_process_counts_from_what_another_counted_and_lists_only_the_bucket_that_changed(
+        tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    with JobStore(root, durable=False) as first:
+        ids = _fill_three_seconds(first)
+        assert first.statistics().pending == 60  # lists every bucket, and keeps the counts
+    buckets = os.path.join(root, "jobs", "pending", "default")
+    assert len(os.listdir(buckets)) >= 3
+    watch = _Listings(buckets + os.sep)
+    _syscalls.set_hook(watch)
+    try:
+        with JobStore(root, durable=False) as second:
+            stats = second.statistics()
+            assert stats.pending == 60 and stats.pending_by_queue == {"default": 60}
+            assert watch.paths == []  # no bucket listed: counted by the first process
+            second.cancel(ids[0])  # changes the oldest bucket only
+            after = second.statistics()
+            assert after.pending == 59 and after.cancelled == 1
+            assert len(set(watch.paths)) == 1  # that bucket alone was listed again
+    finally:
+        _syscalls.set_hook(None)
+
+
+def test_counts_kept_in_a_damaged_or_planted_file_are_ignored_not_believed(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    with JobStore(root, durable=False) as store:
+        _fill_three_seconds(store)
+        store.statistics()
+    counts = os.path.join(root, "control", "counts.json")
+    for junk in (b"{not json", b'{"buckets": {"jobs/pending/default/x": [1, 2]}}', b"[]", b""):
+        with open(counts, "wb") as fh:
+            fh.write(junk)
+        with JobStore(root, durable=False) as store:
+            assert store.statistics().pending == 60
+
+
+def test_a_count_is_not_kept_for_a_bucket_that_changed_just_before_it_was_counted(tmp_path: Path) -> None:
+    """A change within the clock tick of a listing would leave the mtime as it was: counts of a
+    bucket younger than SETTLE are never kept, so the next call lists it again."""
+    with JobStore(str(tmp_path / "s"), durable=False) as store:
+        store.create("a")
+        assert store.statistics().pending == 1
+        store.create("b")  # most likely into the same bucket, within the same second
+        assert store.statistics().pending == 2
+
+
+def test_a_store_made_during_this_boot_needs_no_pass_for_files_a_power_cut_emptied(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with JobStore(str(root), durable=False):
+        pass
+    assert [n for n in os.listdir(root / "control") if n.startswith("boot-")]
+
+
+def test_the_pass_for_files_a_power_cut_emptied_runs_beside_the_first_pull_not_before_it(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with JobStore(str(root), durable=False) as store:
+        job = store.create({"n": 1})
+    for name in os.listdir(root / "control"):
+        if name.startswith("boot-"):
+            os.unlink(root / "control" / name)  # as after a reboot
+    [bucket] = os.listdir(root / "jobs" / "pending" / "default")
+    [name] = os.listdir(root / "jobs" / "pending" / "default" / bucket)
+    assert job.id in name
+    emptied = str(root / "jobs" / "pending" / "default" / bucket / name)
+    open(emptied, "wb").close()  # what the cut left
+    pulled = threading.Event()
+    looked: list[bool] = []  # for each look at the emptied file's size: had the pull returned?
+
+    class Watch:
+        def before(self, op: str, args: tuple[Any, ...]) -> None:
+            if op == "stat" and args[0] == emptied:
+                looked.append(pulled.wait(10))
+
+        def after(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+            pass
+
+    _syscalls.set_hook(Watch())
+    try:
+        with JobStore(str(root)) as worker:
+            assert worker.pull_work(queues=["elsewhere"]) is None
+            pulled.set()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not os.listdir(root / "quarantine"):
+                time.sleep(0.05)  # the retention thread makes it
+    finally:
+        _syscalls.set_hook(None)
+    assert looked and all(looked)  # looked at only once the pull had returned
+    assert len([n for n in os.listdir(root / "quarantine") if n.endswith(".reason")]) == 1
+    assert [n for n in os.listdir(root / "control") if n.startswith("boot-")]  # marked once done
