@@ -56,6 +56,7 @@ class DirCounts:
 
     def __init__(self, control: str, file_mode: int) -> None:
         self._path = os.path.join(control, COUNTS)
+        self._cut = len(os.path.dirname(control)) + 1  # keys are paths below the store's root
         self._file_mode = file_mode
         self._seen: dict[str, tuple[tuple[int, int, int], object]] | None = None
         self._changed = False
@@ -63,7 +64,7 @@ class DirCounts:
     def get(self, path: str, count: Callable[[list[str]], _V]) -> _V:
         seen = self._load()
         sig, settled = fs.dir_signature(path)  # before the listing it vouches for
-        key = os.path.relpath(path, os.path.dirname(os.path.dirname(self._path)))
+        key = path[self._cut:]
         hit = seen.get(key)
         if hit is not None and hit[0] == sig:
             return cast(_V, hit[1])
@@ -88,8 +89,7 @@ class DirCounts:
     def finish(self, present: set[str]) -> None:
         """Forget the buckets that are gone, and write what changed for the next process."""
         seen = self._load()
-        root = os.path.dirname(os.path.dirname(self._path))
-        keep = {os.path.relpath(p, root) for p in present}
+        keep = {p[self._cut:] for p in present}
         for key in [k for k in seen if k not in keep]:
             del seen[key]
             self._changed = True
