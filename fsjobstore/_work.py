@@ -30,6 +30,7 @@ from ._layout import PENDING_RE
 from ._leases import ClaimEnd, OnCompromised, WorkLease
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record, next_record, result_line
+from ._removal import remove_job
 from ._runs import RunLog
 from ._shared import Core
 
@@ -334,6 +335,21 @@ class Work:
             # The result is committed and durable; only its notify index entry is missing,
             # and every recovery pass restores those (_recovery._sweep_targets).
             log.warning("job %s is committed but its notification was not indexed: %s", job_id, exc)
+            return
+        retain = claim.record.retain
+        if (self._core.tree.default_retain if retain is None else retain) == 0:
+            self._remove_now(job_id, dest)
+
+    def _remove_now(self, job_id: str, dest: str) -> None:
+        """A job kept 0 s is removed by the commit that made it final (queshot's autoremove),
+        not at retention's next pass: a worker draining jobs of ``retain=0`` faster than one
+        pass a second removes would otherwise grow the final directories, and an emptied
+        directory never shrinks. A job with targets waiting stays (``remove_job`` puts it back),
+        and a fault leaves it to retention."""
+        try:
+            remove_job(self._core, self._core.layout.final_path(dest, job_id), job_id, drop_targets=False)
+        except OSError as exc:
+            log.info("job %s (kept 0 s) was committed; retention removes it (%s)", job_id, exc)
 
     def _committed(self, claim: WorkClaim, committing: str, new: Record, dest: str) -> None:
         self._core.drop(committing)
