@@ -114,7 +114,7 @@ def count_listings(directory: str, *, below: bool = False) -> Iterator[list[int]
 
     class Hook:
         def before(self, op: str, args: tuple[Any, ...]) -> None:
-            if op == "listdir" and (args[0] == directory or below and str(args[0]).startswith(directory + os.sep)):
+            if op == "listdir" and (args[0] == directory or (below and str(args[0]).startswith(directory + os.sep))):
                 count[0] += 1
 
         def after(self, op: str, args: tuple[Any, ...], result: Any) -> None:
