@@ -130,8 +130,8 @@ class QueueIndex:
         if not self._names and self._truncated:
             # A whole front of bad names that could not be quarantined (too long to move, say)
             # would hide every job behind it: hostile, and rare enough to check every name.
-            valid = [n for n in front if _valid(n)]
-            self._set_front(valid, truncated=True)
+            valid = [rel for b, n in _buckets.walk(self.directory) if _valid(rel := f"{b}/{n}")]
+            self._set_front(valid[: self._limit], truncated=len(valid) > self._limit)
         self._listed_at = self._clock()
         if settled and not self._names and not self._truncated:
             self._empty_sig = (sig, *(s for _, s in emptied))

@@ -16,7 +16,16 @@ from typing import Any
 from internals import die_unlinked, freeze, temp_path
 
 from fsjobstore import InvalidState, JobExists, JobStore, _syscalls
-from fsjobstore._layout import ACTIVE_RE, FINAL_RE, FINISHED_RE, PENDING_RE, SCHEDULED_RE, TMP_RE
+from fsjobstore._layout import (
+    ACTIVE_RE,
+    FINAL_RE,
+    FINISHED_RE,
+    PENDING_BUCKET_RE,
+    PENDING_RE,
+    SCHEDULED_RE,
+    TMP_RE,
+    bucket_of_name,
+)
 from fsjobstore._records import Record
 
 CRASH_EXIT = 77
@@ -286,10 +295,16 @@ def job_files(root: str) -> dict[str, list[tuple[str, str]]]:
         out.setdefault(job_id, []).append((state, path))
 
     for queue in _ls(os.path.join(jobs, "pending")):
-        for name in _ls(os.path.join(jobs, "pending", queue)):
-            m = PENDING_RE.match(name)
-            if m:
-                add(m["id"], "pending", os.path.join(jobs, "pending", queue, name))
+        qdir = os.path.join(jobs, "pending", queue)
+        for entry in _ls(qdir):
+            m = PENDING_RE.match(entry)
+            if m:  # written flat, as an older store did: the next claimer's listing moves it
+                add(m["id"], "pending", os.path.join(qdir, entry))
+            elif PENDING_BUCKET_RE.match(entry):  # pending/<queue>/<P>.<S>/<name>
+                for name in _ls(os.path.join(qdir, entry)):
+                    m = PENDING_RE.match(name)
+                    if m and bucket_of_name(name) == entry:  # in another bucket it is no job
+                        add(m["id"], "pending", os.path.join(qdir, entry, name))
     for name in _ls(os.path.join(jobs, "scheduled")):
         m = SCHEDULED_RE.match(name)
         if m:

@@ -85,7 +85,8 @@ def name_for(directory: str, n: int) -> str:
     """A name the store's grammar accepts in ``directory``, unique per ``n``."""
     ident = f"bad{n:03d}"
     return {
-        "jobs/pending/default": f"1000000.{n:020d}.{ident}.json",
+        "jobs/pending/default": f"1000000.{n:020d}.{ident}.json",  # flat, as an older store wrote
+        "jobs/pending/default/1000000.00000000000": f"1000000.{n:020d}.{ident}.json",  # in its bucket
         "jobs/scheduled": f"{1:017d}.default.1000000.{n:020d}.{ident}.json",
         "jobs/active": f"{ident}.{TOKEN}.json",
         "jobs/fulfilled": f"{ident}.json",
@@ -99,8 +100,8 @@ def name_for(directory: str, n: int) -> str:
     }[directory]
 
 
-DIRECTORIES = ["jobs/pending/default", "jobs/scheduled", "jobs/active", "jobs/fulfilled", "jobs/failed",
-               "jobs/notify", "targets/victim", "tmp", "leases", "leases/owner", "ids"]
+DIRECTORIES = ["jobs/pending/default", "jobs/pending/default/1000000.00000000000", "jobs/scheduled", "jobs/active",
+               "jobs/fulfilled", "jobs/failed", "jobs/notify", "targets/victim", "tmp", "leases", "leases/owner", "ids"]
 
 
 def run() -> dict[str, object]:

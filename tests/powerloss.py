@@ -421,10 +421,12 @@ def _emptied_left(store: JobStore, report: Any) -> list[str]:
     """recover() reports every job file the cut emptied, in any state (final ones included):
     none may be left for a get() or a claim to trip on, and each is named in lost_ids."""
     jobs = os.path.join(store.path, "jobs")
-    dirs = [os.path.join(jobs, "pending", q) for q in _ls_names(os.path.join(jobs, "pending"))]
+    queues = [os.path.join(jobs, "pending", q) for q in _ls_names(os.path.join(jobs, "pending"))]
+    dirs = [*queues, *(os.path.join(q, b) for q in queues for b in _ls_names(q) if os.path.isdir(os.path.join(q, b)))]
     dirs += [os.path.join(jobs, d) for d in ("scheduled", "active", "fulfilled", "failed", "cancelled")]
     problems = [f"recover() left an emptied job file: {os.path.relpath(os.path.join(d, n), store.path)}"
-                for d in dirs for n in _ls_names(d) if os.path.getsize(os.path.join(d, n)) == 0]
+                for d in dirs for n in _ls_names(d) if os.path.isfile(os.path.join(d, n))
+                and os.path.getsize(os.path.join(d, n)) == 0]
     if len(report.lost_ids) != report.lost_to_power_loss:
         problems.append(f"lost_ids {report.lost_ids} does not name the {report.lost_to_power_loss} lost job(s)")
     return problems

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FakeWall, files_under, in_background
-from internals import count_listings, count_lost_races, owner, small_pending_index
+from internals import count_listings, count_lost_races, owner, pending_buckets, pending_file, small_pending_index
 
 from fsjobstore import (
     InvalidJobId,
@@ -114,31 +114,44 @@ def test_after_a_lost_race_a_more_urgent_job_still_comes_first(open_store: Calla
     assert got is not None and got.id == urgent.id
 
 
-def _plant(store: JobStore, queue: str, name: str) -> None:
-    """Put a file that is not a job into a queue's directory, as another program might."""
-    with open(os.path.join(store.path, "jobs", "pending", queue, name), "w") as fh:
+def _plant(store: JobStore, queue: str, name: str, *, bucket: str = "") -> str:
+    """Put a file that is not a job into a queue's directory, or into one of its buckets
+    (``pending/<queue>/<bucket>/``, where its jobs are), as another program might."""
+    path = os.path.join(store.path, "jobs", "pending", queue, bucket, name)
+    with open(path, "w") as fh:
         fh.write("x")
+    return path
+
+
+def _bucket_of(store: JobStore, job_id: str, queue: str = "default") -> str:
+    """The name of the bucket a pending job's file is in."""
+    return os.path.basename(os.path.dirname(pending_file(store.path, job_id, queue)))
 
 
 def test_a_dot_file_in_an_empty_queue_does_not_stop_claims_from_the_next_queue(store: JobStore) -> None:
-    store.create("a", queue="alpha")
+    a = store.create("a", queue="alpha")
+    bucket = _bucket_of(store, a.id, "alpha")
     lease = store.pull_work(queues="alpha")
     assert lease is not None
     lease.fulfill(b"")
     b = store.create("b", queue="beta")
-    _plant(store, "alpha", ".nfs000000000001")  # an NFS silly-rename, say: never a job, never moved
+    # An NFS silly-rename, say, in the bucket the job left: never a job, never moved.
+    os.makedirs(os.path.join(store.path, "jobs", "pending", "alpha", bucket), exist_ok=True)
+    planted = _plant(store, "alpha", ".nfs000000000001", bucket=bucket)
     lease = store.pull_work(queues=["alpha", "beta"])
     assert lease is not None and lease.id == b.id
-    assert os.path.exists(os.path.join(store.path, "jobs", "pending", "alpha", ".nfs000000000001"))
+    assert os.path.exists(planted)
 
 
+@pytest.mark.parametrize("in_bucket", [True, False], ids=["in-the-bucket", "beside-the-buckets"])
 def test_an_unrecognised_name_first_in_a_queue_does_not_beat_a_more_urgent_queue(
-        open_store: Callable[..., JobStore]) -> None:
+        open_store: Callable[..., JobStore], in_bucket: bool) -> None:
     s = open_store(durable=False, watch=False, poll_interval=3600.0)
     assert s.pull_work() is None  # the boot's recovery pass first: the file is planted after it
-    s.create("lazy", queue="alpha", priority=10)
+    lazy = s.create("lazy", queue="alpha", priority=10)
     urgent = s.create("urgent", queue="beta", priority=-10)
-    _plant(s, "alpha", "#junk#")  # sorts before every job name
+    # Sorts before every job name (and every bucket's name)
+    _plant(s, "alpha", "#junk#", bucket=_bucket_of(s, lazy.id, "alpha") if in_bucket else "")
     lease = s.pull_work()
     assert lease is not None and lease.id == urgent.id
     assert s.statistics().quarantined == 1
@@ -149,8 +162,8 @@ def test_a_job_behind_a_front_of_dot_files_is_claimed(open_store: Callable[..., 
     small_pending_index(monkeypatch, 4)  # as if 4,096 dot files came first
     s = open_store(durable=False, watch=False)
     job = s.create("j")
-    for i in range(6):
-        _plant(s, "default", f".tmp{i}")
+    for i in range(6):  # in the job's bucket, where they would come first
+        _plant(s, "default", f".tmp{i}", bucket=_bucket_of(s, job.id))
     lease = s.pull_work()
     assert lease is not None and lease.id == job.id
 
@@ -162,7 +175,7 @@ def test_a_job_behind_a_front_of_bad_names_that_cannot_be_quarantined_is_claimed
     assert s.pull_work() is None  # the boot's recovery pass first: the files are planted after it
     job = s.create("j")
     for i in range(6):  # "-" sorts before every job name; too long to be renamed into quarantine/
-        _plant(s, "default", f"-{i}" + "x" * 250)
+        _plant(s, "default", f"-{i}" + "x" * 250, bucket=_bucket_of(s, job.id))
     lease = s.pull_work()
     assert lease is not None and lease.id == job.id
 
@@ -173,9 +186,8 @@ def test_a_queue_whose_indexed_names_turn_out_bad_is_listed_again_not_left_for_a
     s = open_store(durable=False, watch=False, poll_interval=30.0)
     assert s.pull_work() is None
     first, second = s.create("1", priority=0), s.create("2", priority=1)
-    queue = os.path.join(s.path, "jobs", "pending", "default")
-    head = sorted(os.listdir(queue))[0]
-    with open(os.path.join(queue, head[:8] + "zz"), "w") as fh:  # a bad name between the two jobs
+    head = pending_file(s.path, first.id)
+    with open(head[:-len(".json")] + ".zz", "w") as fh:  # a bad name between the two jobs, in first's bucket
         fh.write("x")
     lease = s.pull_work()  # lists: the first job and the bad name; the second is past the index
     assert lease is not None and lease.id == first.id
@@ -534,9 +546,7 @@ def test_an_id_reserved_by_a_create_that_lost_its_file_is_free_again_and_the_job
     # As a power loss can leave it: ids/<id> durable, the temp file and its rename gone. That
     # create was never acknowledged (its rename was not fsynced), so the id is free (issue 24, D4).
     store.create({"first": True}, job_id="order-7")
-    pending = os.path.join(store.path, "jobs", "pending", "default")
-    [name] = os.listdir(pending)
-    os.unlink(os.path.join(pending, name))
+    os.unlink(pending_file(store.path, "order-7"))
     store.create({"first": False}, job_id="order-7")
     assert store.get("order-7").request == {"first": False}
     lease = store.pull_work()
@@ -580,10 +590,12 @@ def test_a_claim_passes_over_an_empty_queue_with_a_stat_not_a_listing(open_store
     assert lease is not None
     lease.fulfill(b"")  # images is empty now
     images = os.path.join(s.path, "jobs", "pending", "images")
+    for bucket in pending_buckets(s.path, "images"):  # as a claimer does 2 s after its second
+        os.rmdir(os.path.join(images, bucket))
     _settle(images)
     for i in range(20):
         s.create(i)
-    with count_listings(images) as listings:
+    with count_listings(images, below=True) as listings:
         for _ in range(20):
             lease = s.pull_work(timeout=0)
             assert lease is not None and lease.queue == "default"
@@ -599,7 +611,10 @@ def test_a_job_another_process_puts_in_a_queue_seen_empty_is_claimed_at_once(
     lease = a.pull_work()
     assert lease is not None
     lease.fulfill(b"")
-    _settle(os.path.join(a.path, "jobs", "pending", "images"))
+    images = os.path.join(a.path, "jobs", "pending", "images")
+    for bucket in pending_buckets(a.path, "images"):  # the emptied one, kept for 2 s after its second
+        _settle(os.path.join(images, bucket))
+    _settle(images)
     assert a.pull_work(timeout=0) is None  # listed: empty, and settled, so its stat is trusted
     assert a.pull_work(timeout=0) is None  # the stat alone
     job = b.create("y", queue="images")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 
 from conftest import FakeWall, die
+from internals import pending_file
 
 from fsjobstore import AttemptError, JobState, JobStore
 from fsjobstore._records import Record
@@ -67,16 +67,13 @@ def test_a_retry_starts_a_new_life_with_no_attempt_errors(store: JobStore) -> No
 
 def test_a_job_file_without_the_field_still_reads_and_one_that_has_it_round_trips(store: JobStore) -> None:
     job = store.create("x", max_attempts=3)
-    pending_dir = os.path.join(store.path, "jobs", "pending", "default")
-    [name] = os.listdir(pending_dir)
-    with open(os.path.join(pending_dir, name), "rb") as fh:
+    with open(pending_file(store.path, job.id), "rb") as fh:
         data = fh.read()
     assert b"attempt_errors" not in data  # absent while empty: files are as before
     lease = store.pull_work()
     assert lease is not None
     lease.fail("boom")
-    [name] = os.listdir(pending_dir)
-    with open(os.path.join(pending_dir, name), "rb") as fh:
+    with open(pending_file(store.path, job.id), "rb") as fh:  # retried: back in its bucket
         doc = json.loads(fh.readline())
     assert doc["format"] == 3 and doc["attempt_errors"][0]["error"] == "boom"
     record = Record.from_bytes(json.dumps(doc).encode() + b"\n")

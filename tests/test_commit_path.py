@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 import pytest
-from internals import rescan
+from internals import pending_file, rescan
 
 from fsjobstore import JobState, JobStore, _syscalls
 from fsjobstore._records import Record
@@ -117,14 +117,14 @@ def test_a_result_is_never_published_over_an_existing_one(tmp_path: Any) -> None
     """A stray second copy of a final job (a restored backup) cannot replace its result."""
     with JobStore(tmp_path / "s") as s:
         job = s.create("x")
-        stray = os.path.join(s.path, "jobs", "pending", "default")
-        [name] = os.listdir(stray)
-        with open(os.path.join(stray, name), "rb") as fh:
+        stray = pending_file(s.path, job.id)
+        with open(stray, "rb") as fh:
             copy = fh.read()
         lease = s.pull_work()
         assert lease is not None
         lease.fulfill(b"first")
-        with open(os.path.join(stray, name), "wb") as fh:
+        os.makedirs(os.path.dirname(stray), exist_ok=True)  # its bucket, if a claimer removed it
+        with open(stray, "wb") as fh:
             fh.write(copy)
         rescan(s)
         second = s.pull_work()

@@ -10,14 +10,21 @@ import sys
 from typing import Any
 
 import pytest
+from internals import pending_file
 
 from fsjobstore import CorruptJob, JobStore
+from fsjobstore._layout import PENDING_RE, bucket_of_name
 
 GOOD_NAME = "0000000.00000000000000000001.planted.json"
 
 
-def _pending(store: JobStore, name: str = GOOD_NAME) -> str:
+def _pending(store: JobStore, name: str = GOOD_NAME, *, flat: bool = False) -> str:
+    """Where to plant ``name`` in the default queue: in the bucket a job of that name belongs in
+    (``pending/default/<P>.<S>/``; any name not of the grammar goes into the oldest bucket a
+    job could have), or, with ``flat``, in the queue's directory itself, as an older store wrote."""
     d = os.path.join(store.path, "jobs", "pending", "default")
+    if not flat:
+        d = os.path.join(d, bucket_of_name(name) if PENDING_RE.match(name) else "0000000.00000000000")
     os.makedirs(d, exist_ok=True)
     return os.path.join(d, name)
 
@@ -53,14 +60,15 @@ PLANTS = {
 }
 
 
+@pytest.mark.parametrize("flat", [False, True], ids=["in-its-bucket", "flat"])
 @pytest.mark.parametrize("kind", sorted(PLANTS))
-def test_a_planted_pending_file_is_quarantined_and_good_jobs_flow(store: JobStore, kind: str) -> None:
+def test_a_planted_pending_file_is_quarantined_and_good_jobs_flow(store: JobStore, kind: str, flat: bool) -> None:
     assert store.pull_work(timeout=0.01) is None  # start the watcher and heartbeat before counting
     fds_before = len(os.listdir("/proc/self/fd"))
     rounds = 10
     for n in range(rounds):
         good = store.create("good")
-        PLANTS[kind](_pending(store, GOOD_NAME.replace("planted", f"planted{n}")))
+        PLANTS[kind](_pending(store, GOOD_NAME.replace("planted", f"planted{n}"), flat=flat))
         assert _drain(store) == [good.id]
     # Background threads may hold a descriptor for a moment; a leak per bad file would show as +10.
     assert len(os.listdir("/proc/self/fd")) - fds_before < rounds // 2
@@ -83,19 +91,18 @@ def test_a_socket_in_pending_is_quarantined(store: JobStore, monkeypatch: pytest
         sock.close()
 
 
-def test_files_with_unknown_names_are_moved_aside(store: JobStore) -> None:
+@pytest.mark.parametrize("flat", [False, True], ids=["in-a-bucket", "beside-the-buckets"])
+def test_files_with_unknown_names_are_moved_aside(store: JobStore, flat: bool) -> None:
     good = store.create("good")
     for name in ("junk.txt", "notes"):
-        _plant_file(_pending(store, name), b"hello")
+        _plant_file(_pending(store, name, flat=flat), b"hello")
     assert _drain(store) == [good.id]
     assert store.statistics().quarantined == 2
 
 
 def test_a_valid_job_file_under_the_wrong_name_is_quarantined(store: JobStore) -> None:
     real = store.create("real")
-    src = os.path.join(store.path, "jobs", "pending", "default")
-    [name] = os.listdir(src)
-    os.link(os.path.join(src, name), _pending(store))  # content says "real", name says "planted"
+    os.link(pending_file(store.path, real.id), _pending(store))  # content says "real", name says "planted"
     assert _drain(store) == [real.id]
     assert store.statistics().quarantined == 1
 

@@ -33,25 +33,31 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from internals import pending_file
 
 from fsjobstore import Deliverer, JobContext, JobState, JobStore, JobStoreError, Worker
+from fsjobstore._layout import PENDING_BUCKET_RE
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
 
 GROUP = 54_320  # a gid and uid nobody uses; no /etc/passwd or /etc/group entry is needed
 MEMBER = 54_321
 QUEUE = "default"
+BUCKET = f"jobs/pending/{QUEUE}/BUCKET"  # one of the queue's buckets at the time (_a_bucket)
 # Every directory FORMAT.md lists but quarantine (a planted quarantine is refused by design:
 # UntrustedStore naming it; test_planted_links covers that refusal).
 DIRECTORIES = [
     "jobs", "jobs/pending", f"jobs/pending/{QUEUE}", "jobs/scheduled", "jobs/active", "jobs/fulfilled",
     "jobs/failed", "jobs/cancelled", "jobs/notify", "targets", "control", "control/paused",
     "control/cancel", "control/deadlines", "control/doorbell", "runs", "workers", "leases", "ids", "tmp",
+    BUCKET,
 ]
 QUIET_DIRECTORIES = [d for d in DIRECTORIES if d not in ("jobs", "jobs/pending", f"jobs/pending/{QUEUE}",
-                                                        "jobs/active", "jobs/notify", "jobs/fulfilled")]
-# Where job files live: a name planted there looks like a job file.
-JOB_DIRS = [f"jobs/pending/{QUEUE}", "jobs/active", "jobs/fulfilled", "jobs/notify", "jobs/scheduled"]
+                                                        "jobs/active", "jobs/notify", "jobs/fulfilled", BUCKET)]
+# Where job files live: a name planted there looks like a job file. (A pending job's file is in
+# a bucket, pending/<queue>/<P>.<S>/; one planted flat in the queue's directory is what an older
+# store wrote, moved into its bucket by the next claimer.)
+JOB_DIRS = [f"jobs/pending/{QUEUE}", BUCKET, "jobs/active", "jobs/fulfilled", "jobs/notify", "jobs/scheduled"]
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, float, bytes | None]]:
@@ -73,9 +79,7 @@ def _can(store_root: str, canary: str) -> dict[str, Any]:
         job = store.create({"by": "member"}, queue="member")
         found["create"] = True
         found["read"] = store.get(job.id).request == {"by": "member"}
-        pending = os.path.join(store_root, "jobs", "pending", "member")
-        name = next(n for n in os.listdir(pending) if n.endswith(f".{job.id}.json"))
-        os.unlink(os.path.join(pending, name))  # allowed: a member may delete any job file
+        os.unlink(pending_file(store_root, job.id, "member"))  # allowed: a member may delete any job file
         try:
             store.get(job.id)
             found["delete_job_file"] = False
@@ -95,7 +99,7 @@ def _plant_one(store_root: str, canary: str, aside: str, rng: random.Random, n: 
     if rng.random() < 0.5:
         # The directories that hold jobs less often: moving one aside takes its jobs along (a
         # member may), which would leave little for the trial to watch.
-        where = rng.choice(DIRECTORIES if rng.random() < 0.03 else QUIET_DIRECTORIES)
+        where = _a_bucket(store_root, rng, rng.choice(DIRECTORIES if rng.random() < 0.03 else QUIET_DIRECTORIES))
         if where in ("runs", "targets") and rng.random() < 0.7:
             # A per-job directory: of a job that is running or queued now.
             with _quiet():
@@ -106,7 +110,7 @@ def _plant_one(store_root: str, canary: str, aside: str, rng: random.Random, n: 
         with _quiet():
             os.rename(path, os.path.join(aside, f"{n:06d}.{where.replace('/', '~')}"))
     else:
-        where = rng.choice(JOB_DIRS)
+        where = _a_bucket(store_root, rng, rng.choice(JOB_DIRS))
         path = os.path.join(store_root, where, f"0001000.{n:020d}.planted{n}.json")
     with _quiet():
         if kind == "link":
@@ -118,6 +122,19 @@ def _plant_one(store_root: str, canary: str, aside: str, rng: random.Random, n: 
             with open(path, "x") as f:
                 f.write("not what belongs here\n")
     return f"{kind}@{where.split('/')[0]}"
+
+
+def _a_bucket(store_root: str, rng: random.Random, where: str) -> str:
+    """``where``, with BUCKET made one of the queue's buckets now (the queue's directory if it
+    has none)."""
+    if where != BUCKET:
+        return where
+    qdir = os.path.dirname(where)
+    with _quiet():
+        buckets = sorted(b for b in os.listdir(os.path.join(store_root, qdir)) if PENDING_BUCKET_RE.match(b))
+        if buckets:
+            return f"{qdir}/{rng.choice(buckets)}"
+    return qdir
 
 
 class _quiet:

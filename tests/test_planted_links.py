@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from faultkit import hooked
+from internals import pending_file
 
 from fsjobstore import JobStore, JobStoreError, _beneath
 
@@ -32,8 +33,10 @@ DIRECTORIES = [
     "jobs", "jobs/pending", f"jobs/pending/{QUEUE}", "jobs/scheduled", "jobs/active", "jobs/fulfilled",
     "jobs/failed", "jobs/cancelled", "jobs/notify", "targets", f"targets/{JOB}", "control",
     "control/paused", "control/cancel", "control/deadlines", "control/doorbell", "runs", f"runs/{JOB}",
-    "workers", "leases", "ids", "tmp", "quarantine",
+    "workers", "leases", "ids", "tmp", "quarantine", f"jobs/pending/{QUEUE}/BUCKET",
 ]
+# BUCKET stands for the bucket (pending/<queue>/<P>.<S>/) the warm-up job is queued in, its name
+# known only once it is made.
 
 
 class Hung(Exception):
@@ -168,7 +171,10 @@ def test_a_planted_entry_where_a_directory_belongs_is_never_followed_and_loses_n
         if where.endswith(JOB):  # the per-job directories exist once the job is queued and run
             (root / where).mkdir()
         else:
-            store.create({"warm": 1}, queue=QUEUE)  # caches filled, jobs/pending/q1 made
+            warm = store.create({"warm": 1}, queue=QUEUE)  # caches filled, jobs/pending/q1 made
+            if where.endswith("/BUCKET"):
+                bucket = os.path.dirname(pending_file(str(root), warm.id, QUEUE))
+                where = os.path.relpath(bucket, root)
         if when == "while_open":
             store.pull_work(timeout=0)  # a claim, so the hot directories are in use
             _plant(root, where, kind, canary, aside)
@@ -275,7 +281,8 @@ def test_a_create_whose_temp_file_is_moved_away_raises_the_stores_error_and_ackn
         with hooked(MoveTmpAway()), pytest.raises(JobStoreError):
             store.create({"n": 1})
         assert moved.exists()  # the hook did move it
-        assert os.listdir(root / "jobs" / "pending" / "default") == []  # nothing acknowledged, nothing stored
+        # Nothing acknowledged, nothing stored (in any queue's bucket)
+        assert [files for _, _, files in os.walk(root / "jobs" / "pending") if files] == []
 
 
 @pytest.mark.usefixtures("alarm")

@@ -9,12 +9,14 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from faultkit import job_files, removal_leftovers
+from internals import pending_file, pending_files
 
 from fsjobstore import InvalidRequest, JobExists, JobNotFound, JobState, JobStore
 
@@ -167,12 +169,17 @@ def test_a_final_file_deleted_by_hand_is_not_resurrected_by_a_create_with_its_id
 
 
 def _format2_store(root: Path) -> list[str]:
-    """A store as the library on main (format 2) leaves it: no finished/, a format-2 marker."""
+    """A store as the library on main (format 2) leaves it: no finished/, a format-2 marker, a
+    pending job written flat in its queue's directory with a uuid4 id and no reservation."""
     ids = []
     with JobStore(root, durable=False) as s:
         for i in range(3):
             ids.append(_run(s, job_id=f"old-{i}"))
-        s.create({"waiting": True})
+        waiting = s.create({"waiting": True}, job_id=uuid.uuid4().hex).id
+    os.unlink(root / "ids" / waiting)  # a generated id had none
+    queued = pending_file(str(root), waiting)
+    os.rename(queued, root / "jobs" / "pending" / "default" / os.path.basename(queued))
+    os.rmdir(os.path.dirname(queued))
     for dirpath, _dirs, names in os.walk(root / "finished", topdown=False):
         for name in names:
             os.unlink(os.path.join(dirpath, name))
@@ -203,6 +210,15 @@ def test_a_format_2_store_is_migrated_final_jobs_get_index_entries_and_a_second_
     assert all(e.split(".")[1] == "9" * 17 for e in entries)  # <EXP>: forever
     assert sorted(e.rsplit(".", 1)[1] for e in entries) == ids
     assert removal_leftovers(str(root), job_files(str(root))) == []
+    # The pending job moved into its bucket, and nothing is left flat.
+    [queued] = pending_files(str(root))
+    assert [n for n in os.listdir(root / "jobs" / "pending" / "default") if n.endswith(".json")] == []
+    with JobStore(root) as store:
+        waiting = os.path.basename(queued).split(".")[2]
+        assert store.get(waiting).request == {"waiting": True}  # an older version's id: found
+        lease = store.pull_work()
+        assert lease is not None and lease.id == waiting
+        lease.release()
     caplog.clear()
     before = (root / "fsjobstore.json").read_bytes()
     JobStore(root).close()
