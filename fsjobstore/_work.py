@@ -26,7 +26,7 @@ from . import _syscalls as sc
 from ._checks import number, result_value, time_limit_error
 from ._control import Control
 from ._errors import InvalidRequest, InvalidState, JobCancelled, LeaseLost, StorageError
-from ._layout import PENDING_RE
+from ._layout import PENDING_RE, micros
 from ._leases import ClaimEnd, OnCompromised, WorkLease
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record, next_record, result_line
@@ -307,7 +307,7 @@ class Work:
                 # handle rather than ENOENT: the same as the FileNotFoundError case above.
                 if not self._published_by(claim.token, core.layout.final_path(dest, job_id)):
                     raise self._lost(claim) from None
-                self._committed_final(claim, job_id, dest)
+                self._committed_final(claim, job_id, dest, finished_at)
                 return
             if not exc.applied:
                 # Nothing moved. Cut the line back, durably, so a release or a retry starts clean
@@ -319,11 +319,11 @@ class Work:
                 claim.committing = False
                 claim.clean = False
                 raise
-            self._committed_final(claim, job_id, dest)
+            self._committed_final(claim, job_id, dest, finished_at)
             raise
-        self._committed_final(claim, job_id, dest)
+        self._committed_final(claim, job_id, dest, finished_at)
 
-    def _committed_final(self, claim: WorkClaim, job_id: str, dest: str) -> None:
+    def _committed_final(self, claim: WorkClaim, job_id: str, dest: str, finished_at: float) -> None:
         self._finish(claim)
         if dest == "cancelled":
             # Honoured. RACE: a request written after the commit looked for one is too late; it
@@ -338,18 +338,20 @@ class Work:
             return
         retain = claim.record.retain
         if (self._core.tree.default_retain if retain is None else retain) == 0:
-            self._remove_now(job_id, dest)
+            self._remove_now(claim.record, dest, finished_at)
 
-    def _remove_now(self, job_id: str, dest: str) -> None:
+    def _remove_now(self, record: Record, dest: str, finished_at: float) -> None:
         """A job kept 0 s is removed by the commit that made it final (queshot's autoremove),
         not at retention's next pass: a worker draining jobs of ``retain=0`` faster than one
         pass a second removes would otherwise grow the final directories, and an emptied
         directory never shrinks. A job with targets waiting stays (``remove_job`` puts it back),
         and a fault leaves it to retention."""
+        lay, fin = self._core.layout, micros(finished_at)
+        entry = lay.finished_entry(fin, fin, dest, record.queue, record.id)  # <EXP> = <FIN> + 0
         try:
-            remove_job(self._core, self._core.layout.final_path(dest, job_id), job_id, drop_targets=False)
+            remove_job(self._core, lay.final_path(dest, record.id), record.id, drop_targets=False, entry=entry)
         except OSError as exc:
-            log.info("job %s (kept 0 s) was committed; retention removes it (%s)", job_id, exc)
+            log.info("job %s (kept 0 s) was committed; retention removes it (%s)", record.id, exc)
 
     def _committed(self, claim: WorkClaim, committing: str, new: Record, dest: str) -> None:
         self._core.drop(committing)

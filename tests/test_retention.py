@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -92,6 +93,7 @@ def test_a_job_with_targets_waiting_is_kept_until_they_are_delivered(tmp_path: P
         note = s.pull_notification()
         assert note is not None
         note.done(note.waiting)
+        os.close(held)
         assert _gone(s, job.id)
     _only_skeleton_left(tmp_path / "s")
 
@@ -303,9 +305,10 @@ def test_a_final_file_read_as_an_older_version_never_costs_the_job_its_index_ent
     # job's entry as stale: the job stayed final, unlisted and never removed. Such a read is kept.
     root = tmp_path / "s"
     with JobStore(root, durable=False) as store:
-        job_id = _run(store, retain=0)
+        job_id = _run(store, retain=0.5)  # (0 would be removed by its own commit)
         final = root / "jobs" / "fulfilled" / f"{job_id}.json"
         whole = final.read_bytes()
+        time.sleep(0.6)
         older = json.loads(whole.split(b"\n", 1)[0])
         older.update(finished_at=None, committed_by="0123456789abcdef-1", attempts=1)
         final.write_bytes(json.dumps(older, separators=(",", ":")).encode() + b"\n")
@@ -314,3 +317,31 @@ def test_a_final_file_read_as_an_older_version_never_costs_the_job_its_index_ent
         final.write_bytes(whole)  # the read catches up
         assert store.recover().removed == 1
         assert _finished(root) == [] and not final.exists()
+
+
+def test_a_job_kept_0_seconds_is_removed_by_the_commit_that_makes_it_final_unless_a_target_waits(
+        tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with JobStore(root, durable=False, retain=0) as store:
+        held = os.open(root / "control" / "retention.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(held, fcntl.LOCK_EX)  # no retention pass runs: only the commit can remove it
+        plain = store.create({"n": 1})
+        heard = store.create({"n": 2})
+        store.queue(heard.id, {"to": "someone"})
+        for _ in range(2):
+            lease = store.pull_work()
+            assert lease is not None
+            lease.fulfill({"ok": True})
+        with pytest.raises(JobNotFound):
+            store.get(plain.id)  # no retention pass was needed
+        assert store.get(heard.id).state is JobState.FULFILLED  # its target has not heard yet
+        assert _finished(root) != [] and not (root / "runs" / plain.id).exists()
+        note = store.pull_notification()
+        assert note is not None and note.id == heard.id
+        note.done(note.waiting)
+        os.close(held)
+        deadline = time.monotonic() + 10
+        while os.listdir(root / "jobs" / "fulfilled") and time.monotonic() < deadline:
+            store.recover(deep=False)  # then retention removes it (this pass, or its thread's)
+            time.sleep(0.05)
+        assert _finished(root) == [] and os.listdir(root / "jobs" / "fulfilled") == []
