@@ -93,7 +93,6 @@ def test_a_job_with_targets_waiting_is_kept_until_they_are_delivered(tmp_path: P
         note = s.pull_notification()
         assert note is not None
         note.done(note.waiting)
-        os.close(held)
         assert _gone(s, job.id)
     _only_skeleton_left(tmp_path / "s")
 
