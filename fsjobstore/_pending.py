@@ -1,12 +1,12 @@
 """A process-local index of the first few pending names per queue, so a claim is cheap.
 
-Listing a directory of 100,000 entries costs tens of milliseconds; doing it per claim would make
-a claim slower the deeper the queue. We keep only the ``limit`` smallest names (the next jobs to
-run, since names sort by priority then creation) and list again when they run out, when the
-cached view is older than ``rescan_interval``, or never sooner. A queue found empty is listed
-again only when its directory's stat changed (see ``_fsops.SETTLE``) or the interval passed.
-Arrivals reported by the waker are merged in at once, so a new urgent job does not wait for the
-next listing.
+A queue's jobs are in buckets, one directory per priority and second (``_buckets``): a listing
+reads the queue's bucket names, then its buckets in run order until it holds ``limit`` names
+(the next jobs to run), so it costs the same at a million jobs as at a thousand. We list again
+when they run out, when the cached view is older than ``rescan_interval``, or never sooner. A
+queue found empty is listed again only when the stat of its directory or of an emptied bucket it
+still holds changed (see ``_fsops.SETTLE``) or the interval passed. Arrivals reported by the waker
+are merged in at once, so a new urgent job does not wait for the next listing.
 
 The index is only a hint: a name in it may already be claimed by another process (the claim's
 rename then fails with ENOENT and we move on), and the directory stays the truth.
