@@ -50,7 +50,8 @@ def _worker(root: str, k: int, workers: int, shared: bool, strict: bool, start: 
     cancel, targets, paused = f"{root}/control/cancel", f"{root}/targets", f"{root}/control/paused"
     owner, tokens = os.urandom(8).hex(), itertools.count(1)
     index = QueueIndex(pend, 4096, 1.0, time.monotonic, _bad_name) if shared else None
-    names = iter(sorted(os.listdir(pend))[k::workers])
+    # "<bucket>/<name>" in run order (pending/<queue>/<P>.<S>/<P>.<SEQ>.<id>.json), as the index gives them
+    names = iter([f"{b}/{n}" for b in sorted(os.listdir(pend)) for n in sorted(os.listdir(f"{pend}/{b}"))][k::workers])
     loads, dumps = json.loads, json.dumps
     start.wait()
     while True:
@@ -58,7 +59,7 @@ def _worker(root: str, k: int, workers: int, shared: bool, strict: bool, start: 
         name = next(names, None) if index is None else index.pop()
         if name is None:
             break
-        job_id = name.split(".")[2]
+        job_id = name.rpartition("/")[2].split(".")[2]
         token = f"{owner}-{next(tokens):x}"
         claimed = f"{act}/{job_id}.{token}.json"
         try:

@@ -65,7 +65,7 @@ def _bounds(at_least: float | None, above: float | None, below: float | None, at
 def _shown(bound: float | None) -> str | None:
     if bound is None:
         return None
-    return f"{bound:,}" if isinstance(bound, int) else f"{bound:g}"
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"  # no 1,000 separators: "[1, 10,000]" misreads
 
 
 def seconds(value: object, what: str, *, at_least: float | None = None, above: float | None = None,

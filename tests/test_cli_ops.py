@@ -352,6 +352,12 @@ def test_status_past_its_read_cap_shows_an_unsampled_queues_rate_as_unknown_not_
     assert re.search(r"^busy +0 +0 +0 +0\.4\+ +0\.0$", "\n".join(text), re.M), text
     assert [line for line in text if "lower bounds" in line] == [
         "(read at most 2 jobs per state: figures with + are lower bounds, ? unknown)"]
+    assert doc["capped_windows"] == {"fulfilled": ["1m", "5m", "15m"]}  # the cut job is in all three
+    # A walk cut by a job older than a window read that window whole: its rate is exact, no "+".
+    older = dict(doc, capped_windows={"fulfilled": ["15m"]})
+    [row] = [line for line in _status.render(older, 80) if line.startswith("fulfilled")]
+    assert row.split()[1:3] == [f"{doc['per_minute']['fulfilled']['1m']:.1f}",
+                                f"{doc['per_minute']['fulfilled']['5m']:.1f}"] and row.endswith("+"), row
     monkeypatch.setattr(_status, "WALK_CAP", 10)
     with JobStore(root) as store:
         whole = _status.snapshot(store)

@@ -80,7 +80,7 @@ def add(subparsers: Any) -> None:
                    help="a JSON target to deliver the result to (repeat it); `fsjobstore notify` delivers")
 
     subcommand(subparsers, "get", get, positionals=("ID",), reads=True,
-               help="show one job", example="fsjobstore get ./jobs 3f2a9c0e5b1d4f6a8c7e9d0b1a2c3e4f --json")
+               help="show one job", example="fsjobstore get ./jobs 18eb1a2579860598667e72977f6424cd --json")
 
     p = subcommand(subparsers, "fulfill", fulfill, positionals=("ID", "VALUE"),
                    help="fulfil a job by id with a value (- reads it from stdin)",

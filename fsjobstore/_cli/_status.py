@@ -78,6 +78,7 @@ def snapshot(store: JobStore) -> dict[str, Any]:
                 break
             queues[job.queue][state] += 1
     recent: dict[str, dict[str, int]] = {}
+    cut: dict[str, list[str]] = {}  # per final state: the windows whose rate is a lower bound
     unknown: set[str] = set(capped)  # states whose per-queue figures missed some jobs: 0 means "?"
     for state in ("fulfilled", "failed"):
         counts = dict.fromkeys((w for w, _ in WINDOWS), 0)
@@ -86,6 +87,9 @@ def snapshot(store: JobStore) -> dict[str, Any]:
                 break
             if seen > WALK_CAP:
                 capped.append(state)
+                # Only the windows this job falls in were cut short: a wider walk could find more
+                # of theirs; the others were read whole, so their rates are exact.
+                cut[state] = [name for name, width in WINDOWS if job.finished_at >= now - width]
                 if job.finished_at >= now - seconds[QUEUE_WINDOW]:
                     # The cap was hit inside the queues' window: a queue none of whose jobs was
                     # read may have finished many (not none), so its rate is unknown, not 0.
@@ -116,6 +120,7 @@ def snapshot(store: JobStore) -> dict[str, Any]:
         "per_minute": {state: {w: round(n * 60 / seconds[w], 2) for w, n in counts.items()}
                        for state, counts in recent.items()},
         "capped": sorted(set(capped)),
+        "capped_windows": cut,
         "walk_cap": WALK_CAP,
         "queues": {q: {"pending": c["pending"], "scheduled": per_queue(c, "scheduled"),
                        "active": per_queue(c, "active"),
@@ -148,7 +153,8 @@ def render(doc: dict[str, Any], room: int, height: int | None = None) -> list[st
         lines.append(f"  {w['name']}  {w['running']}/{w['concurrency']}" + ("  paused" if w["paused"] else ""))
     lines.append("")
     capped = set(doc["capped"])
-    rows = [[state] + [_rate(doc["per_minute"][state][w], state in capped) for w, _ in WINDOWS]
+    cut = doc["capped_windows"]
+    rows = [[state] + [_rate(doc["per_minute"][state][w], w in cut.get(state, ())) for w, _ in WINDOWS]
             for state in ("fulfilled", "failed")]
     lines += screen.table([screen.Column("per minute"), *[screen.Column(w, right=True) for w, _ in WINDOWS]],
                           rows, room)
@@ -159,8 +165,8 @@ def render(doc: dict[str, Any], room: int, height: int | None = None) -> list[st
         lines.append("")
         rows = [[q, f"{c['pending']:,}", _count(c["scheduled"], "scheduled" in capped),
                  _count(c["active"], "active" in capped),
-                 _rate(c[f"fulfilled_per_minute_{QUEUE_WINDOW}"], "fulfilled" in capped),
-                 _rate(c[f"failed_per_minute_{QUEUE_WINDOW}"], "failed" in capped),
+                 _rate(c[f"fulfilled_per_minute_{QUEUE_WINDOW}"], QUEUE_WINDOW in cut.get("fulfilled", ())),
+                 _rate(c[f"failed_per_minute_{QUEUE_WINDOW}"], QUEUE_WINDOW in cut.get("failed", ())),
                  "paused" if c["paused"] else ""]
                 for q, c in doc["queues"].items()]
         columns = [screen.Column("QUEUE", shrink_to=6), screen.Column("PEND", right=True),
@@ -261,10 +267,13 @@ def status(args: argparse.Namespace) -> int:
         stop = _Stop(tty)
         try:
             first = True
+            period = DEFAULT_INTERVAL if args.interval is None else args.interval
             while not stop.asked:
+                began = time.monotonic()
                 _show(snapshot(store), args, tty=tty, first=first)
                 first = False
-                if stop.wait(DEFAULT_INTERVAL if args.interval is None else args.interval):
+                # Every `period` seconds, not `period` after each snapshot (which takes its time).
+                if stop.wait(max(0.0, period - (time.monotonic() - began))):
                     break
         finally:
             stop.close()
