@@ -110,10 +110,10 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
             fs.check_trusted(directory, config.perms)
         sc.prime(root)
         boot = layout.boot_marker()
-        if made_now and not boot.endswith("-unknown"):
+        if made_now and not config.durable and not boot.endswith("-unknown"):
             # Made during this boot: no power cut before it can have emptied a file of it, so
-            # its first worker skips the pass that looks for them (_deep), however deep its
-            # backlog is by then.
+            # its first worker skips the pass that looks for them (_deep, made only in a store
+            # that does not fsync), however deep its backlog is by then.
             with contextlib.suppress(OSError):
                 fs.touch(boot, config.perms.file_mode)
         if config.format < FORMAT_VERSION:
