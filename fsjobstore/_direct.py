@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 from typing import Any
 
@@ -176,7 +177,9 @@ class ById:
         active = core.layout.active_path(job_id, token)
         try:
             sc.rename(loc.path, active)
-        except FileNotFoundError:
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ESTALE):  # ESTALE: its bucket went (_work.claim)
+                raise
             return None
         claim = self._work.claim_from_active(active, job_id, _queue_of(loc), token, None, give_back=loc.path)
         if claim is None:

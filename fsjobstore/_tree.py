@@ -10,6 +10,7 @@ none.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import stat
@@ -245,8 +246,13 @@ class Tree:
                 else:
                     fs.rename_into(src, dst, durable=durable)
                 return
-            except FileNotFoundError:
-                if not tries_left or not sc.lexists(src):
+            except OSError as exc:
+                # ESTALE: a network filesystem's answer for a bucket another host removed.
+                if exc.errno not in (errno.ENOENT, errno.ESTALE) or getattr(exc, "applied", False):
+                    raise
+                if not sc.lexists(src):
+                    raise FileNotFoundError(errno.ENOENT, "moved away meanwhile", src) from None
+                if not tries_left:
                     raise
                 bucket = os.path.dirname(dst)
                 self.ensure_dir(os.path.dirname(bucket))
@@ -406,9 +412,19 @@ class Tree:
         """True if a copy of the job exists at any path other than ``not_path``."""
         for _ in range(2):  # a copy in motion can be missed once, as in locate()
             for loc in self._locations(job_id):
-                if loc.path != not_path:
+                if loc.path != not_path and (loc.state is not JobState.PENDING or self._listed(loc.path)):
                     return True
         return False
+
+    @staticmethod
+    def _listed(path: str) -> bool:
+        """Whether ``path``'s name is in its directory's listing. A pending job is found by id
+        with an lstat of the one name it can have (_in_pending), and a network filesystem's
+        client may answer that from a cache for a moment after another host renamed the name
+        away (FUSE's entry timeout: seen on GlusterFS, where a take-over then dropped the only
+        copy of a job another host had just claimed). A listing asks the server. One bucket."""
+        directory, name = os.path.split(path)
+        return name in _buckets.names_in(directory)
 
     def is_final(self, job_id: str) -> bool:
         return any(sc.lexists(self.layout.final_path(s, job_id)) for s in FINAL_STATES)

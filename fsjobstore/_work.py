@@ -73,7 +73,11 @@ class Work:
             active = core.layout.active_path(m["id"], token)
             try:
                 sc.rename(os.path.join(index.directory, name), active)
-            except FileNotFoundError:
+            except OSError as exc:
+                # ESTALE: on a network filesystem, its bucket was emptied and removed by another
+                # host (_buckets), which took the job. Nothing moved either way.
+                if exc.errno not in (errno.ENOENT, errno.ESTALE):
+                    raise
                 index.lost(name)  # another worker claimed it first
                 continue
             index.won()
