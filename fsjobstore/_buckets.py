@@ -8,9 +8,13 @@ jobs run (priority, then second), and every name in a bucket sorts after every n
 before it, so reading buckets in name order reads the queue in run order.
 
 An emptied bucket is removed (rmdir) by whoever lists it empty once its second is ``LINGER``
-seconds past: creates go to the current second's bucket, so only a job put back into an old
-second (a release, a retry, a promotion) can meet a bucket removed under it, and it makes it again
-(:meth:`Tree.into_pending`).
+seconds past and the bucket itself did not change for ``_fsops.SETTLE`` seconds: creates go to
+the current second's bucket, so only a job put back into an old second (a release, a retry, a
+promotion, a take-over) can meet a bucket removed under it, and it makes it again
+(:meth:`Tree.into_pending`); the bucket it made is new, so nobody removes it before its rename.
+(Without that rule, three workers polling an empty queue removed such a bucket again each time it
+was made, eight times in a row, and a take-over took the failure for another's success and dropped
+the job: tests/test_chaos.py, 2026-11-24.)
 """
 
 from __future__ import annotations

@@ -109,7 +109,9 @@ class QueueIndex:
             bsig, bsettled = fs.dir_signature(bdir)
             names = _buckets.names_in(bdir)
             if not names:
-                if not (_buckets.is_old(bucket, now) and _buckets.remove_if_empty(bdir)):
+                # Only once its own stat settled: a bucket made again a moment ago (a job being
+                # put back into its second, _tree.into_pending) must live until its rename lands.
+                if not (bsettled and _buckets.is_old(bucket, now) and _buckets.remove_if_empty(bdir)):
                     emptied.append((bucket, bsig))  # kept: still empty while its stat is the same
                     settled = settled and bsettled
                 continue

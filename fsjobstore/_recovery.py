@@ -275,7 +275,14 @@ def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job
     except FileExistsError:  # a result appeared meanwhile: keep it, drop our copy
         fs.unlink_quietly(tmp)
         counts["duplicates_dropped"] += 1
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
+        if fs.unlink_quietly(tmp):
+            # Our temp file is still here, so nobody published it: the destination was not
+            # there to rename into (a pending bucket removed again each time we made it). A fault,
+            # not a finished job: the caller hands the entry back, and a later pass tries again.
+            err = StorageError(exc.errno, exc.strerror or "no such directory", exc.filename)
+            err.op = "take-over"
+            raise err from None
         # RACE: we hung after our take-over, and another recoverer took it over from us and
         # finished it from our temp file. Its work stands; ours is void.
         fs.unlink_quietly(mine)

@@ -22,7 +22,7 @@ from . import _buckets
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import dumps
-from ._errors import JobNotFound
+from ._errors import JobNotFound, StorageError
 from ._job import JobState
 from ._layout import (
     ACTIVE_RE,
@@ -252,8 +252,10 @@ class Tree:
                     raise
                 if not sc.lexists(src):
                     raise FileNotFoundError(errno.ENOENT, "moved away meanwhile", src) from None
-                if not tries_left:
-                    raise
+                if not tries_left:  # a fault, not "moved away": nothing moved, the caller still holds src
+                    err = StorageError(exc.errno, f"its bucket was removed each time it was made: {exc.strerror}", dst)
+                    err.op = "rename"
+                    raise err from None
                 bucket = os.path.dirname(dst)
                 self.ensure_dir(os.path.dirname(bucket))
                 self.ensure_dir(bucket)

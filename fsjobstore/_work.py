@@ -345,11 +345,10 @@ class Work:
             self._remove_now(claim.record, dest, finished_at)
 
     def _remove_now(self, record: Record, dest: str, finished_at: float) -> None:
-        """A job kept 0 s is removed by the commit that made it final (queshot's autoremove),
-        not at retention's next pass: a worker draining jobs of ``retain=0`` faster than one
-        pass a second removes would otherwise grow the final directories, and an emptied
-        directory never shrinks. A job with targets waiting stays (``remove_job`` puts it back),
-        and a fault leaves it to retention."""
+        """A job kept 0 s is removed by the commit that made it final (queshot's autoremove), not
+        at retention's next pass: a drain of ``retain=0`` jobs faster than passes remove would grow
+        the final directories, which never shrink. One with targets waiting stays (``remove_job``
+        puts it back); a fault leaves it to retention."""
         lay, fin = self._core.layout, micros(finished_at)
         entry = lay.finished_entry(fin, fin, dest, record.queue, record.id)  # <EXP> = <FIN> + 0
         try:

@@ -20,6 +20,7 @@ from internals import count_listings, keep_emptied_buckets, pending_buckets, pen
 
 from fsjobstore import JobNotFound, JobState, JobStore
 from fsjobstore._buckets import LINGER
+from fsjobstore._fsops import SETTLE
 from fsjobstore._layout import generated_id, seq_field
 
 
@@ -66,7 +67,10 @@ def test_jobs_made_over_three_seconds_are_claimed_by_priority_then_in_order_and_
         claimed.append(lease.id)
         lease.fulfill(b"")
     assert claimed == [i for _, _, i in sorted(made)] + [late.id]  # priority, then first made first
-    # The emptied buckets of past seconds went with the claimer's listings; the current one did not.
+    # The emptied buckets of past seconds go with a claimer's listing once their own stat settled
+    # (a bucket just made again for a job put back must live: _buckets); the current one does not.
+    time.sleep(SETTLE + 0.1)
+    assert worker.pull_work(timeout=0) is None
     assert pending_buckets(producer.path) == [late_bucket]
     assert worker.statistics().pending == 0 and worker.statistics().fulfilled == 10
 
@@ -282,3 +286,20 @@ def test_a_claim_passes_over_a_queue_emptied_this_second_with_stats_and_sees_a_j
     held.release()
     got = s.pull_work(timeout=0)
     assert got is not None and got.id == second.id
+
+
+def test_an_emptied_bucket_of_a_past_second_is_removed_only_once_its_own_stat_settled(
+        open_store: Callable[..., JobStore]) -> None:
+    """A bucket made again a moment ago (for a job being put back into its second) must live
+    until that job's rename lands: claimers polling an empty queue removed such a bucket each
+    time it was made, and a take-over that gave up dropped its job (tests/test_chaos.py)."""
+    s = open_store(durable=False, watch=False, poll_interval=0.001)  # every pull lists again
+    qdir = os.path.join(s.path, "jobs", "pending", "default")
+    old = os.path.join(qdir, f"1000000.{int(time.time()) - 60:011d}")
+    os.makedirs(old)  # just made: its mtime is now
+    assert s.pull_work(timeout=0) is None
+    assert os.path.isdir(old)  # kept: it may be about to receive its job
+    then = time.time() - 60
+    os.utime(old, (then, then))
+    assert s.pull_work(timeout=0) is None
+    assert not os.path.exists(old)  # settled, empty and old: removed
