@@ -60,6 +60,14 @@ def is_old(bucket: str, now: float | None = None) -> bool:
     return int(bucket[8:]) + 1 + LINGER <= (time.time() if now is None else now)
 
 
+def remove_if_spent(bdir: str, bucket: str, settled: bool, now: float | None = None) -> bool:
+    """Remove a bucket listed empty if it may go (the module's docstring): its second ended
+    ``LINGER`` s ago and its own stat had ``settled`` (``_fsops.dir_signature``, taken before the
+    listing that found it empty); a bucket made again a moment ago must live until the job put
+    back into it lands. True if it was removed."""
+    return settled and is_old(bucket, now) and remove_if_empty(bdir)
+
+
 def remove_if_empty(bdir: str) -> bool:
     """rmdir an emptied bucket; False if it holds something (ENOTEMPTY: a job arrived) or is gone."""
     try:

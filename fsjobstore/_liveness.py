@@ -116,13 +116,8 @@ class OwnerLease:
         with self._lock:
             if self._fd is None:
                 return
-            with contextlib.suppress(OSError):
-                sc.unlink(self.path)
             fd, self._fd = self._fd, None
-            with contextlib.suppress(OSError):
-                sc.unlock(fd)
-            with contextlib.suppress(OSError):  # the descriptor is released even when close fails
-                sc.close(fd)
+            _unlink_then_let_go(self.path, fd)
 
     def abandon_after_fork(self) -> None:
         """In a forked child: drop our copy of the parent's descriptor without unlocking it."""
@@ -270,14 +265,22 @@ class NotifyLock:
     def release(self) -> None:
         if self._fd is None:
             return
-        if self.still_ours():
-            with contextlib.suppress(OSError):
-                sc.unlink(self.path)
+        ours = self.still_ours()
         fd, self._fd = self._fd, None
+        _unlink_then_let_go(self.path if ours else None, fd)
+
+
+def _unlink_then_let_go(path: str | None, fd: int) -> None:
+    """Unlink ``path`` (a lock file of ours; None: it is not ours any more), then unlock and close
+    ``fd``: in that order an observer never sees our file unlocked while it exists. Errors are
+    swallowed (a clean-up), and the descriptor is released even when close fails."""
+    if path is not None:
         with contextlib.suppress(OSError):
-            sc.unlock(fd)
-        with contextlib.suppress(OSError):  # the descriptor is released even when close fails
-            sc.close(fd)
+            sc.unlink(path)
+    with contextlib.suppress(OSError):
+        sc.unlock(fd)
+    with contextlib.suppress(OSError):
+        sc.close(fd)
 
 
 def break_if_expired(path: str, me: str, probe: OwnerProbe) -> bool:

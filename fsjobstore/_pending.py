@@ -93,7 +93,7 @@ class QueueIndex:
         buckets, others = _buckets.list_queue(self.directory)
         if others:
             flat = _buckets.flat_jobs(self.directory, others)
-            if flat and self._settle_flat(flat):
+            if flat and self._settle(self.directory, flat):
                 buckets, others = _buckets.list_queue(self.directory)
             for name in others:
                 if name not in flat:
@@ -109,9 +109,7 @@ class QueueIndex:
             bsig, bsettled = fs.dir_signature(bdir)
             names = _buckets.names_in(bdir)
             if not names:
-                # Only once its own stat settled: a bucket made again a moment ago (a job being
-                # put back into its second, _tree.into_pending) must live until its rename lands.
-                if not (bsettled and _buckets.is_old(bucket, now) and _buckets.remove_if_empty(bdir)):
+                if not _buckets.remove_if_spent(bdir, bucket, bsettled, now):
                     emptied.append((bucket, bsig))  # kept: still empty while its stat is the same
                     settled = settled and bsettled
                 continue
@@ -140,9 +138,6 @@ class QueueIndex:
             self._empty_buckets = [b for b, _ in emptied]
         else:
             self._empty_sig = None
-
-    def _settle_flat(self, names: list[str]) -> bool:
-        return bool(self._settle(self.directory, names))
 
     def _set_front(self, front: list[str], *, truncated: bool) -> None:
         self._truncated = truncated

@@ -183,8 +183,8 @@ def _pending(core: Core, sel: Selection) -> Iterator[_Candidate]:
 def _drop_if_emptied(qdir: str, bucket: str) -> None:
     """A bucket the purge emptied goes now, not at a claimer's next listing: a purged queue may
     have no worker."""
-    if _buckets.is_old(bucket) and fs.dir_signature(f"{qdir}/{bucket}")[1]:  # settled: see _pending._refill
-        _buckets.remove_if_empty(f"{qdir}/{bucket}")
+    bdir = f"{qdir}/{bucket}"
+    _buckets.remove_if_spent(bdir, bucket, fs.dir_signature(bdir)[1])
 
 
 def _scheduled(core: Core, sel: Selection) -> Iterator[_Candidate]:

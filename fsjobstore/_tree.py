@@ -148,13 +148,21 @@ class Tree:
         fs.sync_applied(os.path.dirname(dst), durable=self.durable)
         return dst
 
+    def retain_of(self, record: Record) -> float:
+        """Seconds ``record`` is kept once final (``math.inf``: forever): its own, else the
+        store's recorded default."""
+        return self.default_retain if record.retain is None else record.retain
+
+    def finished_entry(self, record: Record, state: str, finished_at: float) -> str:
+        """The path of ``record``'s finished-index entry, final in ``state`` at ``finished_at``."""
+        fin = micros(finished_at)
+        return self.layout.finished_entry(fin, expiry(fin, self.retain_of(record)), state, record.queue, record.id)
+
     def index_final(self, record: Record, state: str, finished_at: float) -> bool:
         """Create the finished-index entry of ``record`` final in ``state``; False if it was
         there already (EEXIST: from an earlier try, or made by another host that this one's
         listing did not show yet)."""
-        fin = micros(finished_at)
-        retain = self.default_retain if record.retain is None else record.retain
-        entry = self.layout.finished_entry(fin, expiry(fin, retain), state, record.queue, record.id)
+        entry = self.finished_entry(record, state, finished_at)
         for tries_left in (2, 1, 0):
             try:
                 sc.close(sc.open(entry, _CREATE_EMPTY, self.perms.file_mode))
@@ -241,10 +249,7 @@ class Tree:
         are enough; after them the caller's error (nothing moved, nothing lost)."""
         for tries_left in range(7, -1, -1):
             try:
-                if durable is None:
-                    self.rename_into(src, dst)
-                else:
-                    fs.rename_into(src, dst, durable=durable)
+                fs.rename_into(src, dst, durable=self.durable if durable is None else durable)
                 return
             except OSError as exc:
                 # ESTALE: a network filesystem's answer for a bucket another host removed.

@@ -26,7 +26,7 @@ from . import _syscalls as sc
 from ._checks import number, result_value, time_limit_error
 from ._control import Control
 from ._errors import InvalidRequest, InvalidState, JobCancelled, LeaseLost, StorageError
-from ._layout import PENDING_RE, micros
+from ._layout import PENDING_RE
 from ._leases import ClaimEnd, OnCompromised, WorkLease
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record, next_record, result_line
@@ -340,8 +340,7 @@ class Work:
             # and every recovery pass restores those (_recovery._sweep_targets).
             log.warning("job %s is committed but its notification was not indexed: %s", job_id, exc)
             return
-        retain = claim.record.retain
-        if (self._core.tree.default_retain if retain is None else retain) == 0:
+        if self._core.tree.retain_of(claim.record) == 0:
             self._remove_now(claim.record, dest, finished_at)
 
     def _remove_now(self, record: Record, dest: str, finished_at: float) -> None:
@@ -349,10 +348,10 @@ class Work:
         at retention's next pass: a drain of ``retain=0`` jobs faster than passes remove would grow
         the final directories, which never shrink. One with targets waiting stays (``remove_job``
         puts it back); a fault leaves it to retention."""
-        lay, fin = self._core.layout, micros(finished_at)
-        entry = lay.finished_entry(fin, fin, dest, record.queue, record.id)  # <EXP> = <FIN> + 0
+        core = self._core
+        entry = core.tree.finished_entry(record, dest, finished_at)
         try:
-            remove_job(self._core, lay.final_path(dest, record.id), record.id, drop_targets=False, entry=entry)
+            remove_job(core, core.layout.final_path(dest, record.id), record.id, drop_targets=False, entry=entry)
         except OSError as exc:
             log.info("job %s (kept 0 s) was committed; retention removes it (%s)", record.id, exc)
 
