@@ -267,16 +267,19 @@ def _one(fn: Callable[[int | None, str], T], path: str) -> T:
 
 
 def _rename(src: str, dst: str) -> None:
+    # The hot path without the closures of _two. A parent that is not cached (a pending
+    # bucket) is opened once here and closed after, never opened twice.
     sfd, s, sown, _ = _beneath.split(src)
-    if not sown:  # the hot path (both parents cached) without the closures of _two
+    try:
         dfd, d, down, _ = _beneath.split(dst)
-        if not down:
+        try:
             os.rename(s, d, src_dir_fd=sfd, dst_dir_fd=dfd)
-            return
-        os.close(dfd)  # type: ignore[arg-type]
-    elif sfd is not None:
-        os.close(sfd)
-    _two(lambda sfd, s, dfd, d: os.rename(s, d, src_dir_fd=sfd, dst_dir_fd=dfd), src, dst)
+        finally:
+            if down:
+                os.close(dfd)  # type: ignore[arg-type]
+    finally:
+        if sown:
+            os.close(sfd)  # type: ignore[arg-type]
 
 
 def rename(src: str, dst: str) -> None:
