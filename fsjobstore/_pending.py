@@ -15,7 +15,6 @@ rename then fails with ENOENT and we move on), and the directory stays the truth
 from __future__ import annotations
 
 import bisect
-import heapq
 import os
 import random
 import threading
@@ -47,8 +46,8 @@ from ._tree import Tree
 SKIP = 16
 DROP_MAX = 256
 _PRIO = 7  # a pending name starts with its 7-digit priority field (_layout.PENDING_RE)
-_SORT_UP_TO = 16  # a listing up to this many times the index's size is sorted whole: faster than a heap
 INDEX_SIZE = 4096  # names of a queue a process keeps between listings
+ENOUGH = 256  # a listing goes on to the next bucket only while it holds fewer names than this
 
 
 def _valid(rel: str) -> bool:
@@ -85,8 +84,8 @@ class QueueIndex:
         self._mutex = threading.Lock()
 
     def _refill(self) -> None:
-        """List the queue's buckets in run order, and the first of them until ``limit`` names:
-        a bounded slice of the backlog however deep it is (``_buckets``). Emptied buckets of
+        """List the queue's buckets in run order, and the first of them until ``limit`` names (or,
+        past a bucket, ``ENOUGH``): a bounded slice of the backlog however deep it is (``_buckets``). Emptied buckets of
         past seconds are removed on the way."""
         sig, settled = fs.dir_signature(self.directory)  # before the listing it vouches for
         emptied: list[tuple[str, tuple[int, int, int]]] = []
@@ -102,7 +101,9 @@ class QueueIndex:
         truncated = False
         now = time.time()
         for bucket in buckets:
-            if len(front) >= self._limit:
+            if len(front) >= min(self._limit, ENOUGH):
+                # Enough to go on with: the next bucket may hold ~13,000 names (a second of two
+                # busy creators), and listing it would make this one claim the slowest by 5-10 ms.
                 truncated = True
                 break
             bdir = os.path.join(self.directory, bucket)
@@ -117,12 +118,10 @@ class QueueIndex:
             # not all here (PERFORMANCE.md: at 100,000 pending, matching every name cost more
             # than listing them).
             prefix = bucket + "/"
-            if len(names) > self._limit * _SORT_UP_TO:
-                names = heapq.nsmallest(self._limit, names)
+            need = self._limit - len(front)
+            if len(names) > need:
                 truncated = True
-            else:
-                names.sort()
-            front.extend(prefix + n for n in names)
+            front.extend(prefix + n for n in names[:need])  # names_in sorted them
         if len(front) > self._limit:
             del front[self._limit:]
             truncated = True
