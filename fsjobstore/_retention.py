@@ -15,6 +15,7 @@ removers on different hosts never remove one job twice: each removal is fenced b
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import logging
@@ -35,6 +36,44 @@ BUDGET = 0.05  # ... or seconds spent, whichever comes first
 # stale only once it is this old, so a commit between the two is never robbed of its entry.
 STALE_AFTER = 120.0
 _AT_LEAST = 16  # entries one pass considers whatever its time budget
+RELIST_AFTER = 1.0  # seconds before a changed bucket with nothing due is listed again...
+RELIST_SHARE = 50  # ... or this many times what its last listing took, if longer
+FULL_WALK = 60.0  # seconds between whole walks of a changing bucket with nothing due
+_NONE_LEFT = 10**18  # "earliest <EXP> kept": nothing kept
+
+
+@dataclass(frozen=True, slots=True)
+class _Walked:
+    """What the last whole walk of a bucket found."""
+
+    signature: tuple[int, int, int]  # the bucket's stat before its listing
+    settled: bool  # whether that stat had settled (_fsops.SETTLE)
+    earliest: int  # the earliest <EXP> of the entries it kept until later (_NONE_LEFT: none)
+    again: tuple[str, ...]  # entries that were due but stayed: looked at again each pass
+    top: str  # the largest name walked
+    listed_at: float  # core.clock() of its listing
+    cost: float  # seconds the listing took
+    whole_at: float  # core.clock() of the last listing walked whole (not only its new names)
+
+
+@dataclass(slots=True)
+class _Walk:
+    """A walk through a bucket's names in progress (kept between passes if cut short)."""
+
+    names: list[str]
+    pos: int
+    earliest: int
+    again: list[str]
+    top: str
+    signature: tuple[int, int, int]
+    settled: bool
+    listed_at: float
+    cost: float
+    whole_at: float
+
+    def done(self) -> _Walked:
+        return _Walked(self.signature, self.settled, self.earliest, tuple(self.again), self.top,
+                       self.listed_at, self.cost, self.whole_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +87,8 @@ class Retention:
 
     def __init__(self, core: Core) -> None:
         self._core = core
-        # bucket -> (its signature when listed, the earliest <EXP> left in it): a settled bucket
-        # that did not change is not listed again before that time.
-        self._seen: dict[str, tuple[tuple[int, int, int], int]] = {}
-        self._left: dict[str, list[str]] = {}  # bucket -> names a pass stopped before
+        self._walked: dict[str, _Walked] = {}  # bucket -> what its last whole walk found
+        self._left: dict[str, _Walk] = {}  # bucket -> a walk a pass stopped in
 
     def run_pass(self, *, batch: int = BATCH, budget: float = BUDGET) -> PassResult:
         core = self._core
@@ -81,32 +118,64 @@ class Retention:
                 continue
             if bucket > current:
                 break  # finished in a later hour than now (a clock set back): nothing due there
-            signature, settled = fs.dir_signature(bdir)
-            seen = self._seen.get(bucket)
-            if seen is not None and seen[0] == signature and seen[1] > now and bucket not in self._left:
-                continue
             # The names a pass cut short did not reach are taken up where it stopped, so a large
             # bucket is listed once per walk through it, not once per pass.
-            names = self._left.pop(bucket, None) or sorted(fs.scan_names(bdir))
-            earliest = none_left = 10**18
-            for i, name in enumerate(names):
+            walk = self._left.pop(bucket, None) or self._start_walk(bdir, bucket, now)
+            if walk is None:
+                continue
+            names = walk.names
+            for i in range(walk.pos, len(names)):
                 # At least a few entries per pass whatever the clock says: listing a large bucket
                 # may use the whole budget, and a pass must still make progress.
-                if removed >= batch or (i >= _AT_LEAST and core.clock() >= stop_at):
-                    self._left[bucket] = names[i:]
+                if removed >= batch or (i - walk.pos >= _AT_LEAST and core.clock() >= stop_at):
+                    walk.pos = i
+                    self._left[bucket] = walk
                     return PassResult(removed, True)
-                left = self._consider(bdir, name, now)
+                left = self._consider(bdir, names[i], now)
                 if left is True:
                     removed += 1
-                elif isinstance(left, int):
-                    earliest = min(earliest, left)
-            if earliest == none_left and bucket != current:
+                elif left is not None and left <= now:
+                    walk.again.append(names[i])  # due, but it stays for now
+                elif left is not None:
+                    walk.earliest = min(walk.earliest, left)
+            if walk.earliest == _NONE_LEFT and not walk.again and bucket != current:
                 with contextlib.suppress(OSError):
                     sc.rmdir(bdir)  # ENOTEMPTY: an entry arrived meanwhile (or a kept one): fine
-                self._seen.pop(bucket, None)
-            elif settled:
-                self._seen[bucket] = (fs.dir_signature(bdir)[0], earliest)
+                self._walked.pop(bucket, None)
+            else:
+                self._walked[bucket] = walk.done()
         return PassResult(removed, False)
+
+    def _start_walk(self, bdir: str, bucket: str, now: int) -> _Walk | None:
+        """The names of ``bucket`` this pass must look at, or None if none.
+
+        A bucket whose entries are all kept until later is not walked again while it is
+        unchanged, and, while it changes (the current hour's, as jobs finish), only its new
+        names are walked (those after the largest one walked: names begin with their finishing
+        time), with the entries that were due but had to stay (a target still waiting). Its
+        listing is not repeated more often than once per RELIST_SHARE times what it last cost.
+        Without this, a worker that had finished 100,000 kept jobs in the current hour read
+        and parsed all their names every second. A name that arrives out of order (a finishing
+        time older than one already walked: another host's clock, a slow commit) is looked at
+        by the next whole walk: once something is due, or FULL_WALK after the last one."""
+        signature, settled = fs.dir_signature(bdir)  # before the listing it vouches for
+        last = self._walked.get(bucket)
+        clock = self._core.clock()
+        unchanged = last is not None and settled and last.settled and last.signature == signature
+        if last is None or last.earliest <= now or (not unchanged and clock - last.whole_at >= FULL_WALK):
+            names = sorted(fs.scan_names(bdir))
+            return _Walk(names, 0, _NONE_LEFT, [], names[-1] if names else "", signature, settled, clock,
+                         self._core.clock() - clock, clock)
+        if unchanged or clock - last.listed_at < max(RELIST_AFTER, RELIST_SHARE * last.cost):
+            if not last.again:
+                return None
+            return _Walk(list(last.again), 0, last.earliest, [], last.top, last.signature, last.settled,
+                         last.listed_at, last.cost, last.whole_at)
+        listed = sorted(fs.scan_names(bdir))
+        cost = self._core.clock() - clock
+        tail = listed[bisect.bisect_right(listed, last.top):]
+        return _Walk([*last.again, *tail], 0, last.earliest, [], max(last.top, tail[-1] if tail else ""),
+                     signature, settled, clock, cost, last.whole_at)
 
     def _consider(self, bdir: str, name: str, now: int) -> bool | int | None:
         """Remove the job of one entry if its time is up: True if removed; the entry's <EXP>

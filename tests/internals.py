@@ -174,3 +174,21 @@ def keep_emptied_buckets(monkeypatch: Any) -> None:
     from fsjobstore import _buckets
 
     monkeypatch.setattr(_buckets, "LINGER", 3600.0)
+
+
+def retention_walker(store: JobStore) -> tuple[Any, list[str]]:
+    """A retention remover of its own over ``store`` (the store's threads are not started), and
+    the list the index entries its passes look at are appended to."""
+    from fsjobstore._retention import Retention
+
+    no_background(store)
+    remover = Retention(store._core)
+    looked: list[str] = []
+    consider = remover._consider
+
+    def counted(bdir: str, name: str, now: int) -> Any:
+        looked.append(name)
+        return consider(bdir, name, now)
+
+    remover._consider = counted  # type: ignore[method-assign]
+    return remover, looked

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from faultkit import job_files, removal_leftovers
-from internals import pending_file, pending_files
+from internals import pending_file, pending_files, retention_walker
 
 from fsjobstore import InvalidRequest, JobExists, JobNotFound, JobState, JobStore
 
@@ -344,3 +344,41 @@ def test_a_job_kept_0_seconds_is_removed_by_the_commit_that_makes_it_final_unles
             store.recover(deep=False)  # then retention removes it (this pass, or its thread's)
             time.sleep(0.05)
         assert _finished(root) == [] and os.listdir(root / "jobs" / "fulfilled") == []
+
+
+def test_a_retention_pass_looks_only_at_new_entries_of_a_changing_bucket_until_something_is_due(
+        tmp_path: Path) -> None:
+    """A worker that had finished 100,000 kept jobs this hour parsed all their entries every
+    second (PERFORMANCE.md, "A deep backlog"): a pass now looks at the entries added since the
+    last one, and at all of them only when one is due or a minute has passed."""
+    wall, mono = Clock(), Clock()
+    root = tmp_path / "s"
+    with JobStore(root, wall_clock=wall, clock=mono, durable=False, retain=3600) as s:
+        remover, looked = retention_walker(s)
+        first = [s.create({"n": i}).id for i in range(5)]
+        for job_id in first:
+            s.fulfill(job_id, b"v")
+        remover.run_pass()
+        assert sorted(n.rsplit(".", 1)[1] for n in looked) == sorted(first)
+        looked.clear()
+        remover.run_pass()  # nothing new, listed a moment ago
+        assert looked == []
+        wall.now += 1
+        later = [s.create({"n": i}).id for i in range(2)]
+        for job_id in later:
+            s.fulfill(job_id, b"v")
+        # An entry out of order (an older finishing time than any walked), with nothing behind it.
+        bucket = next((root / "finished").iterdir())
+        stray = f"{1:017d}.{10**17 - 1:017d}.fulfilled.default.{'e' * 32}"
+        (bucket / stray).touch()
+        mono.now += 1.5
+        remover.run_pass()
+        assert sorted(n.rsplit(".", 1)[1] for n in looked) == sorted(later)
+        looked.clear()
+        mono.now += 61  # a whole walk, which finds the stray
+        remover.run_pass()
+        assert len(looked) == 8 and stray in looked
+        looked.clear()
+        wall.now += 3601  # all due: each is looked at and removed
+        assert remover.run_pass().removed == 7
+        assert sorted(_finished(root)) == [stray]  # its time is far off
