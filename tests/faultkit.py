@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -242,6 +243,26 @@ def _job_setup(store: JobStore, ctx: Ctx) -> None:
     _job(store, ctx)
 
 
+def _claimed_bucket_gone(store: JobStore, ctx: Ctx) -> None:
+    """A claimed job whose pending bucket was removed once emptied (as a listing does once its
+    second is past): its release must make the bucket again."""
+    _claimed(store, ctx)
+    qdir = os.path.join(store.path, "jobs", "pending", "default")
+    for bucket in os.listdir(qdir):
+        os.rmdir(os.path.join(qdir, bucket))
+
+
+def _job_behind_an_old_emptied_bucket(store: JobStore, ctx: Ctx) -> None:
+    """A pending job, and before it an emptied bucket of a second long past whose stat has
+    settled: the claim's listing removes that bucket on its way to the job."""
+    _job(store, ctx)
+    qdir = os.path.join(store.path, "jobs", "pending", "default")
+    (live,) = os.listdir(qdir)
+    old = os.path.join(qdir, f"{live[:7]}.{int(time.time()) - 100:011d}")
+    os.mkdir(old, 0o700)
+    os.utime(old, (time.time() - 60, time.time() - 60))
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -281,6 +302,8 @@ SCENARIOS = [
     Scenario("recover", _dead_owner, _recover),
     Scenario("retention", _final_kept_an_hour, _retention_later),
     Scenario("remove_job", _final_kept_an_hour, _remove),
+    Scenario("release_into_removed_bucket", _claimed_bucket_gone, _release, _retry_lease("release")),
+    Scenario("pull_removing_emptied_bucket", _job_behind_an_old_emptied_bucket, _pull),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 
