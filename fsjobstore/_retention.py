@@ -182,6 +182,15 @@ class Retention:
     def _consider(self, bdir: str, name: str, now: int) -> bool | int | None:
         """Remove the job of one entry if its time is up: True if removed; the entry's <EXP>
         (or now, to look again next pass) if it stays; None if the entry is gone."""
+        # An entry kept until later, told by its fixed-width <EXP> alone: 0.6 us a name instead
+        # of 2.4 with the grammar's regex (timeit, 2026-11-25), and a process's first walk of a
+        # bucket of 100,000 entries looks at each.
+        # (A name that only looks like an entry here is matched when its <EXP> comes.)
+        exp_field = name[18:35]
+        if len(name) > 36 and name[17] == "." and name[35] == "." and exp_field.isdigit():
+            kept_until = int(exp_field)
+            if kept_until > now:
+                return kept_until
         core = self._core
         entry = os.path.join(bdir, name)
         m = FINISHED_RE.match(name)
