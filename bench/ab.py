@@ -3,11 +3,14 @@
     python bench/ab.py 461059a HEAD            # before/after of an optimisation
     python bench/ab.py --rounds 5 REV1 REV2 REV3
     python bench/ab.py --instructions b3b3556 HEAD   # CPU instructions per operation (callgrind)
+    python bench/ab.py --syscalls 466ed34 HEAD       # system calls per operation (strace)
 
 ``--instructions`` counts the instructions one create, and one claim+fulfil, execute in user
 space (valgrind's callgrind, on tmpfs, durable=False), by running 0 and 1,000 operations and
 dividing the difference: the same count on every run, whatever else the machine is doing, so
-small changes show where wall-clock rates on a busy disk are too noisy to.
+small changes show where wall-clock rates on a busy disk are too noisy to. ``--syscalls`` counts,
+the same way, the system calls one operation makes (strace -f -c; on the filesystem of the current
+directory, durable and not), by name: what a busy disk charges for, counted instead of timed.
 
 Each revision is checked out into a temporary git worktree. For every round, each revision
 runs in a fresh process, in turn, so slow and fast moments of the disk fall on all of them
@@ -81,8 +84,10 @@ _COUNT = r"""
 import os, sys, tempfile, shutil
 from fsjobstore import JobStore
 phase, n = sys.argv[1], int(sys.argv[2])
-base = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-s = JobStore(os.path.join(base, "s"), durable=False)
+durable = len(sys.argv) > 3 and sys.argv[3] == "durable"
+where = sys.argv[4] if len(sys.argv) > 4 else ("/dev/shm" if os.path.isdir("/dev/shm") else None)
+base = tempfile.mkdtemp(dir=where)
+s = JobStore(os.path.join(base, "s"), durable=durable)
 for i in range(n):
     s.create({"i": i, "payload": "x" * 50})
 if phase == "claim":
@@ -107,11 +112,40 @@ def per_op(tree: str) -> dict[str, float]:
     return {"create, instructions": (created - base) / n, "claim+fulfil, instructions": (claimed - created) / n}
 
 
+def syscalls(tree: str, phase: str, n: int, durable: bool, where: str) -> dict[str, int]:
+    with tempfile.NamedTemporaryFile("r", suffix=".strace") as out:
+        subprocess.run(["strace", "-f", "-c", "-o", out.name, sys.executable, "-c", _COUNT, phase, str(n),
+                        "durable" if durable else "-", where], env=dict(os.environ, PYTHONPATH=tree),
+                       capture_output=True, check=True)
+        calls: dict[str, int] = {}
+        for line in out.read().splitlines():
+            parts = line.split()
+            # "% time  seconds  usecs/call  calls  [errors]  syscall"
+            if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1] != "total":
+                calls[parts[-1]] = int(parts[3])
+        return calls
+
+
+def per_op_calls(tree: str, where: str) -> dict[str, float]:
+    n, out = 500, {}
+    for durable in (False, True):
+        base, created, claimed = (syscalls(tree, p, k, durable, where)
+                                  for p, k in (("create", 0), ("create", n), ("claim", n)))
+        for op, hi, lo in (("create", created, base), ("claim+fulfil", claimed, created)):
+            diff = {c: (hi.get(c, 0) - lo.get(c, 0)) / n for c in hi}
+            out[f"{op} durable={durable}, syscalls"] = sum(diff.values())
+            for call, k in sorted(diff.items(), key=lambda kv: -kv[1]):
+                if k >= 0.05:
+                    out[f"  {op} durable={durable}: {call}"] = k
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("revs", nargs="+")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--instructions", action="store_true", help="count instructions per operation instead")
+    ap.add_argument("--syscalls", action="store_true", help="count system calls per operation instead")
     args = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     repo = subprocess.run(["git", "-C", here, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
@@ -125,19 +159,22 @@ def main() -> None:
             subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", "-q", tree, rev], check=True)
             trees[rev] = tree
         results: dict[str, list[dict[str, float]]] = {rev: [] for rev in args.revs}
-        for _ in range(1 if args.instructions else args.rounds):
+        for _ in range(1 if args.instructions or args.syscalls else args.rounds):
             for rev, tree in trees.items():
                 if args.instructions:
                     results[rev].append(per_op(tree))
+                    continue
+                if args.syscalls:
+                    results[rev].append(per_op_calls(tree, work))
                     continue
                 env = dict(os.environ, PYTHONPATH=tree)
                 done = subprocess.run([sys.executable, "-c", _PROBE, work], env=env, capture_output=True,
                                       text=True, check=True)
                 results[rev].append(json.loads(done.stdout))
-        keys = list(results[args.revs[0]][0])
+        keys = list(dict.fromkeys(k for rev in args.revs for k in results[rev][0]))
         print(f"{'':32}" + "".join(f"{rev:>14}" for rev in args.revs))
         for key in keys:
-            cells = [statistics.median(r[key] for r in results[rev]) for rev in args.revs]
+            cells = [statistics.median(r.get(key, 0.0) for r in results[rev]) for rev in args.revs]
             print(f"{key:32}" + "".join(f"{c:>14,.2f}" if c < 100 else f"{c:>14,.0f}" for c in cells))
     finally:
         for tree in trees.values():
