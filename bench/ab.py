@@ -151,7 +151,10 @@ def main() -> None:
     repo = subprocess.run(["git", "-C", here, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
                           check=True).stdout.strip()
     # In the current directory, so it measures the filesystem it is run on; ignored by git (.gitignore).
-    work = tempfile.mkdtemp(prefix="fsjobstore-ab-", dir=".")
+    # Absolute: git -C repo reads a relative worktree path from the repository, while PYTHONPATH
+    # is read from here; until 2026-11-25 a run from outside the repository checked the trees out
+    # there, found none here, and so measured whatever fsjobstore was installed, at every revision.
+    work = os.path.abspath(tempfile.mkdtemp(prefix="fsjobstore-ab-", dir="."))
     trees = {}
     try:
         for rev in args.revs:
