@@ -162,6 +162,14 @@ def test_init_says_whether_it_made_a_store_or_found_one(tmp_path: Path) -> None:
     assert weaker.returncode == 2 and "asks for less" in weaker.stderr
 
 
+def test_init_of_a_store_made_without_fsync_says_what_it_is_not_that_it_made_a_durable_one(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    assert cli("init", root, "--no-fsync").returncode == 0
+    for again in (cli("init", root), cli("init", root, "--no-fsync")):
+        assert again.returncode == 0 and "is already a store (durable=False)" in again.stdout, again.stdout
+    assert json.loads((tmp_path / "s" / "fsjobstore.json").read_text())["durable"] is False
+
+
 def test_init_refuses_a_directory_that_holds_other_files_with_exit_4_and_leaves_them_alone(tmp_path: Path) -> None:
     root = tmp_path / "photos"
     root.mkdir()

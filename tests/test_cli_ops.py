@@ -187,6 +187,7 @@ def test_purge_refuses_a_bad_duration_a_bad_regex_and_a_running_state_naming_eac
     root = tmp_path / "s"
     fill(root, failed=1)
     for args, said in ((["--older-than", "7x"], "argument --older-than: must be a duration"),
+                       (["--older-than", "1M"], "argument --older-than: units are lower-case s, m (minutes)"),
                        (["--match", "("], "argument --match: '(' is not a regular expression"),
                        (["--state", "active"], "argument --state: a running job is never purged"),
                        (["--state", "done"], "'done' is not a state")):

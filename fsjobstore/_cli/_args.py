@@ -102,7 +102,12 @@ _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhdw]?)")
 def duration(text: str) -> float:
     """``--older-than``: ``90s``, ``15m``, ``12h``, ``7d``, ``2w``, or plain seconds (``3600``,
     ``1.5h``); anything else is a usage error that argparse prefixes with the option's name."""
-    found = _DURATION.fullmatch(text.strip().lower())
+    # Units are lower-case only: "1M" read as a minute purged what a user meaning a month
+    # wanted kept (a new-user trial, 2026-11-25); a capital is refused, with the units named.
+    found = _DURATION.fullmatch(text.strip())
+    if found is None and _DURATION.fullmatch(text.strip().lower()):
+        raise argparse.ArgumentTypeError(
+            f"units are lower-case s, m (minutes), h, d, w; there is no month or year unit, got {text!r}")
     seconds = float(found[1]) * DURATION_UNITS[found[2] or "s"] if found else math.nan
     if not math.isfinite(seconds) or seconds > SECONDS_MAX:
         raise argparse.ArgumentTypeError(

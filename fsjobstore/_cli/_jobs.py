@@ -176,14 +176,21 @@ def init(args: argparse.Namespace) -> int:
                 # init cannot change it, and saying "ready" would hide that the option was ignored.
                 raise Refused(f"{store.path} is already a store whose finished jobs are {kept(store.retain)}; "
                               "a store's retention is fixed when it is made (create --retain sets one job's)")
-            if store.durable == durable and (group is None or store.group is not None):
+            # A store's durability is its maker's (init --no-fsync): asking for the default on a
+            # store made without fsync reports what it is; asking for less than a durable store
+            # promises falls through, and the open below says why it is refused.
+            if (durable or not store.durable) and (group is None or store.group is not None):
                 print(f"{store.path} is already a store {_settings(store)}")
                 return OK
+        existed = True
     except StoreNotFound:
-        pass
+        existed = False
     # A new store, or one that differs from what was asked: opening it as asked makes it or says why not.
     with make_store(args.dir, durable=durable, group=group, retain=args.retain) as store:
-        print(f"a new store is ready at {store.path} {_settings(store)}")
+        if existed:
+            print(f"{store.path} is already a store, opened as asked {_settings(store)}")
+        else:
+            print(f"a new store is ready at {store.path} {_settings(store)}")
     return OK
 
 
