@@ -110,6 +110,12 @@ class ById:
                                       committed_by=token, history=(*old.history, past)[-20:],
                                       attempt_errors=())
             self._republish(mine, new, token)
+            if old.finished_at is not None:
+                # Its old life's finished-index entry: statistics() counts final jobs from the
+                # index, and would count this one failed until retention or a listing found the
+                # entry stale (2 minutes: an operator saw a bulk retry counted twice). A crash
+                # before this unlink leaves it to them, as before.
+                fs.unlink_quietly(core.tree.finished_entry(old, loc.state.value, old.finished_at))
             return new.snapshot(JobState.PENDING)
         raise InvalidState(f"job {job_id} kept moving; try again")
 

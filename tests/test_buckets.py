@@ -254,6 +254,9 @@ def test_the_fulfilled_count_is_right_after_each_commit(open_store: Callable[...
     lease.fail("no", retry=False)
     stats = store.statistics()
     assert (stats.fulfilled, stats.failed, stats.pending) == (3, 1, 0)
+    store.retry(lease.id)  # counted pending at once, no longer failed (its index entry goes)
+    stats = store.statistics()
+    assert (stats.fulfilled, stats.failed, stats.pending) == (3, 0, 1)
 
 
 def test_a_claim_passes_over_a_queue_emptied_this_second_with_stats_and_sees_a_job_put_back_into_it(
