@@ -266,20 +266,14 @@ def _one(fn: Callable[[int | None, str], T], path: str) -> T:
             os.close(dfd)  # type: ignore[arg-type]
 
 
+def _renameat(sfd: int | None, s: str, dfd: int | None, d: str) -> None:
+    os.rename(s, d, src_dir_fd=sfd, dst_dir_fd=dfd)
+
+
 def _rename(src: str, dst: str) -> None:
-    # The hot path without the closures of _two. A parent that is not cached (a pending
-    # bucket) is opened once here and closed after, never opened twice.
-    sfd, s, sown, _ = _beneath.split(src)
-    try:
-        dfd, d, down, _ = _beneath.split(dst)
-        try:
-            os.rename(s, d, src_dir_fd=sfd, dst_dir_fd=dfd)
-        finally:
-            if down:
-                os.close(dfd)  # type: ignore[arg-type]
-    finally:
-        if sown:
-            os.close(sfd)  # type: ignore[arg-type]
+    # A module function, not a closure made on every call: this is the hot path. A parent that
+    # is not cached (a pending bucket) is opened once by _two and closed after.
+    _two(_renameat, src, dst)
 
 
 def rename(src: str, dst: str) -> None:
