@@ -156,7 +156,9 @@ class Retention:
         Without this, a worker that had finished 100,000 kept jobs in the current hour read
         and parsed all their names every second. A name that arrives out of order (a finishing
         time older than one already walked: another host's clock, a slow commit) is looked at
-        by the next whole walk: once something is due, or FULL_WALK after the last one."""
+        by the next whole walk: once something is due, or FULL_WALK after the last one (so is
+        every new name after one a group member planted with a finishing time far ahead: its
+        removal is late by a minute at most)."""
         signature, settled = fs.dir_signature(bdir)  # before the listing it vouches for
         last = self._walked.get(bucket)
         clock = self._core.clock()
@@ -164,9 +166,11 @@ class Retention:
         if last is None or last.earliest <= now or (not unchanged and clock - last.whole_at >= FULL_WALK):
             # Not sorted: sorting 100,000 names holds the GIL for ~30 ms in one call, a stall of
             # every claim of this process's workers; a walk's order does not matter.
+            # The top is the largest name that starts like an entry (a digit): junk planted to
+            # sort last is quarantined by this walk, and must not hide later names until the next.
             names = fs.scan_names(bdir)
-            return _Walk(names, 0, _NONE_LEFT, [], max(names, default=""), signature, settled, clock,
-                         self._core.clock() - clock, clock)
+            top = max((n for n in names if n[:1].isdigit()), default="")
+            return _Walk(names, 0, _NONE_LEFT, [], top, signature, settled, clock, self._core.clock() - clock, clock)
         if unchanged or clock - last.listed_at < max(RELIST_AFTER, RELIST_SHARE * last.cost):
             if not last.again:
                 return None
