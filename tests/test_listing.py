@@ -187,16 +187,22 @@ def test_bad_arguments_raise_invalid_request_naming_the_argument(store: JobStore
 
 def test_a_retried_job_is_listed_once_by_its_new_entry_and_its_old_entry_is_passed_over(
         walled: JobStore, wall: FakeWall) -> None:
+    def entries() -> list[str]:
+        root = f"{walled.path}/finished"
+        return [f"{root}/{b}/{n}" for b in os.listdir(root) for n in os.listdir(f"{root}/{b}")]
+
     walled.create(1, job_id="again")
     finish(walled, "again", "failed")
+    (old,) = entries()
     wall.advance(60)
     walled.create(2, job_id="other")
     finish(walled, "other", "fulfilled")
     walled.retry("again")
+    assert old not in entries()  # a retry unlinks its old life's entry...
+    open(old, "x").close()  # ... which a crash just before that unlink leaves behind
     wall.advance(60)
     finish(walled, "again", "failed")  # a second entry, newer: the first is stale now
-    entries = [n for b in os.listdir(f"{walled.path}/finished") for n in os.listdir(f"{walled.path}/finished/{b}")]
-    assert sum(".again" in n for n in entries) == 2
+    assert sum(".again" in n for n in entries()) == 2
     assert ids(walled.jobs(state="failed")) == ["again"]
     assert ids(walled.jobs()) == ["again", "other"]
 
