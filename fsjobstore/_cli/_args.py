@@ -106,14 +106,20 @@ def duration(text: str) -> float:
     # wanted kept (a new-user trial, 2026-11-25); a capital is refused, with the units named.
     found = _DURATION.fullmatch(text.strip())
     if found is None and _DURATION.fullmatch(text.strip().lower()):
-        raise argparse.ArgumentTypeError(
-            f"units are lower-case s, m (minutes), h, d, w; there is no month or year unit, got {text!r}")
+        if "M" in text:  # never suggest minutes to someone who may mean months
+            raise UpperCaseUnit(f"units are lower-case s, m, h, d, w, and m is minutes: there is no month unit, "
+                                f"got {text!r}")
+        raise UpperCaseUnit(f"units are lower-case s, m, h, d, w: did you mean {text.strip().lower()!r}?")
     seconds = float(found[1]) * DURATION_UNITS[found[2] or "s"] if found else math.nan
     if not math.isfinite(seconds) or seconds > SECONDS_MAX:
         raise argparse.ArgumentTypeError(
             f"must be a duration such as 90s, 15m, 12h, 7d, 2w or plain seconds (at most {SECONDS_MAX} s), "
             f"got {text!r}")
     return seconds
+
+
+class UpperCaseUnit(argparse.ArgumentTypeError):
+    """A duration whose unit is a capital: said as such by --older-than and --retain alike."""
 
 
 def retention(text: str) -> float | str:
@@ -123,6 +129,8 @@ def retention(text: str) -> float | str:
         return "forever"
     try:
         return duration(text)
+    except UpperCaseUnit:
+        raise
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
             f"must be forever, 0 (remove at once) or a duration such as 90s, 15m, 12h, 7d, 2w or plain seconds "

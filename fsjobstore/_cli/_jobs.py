@@ -178,7 +178,10 @@ def init(args: argparse.Namespace) -> int:
                               "a store's retention is fixed when it is made (create --retain sets one job's)")
             # A store's durability is its maker's (init --no-fsync): asking for the default on a
             # store made without fsync reports what it is; asking for less than a durable store
-            # promises falls through, and the open below says why it is refused.
+            # promises is refused, in the command line's words (the API's say durable=False).
+            if not durable and store.durable:
+                raise UsageError(f"{store.path} is a durable store: --no-fsync asks for less than it promises "
+                                 "to every process that shares it (a store's durability is fixed when it is made)")
             if (durable or not store.durable) and (group is None or store.group is not None):
                 print(f"{store.path} is already a store {_settings(store)}")
                 return OK
