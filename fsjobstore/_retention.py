@@ -19,7 +19,7 @@ import contextlib
 import errno
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import _fsops as fs
 from . import _syscalls as sc
@@ -42,17 +42,24 @@ _NONE_LEFT = 10**18  # "earliest <EXP> kept": nothing kept
 
 
 @dataclass(frozen=True, slots=True)
-class _Walked:
-    """What the last whole walk of a bucket found."""
+class _Listing:
+    """One listing of a bucket: what a walk through it, and the next pass, know of it."""
 
-    signature: tuple[int, int, int]  # the bucket's stat before its listing
+    signature: tuple[int, int, int]  # the bucket's stat before the listing
     settled: bool  # whether that stat had settled (_fsops.SETTLE)
+    at: float  # core.clock() of the listing
+    cost: float  # seconds it took
+    whole_at: float  # core.clock() of the last listing walked whole (not only its new names)
+
+
+@dataclass(frozen=True, slots=True)
+class _Walked:
+    """What the last walk of a bucket found."""
+
+    listing: _Listing
     earliest: int  # the earliest <EXP> of the entries it kept until later (_NONE_LEFT: none)
     again: tuple[str, ...]  # entries that were due but stayed: looked at again each pass
     top: str  # the largest name walked
-    listed_at: float  # core.clock() of its listing
-    cost: float  # seconds the listing took
-    whole_at: float  # core.clock() of the last listing walked whole (not only its new names)
 
 
 @dataclass(slots=True)
@@ -60,19 +67,14 @@ class _Walk:
     """A walk through a bucket's names in progress (kept between passes if cut short)."""
 
     names: list[str]
-    pos: int
     earliest: int
-    again: list[str]
     top: str
-    signature: tuple[int, int, int]
-    settled: bool
-    listed_at: float
-    cost: float
-    whole_at: float
+    listing: _Listing
+    pos: int = 0
+    again: list[str] = field(default_factory=list)
 
     def done(self) -> _Walked:
-        return _Walked(self.signature, self.settled, self.earliest, tuple(self.again), self.top,
-                       self.listed_at, self.cost, self.whole_at)
+        return _Walked(self.listing, self.earliest, tuple(self.again), self.top)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,26 +164,21 @@ class Retention:
         signature, settled = fs.dir_signature(bdir)  # before the listing it vouches for
         last = self._walked.get(bucket)
         clock = self._core.clock()
-        unchanged = last is not None and settled and last.settled and last.signature == signature
-        if last is None or last.earliest <= now or (not unchanged and clock - last.whole_at >= FULL_WALK):
-            # Not sorted: sorting 100,000 names holds the GIL for ~30 ms in one call, a stall of
-            # every claim of this process's workers; a walk's order does not matter.
-            # The top is the largest name that starts like an entry (a digit): junk planted to
-            # sort last is quarantined by this walk, and must not hide later names until the next.
-            names = fs.scan_names(bdir)
-            top = max((n for n in names if n[:1].isdigit()), default="")
-            return _Walk(names, 0, _NONE_LEFT, [], top, signature, settled, clock, self._core.clock() - clock, clock)
-        if unchanged or clock - last.listed_at < max(RELIST_AFTER, RELIST_SHARE * last.cost):
-            if not last.again:
-                return None
-            return _Walk(list(last.again), 0, last.earliest, [], last.top, last.signature, last.settled,
-                         last.listed_at, last.cost, last.whole_at)
-        listed = fs.scan_names(bdir)
-        cost = self._core.clock() - clock
-        top = last.top
-        tail = [n for n in listed if n > top]
-        return _Walk([*last.again, *tail], 0, last.earliest, [], max(tail, default=top),
-                     signature, settled, clock, cost, last.whole_at)
+        if last is not None and last.earliest > now:
+            was = last.listing
+            unchanged = settled and was.settled and was.signature == signature
+            if unchanged or clock - was.whole_at < FULL_WALK:
+                if unchanged or clock - was.at < max(RELIST_AFTER, RELIST_SHARE * was.cost):
+                    return _Walk(list(last.again), last.earliest, last.top, was) if last.again else None
+                listed = fs.scan_names(bdir)
+                listing = _Listing(signature, settled, clock, self._core.clock() - clock, was.whole_at)
+                tail = [n for n in listed if n > last.top]
+                return _Walk([*last.again, *tail], last.earliest, max(tail, default=last.top), listing)
+        # Not sorted: sorting 100,000 names holds the GIL for ~30 ms in one call, a stall of
+        # every claim of this process's workers; a walk's order does not matter.
+        names = fs.scan_names(bdir)
+        return _Walk(names, _NONE_LEFT, _top(names, ""), _Listing(signature, settled, clock,
+                                                                   self._core.clock() - clock, clock))
 
     def _consider(self, bdir: str, name: str, now: int) -> bool | int | None:
         """Remove the job of one entry if its time is up: True if removed; the entry's <EXP>
@@ -265,3 +262,9 @@ def index_strays(core: Core) -> int:
         log.warning("indexed %d final job(s) that had no finished-index entry (committed by an older "
                     "fsjobstore after the store was upgraded?)", added)
     return added
+
+
+def _top(names: list[str], floor: str) -> str:
+    """The largest of ``names`` that starts like an entry (a digit), or ``floor``: junk planted to
+    sort last is quarantined by the walk, and must not hide later names until the next whole one."""
+    return max((n for n in names if n[:1].isdigit()), default=floor)
