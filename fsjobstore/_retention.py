@@ -173,7 +173,7 @@ class Retention:
                 listed = fs.scan_names(bdir)
                 listing = _Listing(signature, settled, clock, self._core.clock() - clock, was.whole_at)
                 tail = [n for n in listed if n > last.top]
-                return _Walk([*last.again, *tail], last.earliest, max(tail, default=last.top), listing)
+                return _Walk([*last.again, *tail], last.earliest, _top(tail, last.top), listing)
         # Not sorted: sorting 100,000 names holds the GIL for ~30 ms in one call, a stall of
         # every claim of this process's workers; a walk's order does not matter.
         names = fs.scan_names(bdir)

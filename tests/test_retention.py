@@ -382,3 +382,29 @@ def test_a_retention_pass_looks_only_at_new_entries_of_a_changing_bucket_until_s
         wall.now += 3601  # all due: each is looked at and removed
         assert remover.run_pass().removed == 7
         assert sorted(_finished(root)) == [stray]  # its time is far off
+
+
+def test_junk_planted_among_new_entries_does_not_hide_the_entries_after_it(tmp_path: Path) -> None:
+    """A name that sorts after every entry ('zzz') is quarantined by the pass that meets it, and
+    the next pass still looks at the entries added since."""
+    wall, mono = Clock(), Clock()
+    root = tmp_path / "s"
+    with JobStore(root, wall_clock=wall, clock=mono, durable=False, retain=3600) as s:
+        remover, looked = retention_walker(s)
+        s.fulfill(s.create({"n": 0}).id, b"v")
+        remover.run_pass()
+        bucket = next((root / "finished").iterdir())
+        (bucket / "zzz").touch()
+        wall.now += 1
+        s.fulfill(s.create({"n": 1}).id, b"v")
+        mono.now += 1.5
+        looked.clear()
+        remover.run_pass()
+        assert "zzz" in looked and not (bucket / "zzz").exists()  # quarantined
+        wall.now += 1
+        last = s.create({"n": 2}).id
+        s.fulfill(last, b"v")
+        mono.now += 1.5
+        looked.clear()
+        remover.run_pass()
+        assert [n.rsplit(".", 1)[1] for n in looked] == [last]
