@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import os
 from typing import Any
 
@@ -184,7 +183,7 @@ class ById:
         try:
             sc.rename(loc.path, active)
         except OSError as exc:
-            if exc.errno not in (errno.ENOENT, errno.ESTALE):  # ESTALE: its bucket went (_work.claim)
+            if exc.errno not in fs.GONE:  # ESTALE: its bucket went (_work.claim)
                 raise
             return None
         claim = self._work.claim_from_active(active, job_id, _queue_of(loc), token, None, give_back=loc.path)

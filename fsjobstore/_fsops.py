@@ -26,6 +26,9 @@ O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 FILE_MODE = 0o600
+# The errnos of a name that is not there: ENOENT, or, on a network filesystem, ESTALE for a name
+# (or its directory) another host removed or renamed away since this client looked it up.
+GONE = (errno.ENOENT, errno.ESTALE)
 DIR_MODE = 0o700
 
 

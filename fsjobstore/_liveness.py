@@ -34,7 +34,7 @@ from typing import Literal
 
 from . import _syscalls as sc
 from ._errors import StorageError
-from ._fsops import FILE_MODE, O_CLOEXEC, O_NOFOLLOW, unlink
+from ._fsops import FILE_MODE, GONE, O_CLOEXEC, O_NOFOLLOW, unlink
 from ._layout import Layout
 
 log = logging.getLogger("fsjobstore")
@@ -88,7 +88,7 @@ class OwnerLease:
             except OSError as exc:
                 # On a network filesystem, a file another host removed fails the write with
                 # ESTALE rather than succeeding: a fresh lookup tells that from a storage fault.
-                if exc.errno in (errno.ESTALE, errno.ENOENT) and not sc.lexists(self.path):
+                if exc.errno in GONE and not sc.lexists(self.path):
                     raise OwnerGone(f"owner {self.owner}'s file was removed: another process judged it gone "
                                     "and took over its claims") from None
                 raise

@@ -85,8 +85,8 @@ class QueueIndex:
 
     def _refill(self) -> None:
         """List the queue's buckets in run order, and the first of them until ``limit`` names (or,
-        past a bucket, ``ENOUGH``): a bounded slice of the backlog however deep it is (``_buckets``). Emptied buckets of
-        past seconds are removed on the way."""
+        past a bucket's end, ``ENOUGH``): a bounded slice of the backlog however deep it is
+        (``_buckets``). Emptied buckets of past seconds are removed on the way."""
         sig, settled = fs.dir_signature(self.directory)  # before the listing it vouches for
         emptied: list[tuple[str, tuple[int, int, int]]] = []
         buckets, others = _buckets.list_queue(self.directory)
@@ -122,9 +122,6 @@ class QueueIndex:
             if len(names) > need:
                 truncated = True
             front.extend(prefix + n for n in names[:need])  # names_in sorted them
-        if len(front) > self._limit:
-            del front[self._limit:]
-            truncated = True
         self._set_front(front, truncated=truncated)
         if not self._names and self._truncated:
             # A whole front of bad names that could not be quarantined (too long to move, say)

@@ -253,7 +253,7 @@ class Tree:
                 return
             except OSError as exc:
                 # ESTALE: a network filesystem's answer for a bucket another host removed.
-                if exc.errno not in (errno.ENOENT, errno.ESTALE) or getattr(exc, "applied", False):
+                if exc.errno not in fs.GONE or getattr(exc, "applied", False):
                     raise
                 if not sc.lexists(src):
                     raise FileNotFoundError(errno.ENOENT, "moved away meanwhile", src) from None

@@ -14,7 +14,6 @@ A commit of a job whose cancellation was requested (``control/cancel/<id>.json``
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import threading
@@ -76,7 +75,7 @@ class Work:
             except OSError as exc:
                 # ESTALE: on a network filesystem, its bucket was emptied and removed by another
                 # host (_buckets), which took the job. Nothing moved either way.
-                if exc.errno not in (errno.ENOENT, errno.ESTALE):
+                if exc.errno not in fs.GONE:
                     raise
                 index.lost(name)  # another worker claimed it first
                 continue
@@ -511,7 +510,7 @@ def _claim_gone(exc: OSError, active: str) -> bool:
     filesystem a file another host renamed away fails with ESTALE (a stale handle) rather than
     ENOENT. A fresh lookup of the claimed name decides: gone, the lease is lost (LeaseLost);
     still there, it is a real storage fault (StorageError) and the caller may retry."""
-    if exc.errno not in (errno.ESTALE, errno.ENOENT):
+    if exc.errno not in fs.GONE:
         return False
     try:
         return not sc.lexists(active)
