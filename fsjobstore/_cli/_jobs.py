@@ -182,7 +182,7 @@ def init(args: argparse.Namespace) -> int:
             if not durable and store.durable:
                 raise UsageError(f"{store.path} is a durable store: --no-fsync asks for less than it promises "
                                  "to every process that shares it (a store's durability is fixed when it is made)")
-            if (durable or not store.durable) and (group is None or store.group is not None):
+            if group is None or store.group is not None:
                 print(f"{store.path} is already a store {_settings(store)}")
                 return OK
         existed = True
