@@ -276,7 +276,7 @@ class ProcessPool:
         :func:`run_one` says ``retrying`` or ``failed``. A crashed child could not count its
         attempt: it is counted here (a crash after its commit was written leaves it fulfilled)."""
         for job_id, queue, attempt, counted in self._crashed:
-            outcome = fate(self._store, job_id) or "lost"  # unreadable: recovery has said why in the log
+            outcome = fate(self._store, job_id, attempt) or "lost"  # unreadable: recovery has said why in the log
             if not counted:
                 self._extra.add(outcome if outcome in ("fulfilled", "failed", "cancelled", "retrying") else "lost")
             say_fate(job_id, queue, attempt, outcome)

@@ -122,15 +122,21 @@ OUTCOMES = ("fulfilled", "retrying", "failed", "cancelled", "timed-out", "lost",
 CANCEL_POLL = 0.1  # seconds between a pool's looks at the cancel requests of running jobs
 
 
-def fate(store: JobStore, job_id: str) -> str | None:
-    """How a job goes on once an attempt was ended outside :func:`run_one` (a time-out, a kill,
-    a crash): its outcome as in :data:`OUTCOMES` (``retrying`` while it is to run again), or
-    None when its state cannot be read (purged meanwhile, or unreadable)."""
+def fate(store: JobStore, job_id: str, attempt: int) -> str | None:
+    """How a job goes on once its attempt ``attempt`` was ended outside :func:`run_one` (a
+    time-out, a kill, a crash): its outcome as in :data:`OUTCOMES` (``retrying`` while it is to
+    run again, or once a later attempt began), or None when its state cannot be read (purged
+    meanwhile, or unreadable)."""
     try:
-        state = store.get(job_id).state.value
+        job = store.get(job_id)
     except Exception as exc:  # a status, not state: never stop a pool's monitor for it
         log.debug("job %s: could not read its state: %s", job_id, exc)
         return None
+    # A later attempt may already have run and ended by the time we look (no backoff, a loaded
+    # machine): "attempt 1 ended fulfilled" would be the second attempt's outcome, not this one's.
+    if job.attempts > attempt:
+        return "retrying"
+    state = job.state.value
     return "retrying" if state in ("pending", "scheduled", "active") else state
 
 

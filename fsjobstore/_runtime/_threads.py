@@ -110,7 +110,7 @@ class ThreadPool:
                     log.info("job %s queue=%s attempt=%d timed-out: ran past its time limit (%.1fs); its "
                              "thread cannot be stopped and is left to finish, fenced (processes mode kills)",
                              lease.id, lease.queue, lease.attempt, time.time() - slot.started)
-                    outcome = fate(self._store, lease.id)
+                    outcome = fate(self._store, lease.id, lease.attempt)
                     if outcome is not None:
                         say_fate(lease.id, lease.queue, lease.attempt, outcome)
                     self._replace(i, slot)
