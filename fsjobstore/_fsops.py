@@ -146,6 +146,16 @@ def foreign_links(st: os.stat_result, linked_as: str | None) -> int:
     return st.st_nlink - 1
 
 
+def names_file(path: str, st: os.stat_result) -> bool | None:
+    """Whether ``path`` names the file ``st`` describes (a rename keeps it); None if ``path``
+    is gone."""
+    try:
+        cur = sc.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (cur.st_dev, cur.st_ino) == (st.st_dev, st.st_ino)
+
+
 def write_at(path: str, offset: int, data: bytes, *, durable: bool, clean: bool,
              linked_as: str | None = None) -> None:
     """Write ``data`` into the existing file ``path`` at ``offset`` and fsync it if durable.

@@ -385,7 +385,12 @@ def _finish_create(core: Core, path: str, counts: dict[str, int]) -> None:
     except (fs.Unreadable, ValueError) as exc:
         _quarantine_job(core, path, f"temp job file {exc}", exc, counts)
         return
-    if tree.exists_elsewhere(record.id, path):
+    # RACE: another recoverer may publish this very file between our read and this look (two
+    # processes recovering at once, on one host or two): its new name is the same file, not a
+    # copy, and giving the reservation back then would leave a published job whose id is free
+    # and which get() cannot find (seen on GlusterFS). A copy that is another file means the id
+    # was taken; one found while our temp name is gone means someone else moved ours on.
+    if tree.exists_elsewhere(record.id, path, st) and fs.names_file(path, st):
         # A create that found its (generated-looking) id taken, and died before it gave the
         # reservation back: give it back now, so the id never names this refused job.
         _unlink_if_same_file(tree.layout.id_marker(record.id), st)
@@ -399,10 +404,8 @@ def _finish_create(core: Core, path: str, counts: dict[str, int]) -> None:
 
 
 def _unlink_if_same_file(path: str, st: os.stat_result) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        cur = sc.lstat(path)
-        if (cur.st_dev, cur.st_ino) == (st.st_dev, st.st_ino):
-            fs.unlink(path)
+    if fs.names_file(path, st):
+        fs.unlink(path)
 
 
 def _sweep_leases(core: Core, me: str, counts: dict[str, int]) -> None:

@@ -415,11 +415,15 @@ class Tree:
             raise JobNotFound(f"no job with id {job_id!r} in {self.layout.root}")
         return loc
 
-    def exists_elsewhere(self, job_id: str, not_path: str) -> bool:
-        """True if a copy of the job exists at any path other than ``not_path``."""
+    def exists_elsewhere(self, job_id: str, not_path: str, not_file: os.stat_result | None = None) -> bool:
+        """True if a copy of the job exists at any path other than ``not_path``; with
+        ``not_file``, a name of that file (moved there from ``not_path`` by someone else: a
+        rename keeps the inode) is not a copy either."""
         for _ in range(2):  # a copy in motion can be missed once, as in locate()
             for loc in self._locations(job_id):
-                if loc.path != not_path and (loc.state is not JobState.PENDING or self._listed(loc.path)):
+                # (a name gone meanwhile moved on: the second round finds it where it went)
+                if (loc.path != not_path and (loc.state is not JobState.PENDING or self._listed(loc.path))
+                        and (not_file is None or fs.names_file(loc.path, not_file) is False)):
                     return True
         return False
 
@@ -455,3 +459,4 @@ class Tree:
             fs.write_new(dest + ".reason", dumps(doc) + b"\n", durable=False, mode=self.perms.file_mode)
         log.warning("quarantined %s: %s", path, reason)
         return True
+

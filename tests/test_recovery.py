@@ -19,7 +19,7 @@ import pytest
 from conftest import FakeWall, die, freeze
 from internals import owner, owner_or_none, pending_file, temp_path
 
-from fsjobstore import JobState, JobStore, LeaseLost, WorkLease, _fsops, _syscalls, _tree
+from fsjobstore import JobExists, JobState, JobStore, LeaseLost, WorkLease, _fsops, _syscalls, _tree
 
 
 class Crash(BaseException):
@@ -186,6 +186,35 @@ def test_a_create_with_an_id_that_died_after_reserving_it_is_published(
     report = rescuer.recover()
     assert report.creates_finished == 1
     assert rescuer.get("invoice-9").request == {"n": 1}
+
+
+def test_a_create_with_an_id_published_by_another_recoverer_meanwhile_keeps_its_reservation(
+    pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two recoverers finish one interrupted create at once: the second sees the job published
+    under its new name, which is the same file as its temp file, not a copy with that id."""
+    producer, rescuer = pair
+    crash(monkeypatch, _tree.Tree, "publish")
+    crash(monkeypatch, _fsops, "unlink")
+    with pytest.raises(Crash):
+        producer.create({"n": 1}, job_id="invoice-9")
+    monkeypatch.undo()
+    die(producer)
+    real_read, real_publish = _tree.Tree.read_record, _tree.Tree.publish
+
+    def read_then_lose_the_race(tree: _tree.Tree, path: str) -> Any:
+        record = real_read(tree, path)
+        if os.sep + "tmp" + os.sep in path:
+            real_publish(tree, path, record, "pending")  # the other recoverer, a moment ahead
+        return record
+
+    monkeypatch.setattr(_tree.Tree, "read_record", read_then_lose_the_race)
+    rescuer.recover()
+    monkeypatch.undo()
+    assert rescuer.get("invoice-9").request == {"n": 1}
+    with pytest.raises(JobExists):
+        rescuer.create({"n": 2}, job_id="invoice-9")
+    assert rescuer.statistics().pending == 1
 
 
 def test_a_create_whose_publish_fails_gives_its_id_back(pair: tuple[JobStore, JobStore],
