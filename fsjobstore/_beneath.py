@@ -23,6 +23,18 @@ are cached, so the hot path costs no extra call; each one is looked up afresh on
 link in its place has writes made within that window land in the *real* directory they moved
 (wherever they put it); never in the link's target, and no worse than moving the files
 themselves, which every member may do.
+
+The store's buckets (``jobs/pending/<queue>/<bucket>``, ``finished/<bucket>``) are cached too, the
+:data:`BUCKETS_KEPT` last used: a create, a claim and a finished-index entry each saved an
+``openat`` and a ``close`` (PERFORMANCE.md). A bucket is removed (rmdir) once empty, and may be
+made again under the same name, so a descriptor kept of a removed one names a directory that no
+longer holds anything: a call through it fails with ENOENT (or ESTALE on a network filesystem),
+and :func:`drop_bucket` then has the bucket looked up afresh, so the caller (``_syscalls``) asks
+once more through the directory now at that name. Only those errors can come of a dead bucket's
+descriptor: creating in it, renaming from or into it and looking a name up in it all fail so.
+Evicted and replaced descriptors are closed only :data:`_RETIRE_AFTER` seconds later (a thread
+may be about to use one): a process holds at most ``BUCKETS_KEPT`` of them, and those retired
+in the last half minute (at most one evicted a second; replaced ones, of buckets made again).
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ import json
 import logging
 import os
 import stat
+import threading
 import time
 
 from ._errors import UntrustedStore
@@ -42,6 +55,7 @@ log = logging.getLogger("fsjobstore")
 _monotonic = time.monotonic
 
 RECHECK_AFTER = 1.0  # seconds a cached directory descriptor is trusted to still be at its name
+BUCKETS_KEPT = 8  # bucket descriptors cached at most (the current second's, the head's, the hour's)
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
@@ -103,6 +117,9 @@ class Root:
         self.fd = os.open(path, _DIR_FLAGS) if fd is None else os.dup(fd)
         self.cache: dict[str, tuple[int, float, int, int]] = {}  # rel -> fd, looked-up, dev, ino
         self.retired: list[tuple[int, float]] = []
+        self.buckets: list[str] = []  # the bucket keys of cache, oldest first
+        self._lock = threading.Lock()  # the slow path's: cache misses, evictions, retirements
+        self._evicted = -RECHECK_AFTER  # when a bucket's descriptor was last evicted (monotonic)
 
     # -- the hot path --------------------------------------------------------------------------
     def split(self, rel: str) -> tuple[int, str, bool]:
@@ -113,8 +130,10 @@ class Root:
         entry = self.cache.get(head)  # the hot path: one dict lookup and one clock read
         if entry is not None and _monotonic() - entry[1] < RECHECK_AFTER:
             return entry[0], name, False
-        if _cacheable(head):
-            return self._cache(head, entry), name, False
+        kind = _cacheable(head)
+        if kind:
+            fd, own = self._cache(head, kind == _BUCKET)
+            return fd, name, own
         # A per-job directory (runs/<id>, targets/<id>): from its parent's cached descriptor
         # when that is fresh, so a call here and one made in the parent (the mkdir of this very
         # directory) reach the same directory even within RECHECK_AFTER of a swap of the parent.
@@ -124,27 +143,75 @@ class Root:
             return self.open_dir(parent[0], last, head, _DIR_FLAGS), name, True
         return self.resolve(head), name, True
 
-    def _cache(self, head: str, entry: tuple[int, float, int, int] | None) -> int:
+    def _cache(self, head: str, bucket: bool) -> tuple[int, bool]:
+        """A descriptor of ``head`` looked up now, cached; (it, True) when it is a bucket's and
+        no slot could be freed for it: not cached, the caller closes it."""
         fd = self.resolve(head)
         st = os.fstat(fd)
-        if entry is not None and (entry[2], entry[3]) == (st.st_dev, st.st_ino):
-            os.close(fd)  # still the same directory
-            self.cache[head] = (entry[0], time.monotonic(), entry[2], entry[3])
-            return entry[0]
-        self.cache[head] = (fd, time.monotonic(), st.st_dev, st.st_ino)
-        if entry is not None:
-            # Another thread may be about to use the old descriptor: close it only much later.
-            now = time.monotonic()
-            self.retired.append((entry[0], now))
-            keep = []
-            for old, at in self.retired:
-                if now - at > _RETIRE_AFTER:
-                    with contextlib.suppress(OSError):
-                        os.close(old)
-                else:
-                    keep.append((old, at))
-            self.retired = keep
-        return fd
+        with self._lock:
+            entry = self.cache.get(head)  # another thread may have looked it up meanwhile
+            if entry is not None and (entry[2], entry[3]) == (st.st_dev, st.st_ino):
+                os.close(fd)  # still the same directory
+                self.cache[head] = (entry[0], time.monotonic(), entry[2], entry[3])
+                if bucket:
+                    self._used(head)
+                return entry[0], False
+            if bucket and entry is None and not self._slot():
+                return fd, True
+            self.cache[head] = (fd, time.monotonic(), st.st_dev, st.st_ino)
+            if entry is not None:
+                self._retire(entry[0])
+            if bucket:
+                self._used(head)
+        return fd, False
+
+    def _used(self, head: str) -> None:
+        if head in self.buckets:
+            self.buckets.remove(head)
+        self.buckets.append(head)
+
+    def _slot(self) -> bool:
+        """Whether a bucket may be cached: a slot is free, or the least recently looked-up one
+        may be evicted. At most one eviction a RECHECK_AFTER, so that a process spreading jobs
+        over many buckets (many priorities) retires descriptors no faster than one a second:
+        an evicted one stays open for _RETIRE_AFTER. Under the lock."""
+        if len(self.buckets) < BUCKETS_KEPT:
+            return True
+        now = time.monotonic()
+        if now - self._evicted < RECHECK_AFTER:
+            return False
+        self._evicted = now
+        old = self.cache.pop(self.buckets.pop(0), None)
+        if old is not None:
+            self._retire(old[0])
+        return True
+
+    def _retire(self, fd: int) -> None:
+        """Close ``fd`` (a replaced or evicted cached descriptor) later: another thread may be
+        about to use it, and a number closed now could be reused for another directory or file
+        by the time that call runs. Closes the ones retired long enough ago. Under the lock."""
+        now = time.monotonic()
+        keep = []
+        for old, at in self.retired:
+            if now - at > _RETIRE_AFTER:
+                with contextlib.suppress(OSError):
+                    os.close(old)
+            else:
+                keep.append((old, at))
+        keep.append((fd, now))
+        self.retired = keep
+
+    def drop_bucket(self, head: str) -> bool:
+        """A call through the cached descriptor of bucket ``head`` failed: the bucket may have
+        been removed (and made again). Have the next :meth:`split` look it up afresh, which
+        keeps the descriptor if it is the same directory (most such failures are answers: no
+        job by that name), and retires it otherwise. True if there was one."""
+        with self._lock:
+            entry = self.cache.get(head)
+            if entry is None:
+                return False
+            self.cache[head] = (entry[0], float("-inf"), entry[2], entry[3])
+            return True
 
     # -- resolving -----------------------------------------------------------------------------
     def resolve(self, rel: str) -> int:
@@ -257,11 +324,18 @@ def _kind(mode: int) -> str:
     return f"a {stat.filemode(mode)[0]!r} entry"
 
 
-def _cacheable(head: str) -> bool:
-    """Directories the store never removes: the skeleton, and each queue's in jobs/pending."""
+_KEPT, _BUCKET = 1, 2
+
+
+def _cacheable(head: str) -> int:
+    """_KEPT for a directory the store never removes (the skeleton, a queue's in jobs/pending),
+    _BUCKET for a bucket (removed once empty: see the module docstring), 0 for the others."""
     if head in _SKELETON:
-        return True
-    return head.startswith("jobs/pending/") and head.count("/") == 2
+        return _KEPT
+    if head.startswith("jobs/pending/"):
+        depth = head.count("/")
+        return _KEPT if depth == 2 else _BUCKET if depth == 3 else 0
+    return _BUCKET if head.startswith("finished/") and head.count("/") == 1 else 0
 
 
 _SKELETON = frozenset({
@@ -305,6 +379,16 @@ def detach(path: str) -> None:
                 _roots.remove(root)
                 root.close()
             return
+
+
+def drop_bucket(path: str) -> bool:
+    """A call on ``path`` through a cached descriptor of its parent failed with ENOENT or ESTALE:
+    if that parent is a bucket, forget it and say True (ask again: see the module docstring)."""
+    for root in _roots:
+        if path.startswith(root.prefix):
+            head = path[len(root.prefix):].rpartition("/")[0]
+            return _cacheable(head) == _BUCKET and root.drop_bucket(head)
+    return False
 
 
 def split(path: str) -> tuple[int | None, str, bool, Root | None]:

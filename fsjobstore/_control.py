@@ -28,6 +28,10 @@ from ._shared import Core
 # directory's mtime moves in clock ticks (and, on GlusterFS, a cached mtime is up to ~0.9 s old),
 # so "unchanged" can miss a pause made in the same tick as the listing; this bounds that miss.
 PAUSED_RECHECK = 1.0
+# The same while the directory has not settled: its mtime could still hide a pause made in the
+# tick of the listing (a few ms on a local disk), so the listing is trusted only briefly. Without
+# this a store's first seconds (a cron job's whole life) listed the directory on every claim.
+PAUSED_RECHECK_UNSETTLED = 0.02
 
 
 class Control:
@@ -73,15 +77,16 @@ class Control:
         """The paused queues as a claim needs them, for one stat instead of a listing (a listing
         is 4-5 system calls: round trips each on a network filesystem). Listed again when the
         directory's stat changed, when it had not settled (``_fsops.SETTLE``) before the last
-        listing, and at least every PAUSED_RECHECK seconds. So another process's pause stops
-        this process's next claim on a local filesystem, and within a second where attributes
-        are cached (FORMAT.md, "Transitions": claim)."""
+        listing and PAUSED_RECHECK_UNSETTLED seconds passed, and at least every PAUSED_RECHECK
+        seconds. So another process's pause stops this process's next claim on a local
+        filesystem (but for one made within 20 ms of a listing in the same clock tick), and
+        within a second where attributes are cached (FORMAT.md, "Transitions": claim)."""
         sig, settled = self._paused_stat()
         seen, now = self._paused_seen, time.monotonic()  # real time: attribute caches age in it
         if seen is not None and seen[0] == sig and now < seen[1]:
             return seen[2]
         names = self.paused()
-        self._paused_seen = (sig, now + PAUSED_RECHECK if settled else now, names)
+        self._paused_seen = (sig, now + (PAUSED_RECHECK if settled else PAUSED_RECHECK_UNSETTLED), names)
         return names
 
     def _paused_stat(self) -> tuple[tuple[int, int, int], bool]:

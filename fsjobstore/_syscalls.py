@@ -33,6 +33,7 @@ import ctypes.util
 import errno
 import fcntl
 import os
+import stat
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -132,18 +133,32 @@ _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 
 
+_DEAD_BUCKET = (errno.ENOENT, errno.ESTALE)  # what a call through a removed bucket's descriptor gets
+
+
+def _again(exc: OSError, own: bool, path: str, first: bool) -> bool:
+    """Whether a call that raised ``exc`` should be made once more: it went through a cached
+    bucket descriptor, which may be a removed bucket's (``_beneath``'s docstring)."""
+    return first and not own and exc.errno in _DEAD_BUCKET and _beneath.drop_bucket(path)
+
+
 def _open_at(path: str, flags: int, mode: int) -> int:
-    dfd, name, own, root = _beneath.split(path)
-    if root is None or dfd is None:
-        return os.open(path, flags, mode)
-    try:
-        if flags & os.O_DIRECTORY:  # a directory of the store: repaired if something else is there
-            return root.open_dir(dfd, name, path[len(root.prefix):], flags | _O_NOFOLLOW)
-        # Never through a link; never blocked by a FIFO (regular files ignore O_NONBLOCK).
-        return os.open(name, flags | _O_NOFOLLOW | _O_NONBLOCK, mode, dir_fd=dfd)
-    finally:
-        if own:
-            os.close(dfd)
+    for first in (True, False):
+        dfd, name, own, root = _beneath.split(path)
+        if root is None or dfd is None:
+            return os.open(path, flags, mode)
+        try:
+            if flags & os.O_DIRECTORY:  # a directory of the store: repaired if something else is there
+                return root.open_dir(dfd, name, path[len(root.prefix):], flags | _O_NOFOLLOW)
+            # Never through a link; never blocked by a FIFO (regular files ignore O_NONBLOCK).
+            return os.open(name, flags | _O_NOFOLLOW | _O_NONBLOCK, mode, dir_fd=dfd)
+        except OSError as exc:
+            if not _again(exc, own, path, first):
+                raise
+        finally:
+            if own:
+                os.close(dfd)
+    raise AssertionError("unreachable: the second round returns or raises")
 
 
 # -- descriptors ------------------------------------------------------------------------------
@@ -244,26 +259,37 @@ def unlock(fd: int) -> None:
 
 # -- names ------------------------------------------------------------------------------------
 def _two(fn: Callable[[int | None, str, int | None, str], T], src: str, dst: str) -> T:
-    sfd, sname, sown, _ = _beneath.split(src)
-    try:
-        dfd, dname, down, _ = _beneath.split(dst)
+    for first in (True, False):
+        sfd, sname, sown, _ = _beneath.split(src)
         try:
-            return fn(sfd, sname, dfd, dname)
+            dfd, dname, down, _ = _beneath.split(dst)
+            try:
+                return fn(sfd, sname, dfd, dname)
+            except OSError as exc:
+                # Either side's bucket may be a removed one's (both are forgotten: `|`, not `or`).
+                if not (_again(exc, sown, src, first) | _again(exc, down, dst, first)):
+                    raise
+            finally:
+                if down:
+                    os.close(dfd)  # type: ignore[arg-type]
         finally:
-            if down:
-                os.close(dfd)  # type: ignore[arg-type]
-    finally:
-        if sown:
-            os.close(sfd)  # type: ignore[arg-type]
+            if sown:
+                os.close(sfd)  # type: ignore[arg-type]
+    raise AssertionError("unreachable: the second round returns or raises")
 
 
 def _one(fn: Callable[[int | None, str], T], path: str) -> T:
-    dfd, name, own, _ = _beneath.split(path)
-    try:
-        return fn(dfd, name)
-    finally:
-        if own:
-            os.close(dfd)  # type: ignore[arg-type]
+    for first in (True, False):
+        dfd, name, own, _ = _beneath.split(path)
+        try:
+            return fn(dfd, name)
+        except OSError as exc:
+            if not _again(exc, own, path, first):
+                raise
+        finally:
+            if own:
+                os.close(dfd)  # type: ignore[arg-type]
+    raise AssertionError("unreachable: the second round returns or raises")
 
 
 def _renameat(sfd: int | None, s: str, dfd: int | None, d: str) -> None:
@@ -354,6 +380,17 @@ def _mkdir(path: str, mode: int) -> None:
     _one(lambda dfd, name: os.mkdir(name, mode, dir_fd=dfd), path)
 
 
+def mknod(path: str, mode: int) -> None:
+    """Create an empty regular file ``path`` (``mode``'s permission bits, less the umask);
+    FileExistsError if the name exists. One call where open and close are two: for the store's
+    index entries, whose name is all they say."""
+    _call("mknod", _mknod, path, mode)
+
+
+def _mknod(path: str, mode: int) -> None:
+    _one(lambda dfd, name: os.mknod(name, stat.S_IFREG | (mode & 0o7777), dir_fd=dfd), path)
+
+
 def rmdir(path: str) -> None:
     _call("rmdir", _rmdir, path)
 
@@ -388,12 +425,11 @@ def lstat(path: str) -> os.stat_result:
 
 
 def _lstat(path: str) -> os.stat_result:
-    dfd, name, own, _ = _beneath.split(path)
-    try:
-        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
-    finally:
-        if own:
-            os.close(dfd)  # type: ignore[arg-type]
+    return _one(_stat_at, path)
+
+
+def _stat_at(dfd: int | None, name: str) -> os.stat_result:
+    return os.stat(name, dir_fd=dfd, follow_symlinks=False)
 
 
 def lexists(path: str) -> bool:

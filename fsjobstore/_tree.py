@@ -45,7 +45,6 @@ log = logging.getLogger("fsjobstore")
 
 DESTS = ("pending", "scheduled", *FINAL_STATES)
 DEFAULT_RETAIN = 7 * 24 * 3600.0  # a new store's default retention (FORMAT.md, "Opening")
-_CREATE_EMPTY = os.O_WRONLY | os.O_CREAT | os.O_EXCL | fs.O_NOFOLLOW | fs.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +164,7 @@ class Tree:
         entry = self.finished_entry(record, state, finished_at)
         for tries_left in (2, 1, 0):
             try:
-                sc.close(sc.open(entry, _CREATE_EMPTY, self.perms.file_mode))
+                sc.mknod(entry, self.perms.file_mode)
                 return True
             except FileExistsError:
                 return False

@@ -23,6 +23,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fsjobstore import CorruptJob, JobExists, JobNotFound, JobStore
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from internals import open_fds
+
 GOOD_RECORD = json.dumps({"format": 1, "id": "other", "queue": "default", "priority": 0, "request": 1,
                           "created_at": 1.0, "seq": "00000000000000000001", "max_attempts": 3}).encode()
 
@@ -157,7 +160,7 @@ def run() -> dict[str, object]:
         if os.environ.get("HOSTILE_SELFTEST"):
             with open("/etc/hostname", "rb") as fh:  # the audit must notice this
                 fh.read()
-        fds_before = len(os.listdir("/proc/self/fd"))
+        fds_before = open_fds()
         good, done, notified, errors = ["victim"], [], [], []
         for round_ in range(5):
             for i in range(10):
@@ -187,7 +190,7 @@ def run() -> dict[str, object]:
                 pass
             except Exception as exc:
                 errors.append(f"create bad{n:03d}: {type(exc).__name__}: {exc}")
-        fds_after = len(os.listdir("/proc/self/fd"))
+        fds_after = open_fds()
         quarantine = os.listdir(os.path.join(root, "quarantine"))
         reasons = [q for q in quarantine if q.endswith(".reason")]
         survivors = [os.path.relpath(p, root) for p in planted if os.path.lexists(p)]

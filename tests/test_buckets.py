@@ -18,7 +18,7 @@ from conftest import FakeWall
 from faultkit import hooked
 from internals import count_listings, keep_emptied_buckets, pending_buckets, pending_file
 
-from fsjobstore import JobNotFound, JobState, JobStore
+from fsjobstore import JobNotFound, JobState, JobStore, _beneath
 from fsjobstore._buckets import LINGER
 from fsjobstore._fsops import SETTLE
 from fsjobstore._layout import generated_id, seq_field
@@ -91,6 +91,54 @@ def test_a_job_released_into_a_bucket_removed_meanwhile_is_put_back_and_runs(
     assert again is not None and again.id == job.id and again.attempt == 1  # a release is no attempt
     again.fulfill(b"done")
     assert other.get(job.id).value == b"done"
+
+
+def test_a_bucket_removed_and_made_again_by_another_process_is_read_through_its_new_directory(
+        open_store: Callable[..., JobStore], tmp_path: Any) -> None:
+    """This process keeps the bucket's descriptor from its create; another removes the bucket
+    (emptied) and makes it again for a job put back into that second: a lookup, a claim and a
+    rename into it must reach the new directory, not answer from the removed one."""
+    store = open_store(durable=False, watch=False)
+    job = store.create("x")
+    path = pending_file(store.path, job.id)
+    bucket, aside = os.path.dirname(path), str(tmp_path / "aside")
+
+    def remove_and_make_again() -> None:
+        os.rename(path, aside)
+        os.rmdir(bucket)
+        os.mkdir(bucket)
+        os.rename(aside, path)
+
+    remove_and_make_again()
+    assert store.get(job.id).state is JobState.PENDING
+    lease = store.pull_work(timeout=0)
+    assert lease is not None and lease.id == job.id
+    os.rmdir(bucket)  # emptied by the claim, and removed; made again (empty) by another process
+    os.mkdir(bucket)
+    lease.release()
+    assert pending_file(store.path, job.id) == path
+    remove_and_make_again()
+    again = store.pull_work(timeout=0)
+    assert again is not None and again.id == job.id
+    again.fulfill(b"done")
+    assert store.get(job.id).value == b"done"
+
+
+def test_a_process_spreading_jobs_over_many_buckets_keeps_few_of_their_descriptors_open(
+        open_store: Callable[..., JobStore]) -> None:
+    """Each priority of each second is a bucket: 200 of them within a second must not mean 200
+    descriptors (an evicted one stays open a while: another thread may be about to use it)."""
+    store = open_store(durable=False, watch=False)
+    before = len(os.listdir("/proc/self/fd"))
+    started = time.monotonic()
+    for p in range(200):
+        store.create(p, priority=p)
+    seconds = time.monotonic() - started
+    while (lease := store.pull_work(timeout=0)) is not None:
+        lease.fulfill(None)
+    grown = len(os.listdir("/proc/self/fd")) - before
+    # the cache's slots, one eviction a second, two finished-index hours, a listing or two
+    assert grown <= _beneath.BUCKETS_KEPT + 2 * (seconds + 2) + 4, (grown, seconds)
 
 
 def test_a_bucket_removed_between_its_making_and_the_rename_into_it_is_made_again(
