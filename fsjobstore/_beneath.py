@@ -56,6 +56,7 @@ _monotonic = time.monotonic
 
 RECHECK_AFTER = 1.0  # seconds a cached directory descriptor is trusted to still be at its name
 BUCKETS_KEPT = 8  # bucket descriptors cached at most (the current second's, the head's, the hour's)
+KEPT, CLOSE, BUCKET = 0, 1, 2  # what split() says of the descriptor it gives (Root.split)
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
@@ -115,55 +116,58 @@ class Root:
         self.dir_mode = dir_mode
         self.uses = 1
         self.fd = os.open(path, _DIR_FLAGS) if fd is None else os.dup(fd)
-        self.cache: dict[str, tuple[int, float, int, int]] = {}  # rel -> fd, looked-up, dev, ino
+        self.cache: dict[str, tuple[int, float, int, int, int]] = {}  # rel -> fd, looked-up, dev, ino, KEPT|BUCKET
         self.retired: list[tuple[int, float]] = []
         self.buckets: list[str] = []  # the bucket keys of cache, oldest first
         self._lock = threading.Lock()  # the slow path's: cache misses, evictions, retirements
         self._evicted = -RECHECK_AFTER  # when a bucket's descriptor was last evicted (monotonic)
 
     # -- the hot path --------------------------------------------------------------------------
-    def split(self, rel: str) -> tuple[int, str, bool]:
-        """(descriptor of ``rel``'s parent, last name, whether the caller must close it)."""
+    def split(self, rel: str) -> tuple[int, str, int]:
+        """(descriptor of ``rel``'s parent, last name, KEPT, CLOSE (the caller closes it) or
+        BUCKET (cached, but a bucket's: see :func:`drop_bucket`))."""
         head, sep, name = rel.rpartition("/")
         if not sep:
-            return self.fd, rel, False
+            return self.fd, rel, KEPT
         entry = self.cache.get(head)  # the hot path: one dict lookup and one clock read
         if entry is not None and _monotonic() - entry[1] < RECHECK_AFTER:
-            return entry[0], name, False
+            return entry[0], name, entry[4]
         kind = _cacheable(head)
-        if kind:
-            fd, own = self._cache(head, kind == _BUCKET)
-            return fd, name, own
+        if kind is not None:
+            fd, how = self._cache(head, kind)
+            return fd, name, how
         # A per-job directory (runs/<id>, targets/<id>): from its parent's cached descriptor
         # when that is fresh, so a call here and one made in the parent (the mkdir of this very
         # directory) reach the same directory even within RECHECK_AFTER of a swap of the parent.
         up, _, last = head.rpartition("/")
         parent = self.cache.get(up)
         if parent is not None and _monotonic() - parent[1] < RECHECK_AFTER:
-            return self.open_dir(parent[0], last, head, _DIR_FLAGS), name, True
-        return self.resolve(head), name, True
+            return self.open_dir(parent[0], last, head, _DIR_FLAGS), name, CLOSE
+        return self.resolve(head), name, CLOSE
 
-    def _cache(self, head: str, bucket: bool) -> tuple[int, bool]:
-        """A descriptor of ``head`` looked up now, cached; (it, True) when it is a bucket's and
-        no slot could be freed for it: not cached, the caller closes it."""
+    def _cache(self, head: str, kind: int) -> tuple[int, int]:
+        """A descriptor of ``head`` (a directory of ``kind``, KEPT or BUCKET) looked up now and
+        cached: (it, ``kind``); (it, CLOSE) when it is a bucket's and no slot could be freed for
+        it: not cached, the caller closes it."""
+        bucket = kind == BUCKET
         fd = self.resolve(head)
         st = os.fstat(fd)
         with self._lock:
             entry = self.cache.get(head)  # another thread may have looked it up meanwhile
             if entry is not None and (entry[2], entry[3]) == (st.st_dev, st.st_ino):
                 os.close(fd)  # still the same directory
-                self.cache[head] = (entry[0], time.monotonic(), entry[2], entry[3])
+                self.cache[head] = (entry[0], time.monotonic(), entry[2], entry[3], kind)
                 if bucket:
                     self._used(head)
-                return entry[0], False
+                return entry[0], kind
             if bucket and entry is None and not self._slot():
-                return fd, True
-            self.cache[head] = (fd, time.monotonic(), st.st_dev, st.st_ino)
+                return fd, CLOSE
+            self.cache[head] = (fd, time.monotonic(), st.st_dev, st.st_ino, kind)
             if entry is not None:
                 self._retire(entry[0])
             if bucket:
                 self._used(head)
-        return fd, False
+        return fd, kind
 
     def _used(self, head: str) -> None:
         if head in self.buckets:
@@ -210,7 +214,7 @@ class Root:
             entry = self.cache.get(head)
             if entry is None:
                 return False
-            self.cache[head] = (entry[0], float("-inf"), entry[2], entry[3])
+            self.cache[head] = (entry[0], float("-inf"), entry[2], entry[3], entry[4])
             return True
 
     # -- resolving -----------------------------------------------------------------------------
@@ -324,18 +328,15 @@ def _kind(mode: int) -> str:
     return f"a {stat.filemode(mode)[0]!r} entry"
 
 
-_KEPT, _BUCKET = 1, 2
-
-
-def _cacheable(head: str) -> int:
-    """_KEPT for a directory the store never removes (the skeleton, a queue's in jobs/pending),
-    _BUCKET for a bucket (removed once empty: see the module docstring), 0 for the others."""
+def _cacheable(head: str) -> int | None:
+    """KEPT for a directory the store never removes (the skeleton, a queue's in jobs/pending),
+    BUCKET for a bucket (removed once empty: see the module docstring), None for the others."""
     if head in _SKELETON:
-        return _KEPT
+        return KEPT
     if head.startswith("jobs/pending/"):
         depth = head.count("/")
-        return _KEPT if depth == 2 else _BUCKET if depth == 3 else 0
-    return _BUCKET if head.startswith("finished/") and head.count("/") == 1 else 0
+        return KEPT if depth == 2 else BUCKET if depth == 3 else None
+    return BUCKET if head.startswith("finished/") and head.count("/") == 1 else None
 
 
 _SKELETON = frozenset({
@@ -387,20 +388,21 @@ def drop_bucket(path: str) -> bool:
     for root in _roots:
         if path.startswith(root.prefix):
             head = path[len(root.prefix):].rpartition("/")[0]
-            return _cacheable(head) == _BUCKET and root.drop_bucket(head)
+            return _cacheable(head) == BUCKET and root.drop_bucket(head)
     return False
 
 
-def split(path: str) -> tuple[int | None, str, bool, Root | None]:
-    """(directory descriptor or None, name relative to it, whether to close it, its root)."""
+def split(path: str) -> tuple[int | None, str, int, Root | None]:
+    """(directory descriptor or None, name relative to it, KEPT, CLOSE or BUCKET (see
+    :meth:`Root.split`), its root)."""
     if len(_roots) == 1:  # the usual case: one store in the process
         root = _roots[0]
         if path.startswith(root.prefix):
-            fd, name, own = root.split(path[len(root.prefix):])
-            return fd, name, own, root
-        return None, path, False, None
+            fd, name, how = root.split(path[len(root.prefix):])
+            return fd, name, how, root
+        return None, path, KEPT, None
     for root in _roots:
         if path.startswith(root.prefix):
-            fd, name, own = root.split(path[len(root.prefix):])
-            return fd, name, own, root
-    return None, path, False, None
+            fd, name, how = root.split(path[len(root.prefix):])
+            return fd, name, how, root
+    return None, path, KEPT, None

@@ -133,18 +133,19 @@ _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 
 
+_CLOSE, _BUCKET = _beneath.CLOSE, _beneath.BUCKET
 _DEAD_BUCKET = (errno.ENOENT, errno.ESTALE)  # what a call through a removed bucket's descriptor gets
 
 
-def _again(exc: OSError, own: bool, path: str, first: bool) -> bool:
+def _again(exc: OSError, how: int, path: str, first: bool) -> bool:
     """Whether a call that raised ``exc`` should be made once more: it went through a cached
     bucket descriptor, which may be a removed bucket's (``_beneath``'s docstring)."""
-    return first and not own and exc.errno in _DEAD_BUCKET and _beneath.drop_bucket(path)
+    return first and how == _BUCKET and exc.errno in _DEAD_BUCKET and _beneath.drop_bucket(path)
 
 
 def _open_at(path: str, flags: int, mode: int) -> int:
     for first in (True, False):
-        dfd, name, own, root = _beneath.split(path)
+        dfd, name, how, root = _beneath.split(path)
         if root is None or dfd is None:
             return os.open(path, flags, mode)
         try:
@@ -153,10 +154,10 @@ def _open_at(path: str, flags: int, mode: int) -> int:
             # Never through a link; never blocked by a FIFO (regular files ignore O_NONBLOCK).
             return os.open(name, flags | _O_NOFOLLOW | _O_NONBLOCK, mode, dir_fd=dfd)
         except OSError as exc:
-            if not _again(exc, own, path, first):
+            if not _again(exc, how, path, first):
                 raise
         finally:
-            if own:
+            if how == _CLOSE:
                 os.close(dfd)
     raise AssertionError("unreachable: the second round returns or raises")
 
@@ -260,34 +261,34 @@ def unlock(fd: int) -> None:
 # -- names ------------------------------------------------------------------------------------
 def _two(fn: Callable[[int | None, str, int | None, str], T], src: str, dst: str) -> T:
     for first in (True, False):
-        sfd, sname, sown, _ = _beneath.split(src)
+        sfd, sname, show, _ = _beneath.split(src)
         try:
-            dfd, dname, down, _ = _beneath.split(dst)
+            dfd, dname, dhow, _ = _beneath.split(dst)
             try:
                 return fn(sfd, sname, dfd, dname)
             except OSError as exc:
                 # Either side's bucket may be a removed one's (both are forgotten: `|`, not `or`).
-                if not (_again(exc, sown, src, first) | _again(exc, down, dst, first)):
+                if not (_again(exc, show, src, first) | _again(exc, dhow, dst, first)):
                     raise
             finally:
-                if down:
+                if dhow == _CLOSE:
                     os.close(dfd)  # type: ignore[arg-type]
         finally:
-            if sown:
+            if show == _CLOSE:
                 os.close(sfd)  # type: ignore[arg-type]
     raise AssertionError("unreachable: the second round returns or raises")
 
 
 def _one(fn: Callable[[int | None, str], T], path: str) -> T:
     for first in (True, False):
-        dfd, name, own, _ = _beneath.split(path)
+        dfd, name, how, _ = _beneath.split(path)
         try:
             return fn(dfd, name)
         except OSError as exc:
-            if not _again(exc, own, path, first):
+            if not _again(exc, how, path, first):
                 raise
         finally:
-            if own:
+            if how == _CLOSE:
                 os.close(dfd)  # type: ignore[arg-type]
     raise AssertionError("unreachable: the second round returns or raises")
 
