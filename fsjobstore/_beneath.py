@@ -116,7 +116,9 @@ class Root:
         self.dir_mode = dir_mode
         self.uses = 1
         self.fd = os.open(path, _DIR_FLAGS) if fd is None else os.dup(fd)
-        self.cache: dict[str, tuple[int, float, int, int, int]] = {}  # rel -> fd, looked-up, dev, ino, KEPT|BUCKET
+        # The directory's path (absolute, as callers spell it: the module's split() finds it
+        # with one dict lookup) -> fd, when looked up, dev, ino, KEPT or BUCKET.
+        self.cache: dict[str, tuple[int, float, int, int, int]] = {}
         self.retired: list[tuple[int, float]] = []
         self.buckets: list[str] = []  # the bucket keys of cache, oldest first
         self._lock = threading.Lock()  # the slow path's: cache misses, evictions, retirements
@@ -129,7 +131,7 @@ class Root:
         head, sep, name = rel.rpartition("/")
         if not sep:
             return self.fd, rel, KEPT
-        entry = self.cache.get(head)  # the hot path: one dict lookup and one clock read
+        entry = self.cache.get(self.prefix + head)
         if entry is not None and _monotonic() - entry[1] < RECHECK_AFTER:
             return entry[0], name, entry[4]
         kind = _cacheable(head)
@@ -140,7 +142,7 @@ class Root:
         # when that is fresh, so a call here and one made in the parent (the mkdir of this very
         # directory) reach the same directory even within RECHECK_AFTER of a swap of the parent.
         up, _, last = head.rpartition("/")
-        parent = self.cache.get(up)
+        parent = self.cache.get(self.prefix + up)
         if parent is not None and _monotonic() - parent[1] < RECHECK_AFTER:
             return self.open_dir(parent[0], last, head, _DIR_FLAGS), name, CLOSE
         return self.resolve(head), name, CLOSE
@@ -150,29 +152,30 @@ class Root:
         cached: (it, ``kind``); (it, CLOSE) when it is a bucket's and no slot could be freed for
         it: not cached, the caller closes it."""
         bucket = kind == BUCKET
+        key = self.prefix + head
         fd = self.resolve(head)
         st = os.fstat(fd)
         with self._lock:
-            entry = self.cache.get(head)  # another thread may have looked it up meanwhile
+            entry = self.cache.get(key)  # another thread may have looked it up meanwhile
             if entry is not None and (entry[2], entry[3]) == (st.st_dev, st.st_ino):
                 os.close(fd)  # still the same directory
-                self.cache[head] = (entry[0], time.monotonic(), entry[2], entry[3], kind)
+                self.cache[key] = (entry[0], time.monotonic(), entry[2], entry[3], kind)
                 if bucket:
-                    self._used(head)
+                    self._used(key)
                 return entry[0], kind
             if bucket and entry is None and not self._slot():
                 return fd, CLOSE
-            self.cache[head] = (fd, time.monotonic(), st.st_dev, st.st_ino, kind)
+            self.cache[key] = (fd, time.monotonic(), st.st_dev, st.st_ino, kind)
             if entry is not None:
                 self._retire(entry[0])
             if bucket:
-                self._used(head)
+                self._used(key)
         return fd, kind
 
-    def _used(self, head: str) -> None:
-        if head in self.buckets:
-            self.buckets.remove(head)
-        self.buckets.append(head)
+    def _used(self, key: str) -> None:
+        if key in self.buckets:
+            self.buckets.remove(key)
+        self.buckets.append(key)
 
     def _slot(self) -> bool:
         """Whether a bucket may be cached: a slot is free, or the least recently looked-up one
@@ -211,10 +214,11 @@ class Root:
         keeps the descriptor if it is the same directory (most such failures are answers: no
         job by that name), and retires it otherwise. True if there was one."""
         with self._lock:
-            entry = self.cache.get(head)
+            key = self.prefix + head
+            entry = self.cache.get(key)
             if entry is None:
                 return False
-            self.cache[head] = (entry[0], float("-inf"), entry[2], entry[3], entry[4])
+            self.cache[key] = (entry[0], float("-inf"), entry[2], entry[3], entry[4])
             return True
 
     # -- resolving -----------------------------------------------------------------------------
@@ -366,7 +370,7 @@ def prime(path: str) -> None:
     for root in _roots:
         if root.path == path:
             for rel in sorted(_SKELETON):
-                if rel not in root.cache:
+                if root.prefix + rel not in root.cache:
                     root.split(f"{rel}/-")
             return
 
@@ -395,6 +399,14 @@ def drop_bucket(path: str) -> bool:
 def split(path: str) -> tuple[int | None, str, int, Root | None]:
     """(directory descriptor or None, name relative to it, KEPT, CLOSE or BUCKET (see
     :meth:`Root.split`), its root)."""
+    # The hot path, about ten times per claim and commit: the parent's descriptor is cached
+    # and fresh. One dict lookup on the parent's path as given (a cached path is a root's
+    # prefix and a relative path, so it is below that root).
+    head, _, name = path.rpartition("/")
+    for root in _roots:
+        entry = root.cache.get(head)
+        if entry is not None and _monotonic() - entry[1] < RECHECK_AFTER:
+            return entry[0], name, entry[4], root
     if len(_roots) == 1:  # the usual case: one store in the process
         root = _roots[0]
         if path.startswith(root.prefix):
