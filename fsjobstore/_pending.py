@@ -82,6 +82,7 @@ class QueueIndex:
         self._empty_sig: tuple[tuple[int, int, int], ...] | None = None
         self._empty_buckets: list[str] = []
         self._mutex = threading.Lock()
+        self._checked: str | None = None  # the head _drop_bad_head last found valid (by identity)
 
     def _refill(self) -> None:
         """List the queue's buckets in run order, and the first of them until ``limit`` names (or,
@@ -166,11 +167,14 @@ class QueueIndex:
         if there were any. (Dot names never get this far: a listing leaves them out, and add()
         takes only names of the grammar.)"""
         names, dropped = self._names, False
+        if names and names[0] is self._checked:
+            return False  # peek() checked this very head just before pop()
         while names and not _valid(names[0]):
             name = names.pop(0)
             self._known.discard(name)
             dropped = True
             self._on_bad_name(name)
+        self._checked = names[0] if names else None
         return dropped
 
     def pop(self) -> str | None:

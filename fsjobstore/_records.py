@@ -237,10 +237,14 @@ def _opt_value(doc: Any) -> Any:
 
 
 def _int(v: Any, name: str, lo: int, hi: int) -> int:
+    if type(v) is int and lo <= v <= hi:  # the common case, without the full check's calls
+        return v
     return integer(v, name, at_least=lo, at_most=hi, error=ValueError)
 
 
 def _num(v: Any, name: str) -> float:
+    if type(v) is float and 0 <= v < 1e11:  # the common case (NaN fails the comparisons)
+        return v
     return number(v, f"{name} (a timestamp)", at_least=0, below=1e11, error=ValueError)
 
 

@@ -133,7 +133,7 @@ _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 
 
-_CLOSE, _BUCKET = _beneath.CLOSE, _beneath.BUCKET
+_KEPT, _CLOSE, _BUCKET = _beneath.KEPT, _beneath.CLOSE, _beneath.BUCKET
 _DEAD_BUCKET = (errno.ENOENT, errno.ESTALE)  # what a call through a removed bucket's descriptor gets
 
 
@@ -426,6 +426,9 @@ def lstat(path: str) -> os.stat_result:
 
 
 def _lstat(path: str) -> os.stat_result:
+    dfd, name, how, _ = _beneath.split(path)
+    if how == _KEPT:  # the hot path (a commit asks three of these): no descriptor to close or retry
+        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
     return _one(_stat_at, path)
 
 
