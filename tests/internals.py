@@ -195,7 +195,8 @@ def retention_walker(store: JobStore) -> tuple[Any, list[str]]:
     consider = remover._consider
 
     def counted(bdir: str, name: str, now: int) -> Any:
-        looked.append(name)
+        if not name.startswith("."):  # a bucket's anchor (FORMAT.md) is passed over, never looked at
+            looked.append(name)
         return consider(bdir, name, now)
 
     remover._consider = counted  # type: ignore[method-assign]
