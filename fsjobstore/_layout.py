@@ -54,8 +54,6 @@ PENDING_BUCKET_RE = re.compile(r"(?P<prio>\d{7})\.(?P<sec>\d{11})\Z")
 SEQ_PER_BUCKET = 1_000_000_000  # one bucket per priority and second of <SEQ> (ns)
 FOREVER = 99_999_999_999_999_999  # <EXP> of a job kept forever: later than any time a field can hold
 BUCKET_US = 3_600_000_000  # one bucket of the finished index per hour of finishing
-# The anchor of a finished-index bucket: an empty file its entries are hard links to (Tree._make_entry).
-FINISHED_ANCHOR = ".anchor-"
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._layout import BUCKET_RE, FINISHED_ANCHOR, FINISHED_RE, bucket_field, micros
+from ._layout import BUCKET_RE, FINISHED_RE, bucket_field, micros
 from ._removal import notification_due, remove_job
 from ._shared import Core
 
@@ -140,7 +140,8 @@ class Retention:
                 elif left is not None:
                     walk.earliest = min(walk.earliest, left)
             if walk.earliest == _NONE_LEFT and not walk.again and bucket != current:
-                _remove_bucket(bdir)
+                with contextlib.suppress(OSError):
+                    sc.rmdir(bdir)  # ENOTEMPTY: an entry arrived meanwhile (or a kept one): fine
                 self._walked.pop(bucket, None)
             else:
                 self._walked[bucket] = walk.done()
@@ -191,8 +192,6 @@ class Retention:
             kept_until = int(exp_field)
             if kept_until > now:
                 return kept_until
-        if name.startswith(FINISHED_ANCHOR):
-            return None  # the file entries are links to (Tree._make_entry)
         core = self._core
         entry = os.path.join(bdir, name)
         m = FINISHED_RE.match(name)
@@ -233,22 +232,6 @@ class Retention:
         if remove_job(core, path, job_id, drop_targets=False, entry=entry):
             return True
         return now
-
-
-def _remove_bucket(bdir: str) -> None:
-    """Remove a bucket of a past hour whose entries are all gone: its anchors, then itself. An
-    entry that arrives meanwhile keeps it (rmdir's ENOTEMPTY); its maker makes an anchor
-    again if it needs one (Tree._make_entry)."""
-    try:
-        names = fs.scan_names(bdir)
-    except OSError:
-        return
-    if any(not n.startswith(FINISHED_ANCHOR) for n in names):
-        return  # an entry arrived since the walk (or something planted: the next walk sees it)
-    for name in names:
-        fs.unlink_quietly(os.path.join(bdir, name))
-    with contextlib.suppress(OSError):
-        sc.rmdir(bdir)
 
 
 def later_life(finished_at: float | None, fin: int) -> bool:

@@ -27,7 +27,6 @@ from ._job import JobState
 from ._layout import (
     ACTIVE_RE,
     FINAL_RE,
-    FINISHED_ANCHOR,
     GENERATED_ID_RE,
     PENDING_RE,
     SCHEDULED_RE,
@@ -69,7 +68,6 @@ class Tree:
         # Rung after a job becomes due ("work") or final ("done"): the doorbell's ring, passed
         # in by whoever makes the tree (JobStore), so no other host's waiter sleeps past it.
         self.bell = bell
-        self._anchor = 0  # which .anchor-<n> of a finished-index bucket to link entries to
 
     # -- writing, with this store's durability and permissions --------------------------------
     def write_new(self, path: str, data: bytes) -> None:
@@ -166,7 +164,7 @@ class Tree:
         entry = self.finished_entry(record, state, finished_at)
         for tries_left in (2, 1, 0):
             try:
-                self._make_entry(entry)
+                sc.mknod(entry, self.perms.file_mode)
                 return True
             except FileExistsError:
                 return False
@@ -181,35 +179,6 @@ class Tree:
                     if self.perms.dir_mode != fs.DIR_MODE:
                         sc.chmod(os.path.dirname(entry), self.perms.dir_mode)
         raise AssertionError("unreachable: the last round returns or raises")
-
-    def _make_entry(self, entry: str) -> None:
-        """Make the index entry ``entry``: a hard link to its bucket's anchor, an empty file
-        (``.anchor-<n>``) made by the bucket's first entry. An entry's name is all it says,
-        and a link allocates no inode: on this machine's ext4 a new empty file cost 16-35
-        times what a link did (PERFORMANCE.md), once per finished job. When the anchor has all
-        the links the filesystem allows (EMLINK: 65,000 on ext4), the next one is used; where
-        it cannot be linked (a filesystem without hard links, a planted directory there, a
-        member's anchor this process may not link), the entry is a file of its own.
-        FileNotFoundError: the bucket is missing; FileExistsError: the entry exists."""
-        bdir = os.path.dirname(entry)
-        for _ in range(4):
-            n = self._anchor
-            anchor = f"{bdir}/{FINISHED_ANCHOR}{n}"
-            try:
-                sc.link(anchor, entry)
-                return
-            except FileNotFoundError:
-                # No anchor yet (the bucket's first entry; or retention removed an emptied
-                # bucket's): make it. ENOENT again here means the bucket itself is missing.
-                with contextlib.suppress(FileExistsError):
-                    sc.mknod(anchor, self.perms.file_mode)
-            except FileExistsError:
-                raise
-            except OSError as exc:
-                if exc.errno != errno.EMLINK:
-                    break
-                self._anchor = n + 1  # RACE: threads may move it on together; any anchor serves
-        sc.mknod(entry, self.perms.file_mode)
 
     def index_unindexed(self, indexed: set[tuple[str, str]]) -> int:
         """Give each final job that is not in ``indexed`` (``(state, id)`` pairs) its finished-index

@@ -20,7 +20,6 @@ from fsjobstore import InvalidState, JobExists, JobStore, _syscalls
 from fsjobstore._layout import (
     ACTIVE_RE,
     FINAL_RE,
-    FINISHED_ANCHOR,
     FINISHED_RE,
     PENDING_BUCKET_RE,
     PENDING_RE,
@@ -416,8 +415,6 @@ def removal_leftovers(root: str, files: dict[str, list[tuple[str, str]]]) -> lis
     for bucket in _ls(os.path.join(root, "finished")):
         for name in _ls(os.path.join(root, "finished", bucket)):
             m = FINISHED_RE.match(name)
-            if m is None and name.startswith(FINISHED_ANCHOR) and name[len(FINISHED_ANCHOR):].isdigit():
-                continue  # the file a bucket's entries are hard links to
             if m is None:
                 problems.append(f"finished/{bucket}/{name} is not an index entry")
                 continue

@@ -195,8 +195,7 @@ def retention_walker(store: JobStore) -> tuple[Any, list[str]]:
     consider = remover._consider
 
     def counted(bdir: str, name: str, now: int) -> Any:
-        if not name.startswith("."):  # a bucket's anchor (FORMAT.md) is passed over, never looked at
-            looked.append(name)
+        looked.append(name)
         return consider(bdir, name, now)
 
     remover._consider = counted  # type: ignore[method-assign]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
@@ -32,7 +31,7 @@ class Clock:
 
 
 def _finished(root: Path) -> list[str]:
-    return sorted(n for _, _, names in os.walk(root / "finished") for n in names if not n.startswith("."))
+    return sorted(n for _, _, names in os.walk(root / "finished") for n in names)
 
 
 def _run(store: JobStore, **kw: Any) -> str:
@@ -409,69 +408,3 @@ def test_junk_planted_among_new_entries_does_not_hide_the_entries_after_it(tmp_p
         looked.clear()
         remover.run_pass()
         assert [n.rsplit(".", 1)[1] for n in looked] == [last]
-
-
-# == the finished index's anchors =================================================================
-def _entries_and_anchors(root: Path) -> tuple[list[os.stat_result], list[str]]:
-    entries, anchors = [], []
-    for bucket in os.listdir(root / "finished"):
-        for name in os.listdir(root / "finished" / bucket):
-            path = root / "finished" / bucket / name
-            if name.startswith("."):
-                anchors.append(f"{bucket}/{name}")
-            else:
-                entries.append(os.lstat(path))
-    return entries, anchors
-
-
-def test_index_entries_are_links_to_their_buckets_anchor_and_a_past_emptied_bucket_goes_with_it(
-        tmp_path: Path) -> None:
-    """An entry allocates no inode of its own (a link), and retention removes the anchor with the
-    last entry of a past hour, so the bucket itself goes."""
-    clock = Clock()
-    root = tmp_path / "s"
-    with _open(root, clock) as s:
-        for n in range(3):
-            _run(s, job_id=f"j{n}", retain=60)
-        entries, anchors = _entries_and_anchors(root)
-        assert len(entries) == 3 and len(anchors) == 1 and anchors[0].endswith("/.anchor-0")
-        assert {(st.st_ino, st.st_nlink) for st in entries} == {(entries[0].st_ino, 4)}  # 3 + the anchor
-        clock.now += 2 * 3600  # past the hour, and past their retain
-        for n in range(3):
-            assert _gone(s, f"j{n}")
-        s.recover()
-        assert os.listdir(root / "finished") == []
-    _only_skeleton_left(root)
-
-
-def test_an_anchor_that_cannot_be_linked_gives_entries_of_their_own_and_a_full_one_the_next_anchor(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fsjobstore import _syscalls
-
-    clock = Clock()
-    root = tmp_path / "s"
-    real_link = _syscalls.link
-
-    def full_first_anchor(src: str, dst: str) -> None:
-        if src.endswith("/.anchor-0"):
-            raise OSError(errno.EMLINK, "Too many links", src)
-        real_link(src, dst)
-
-    with _open(root, clock) as s:
-        _run(s, job_id="first", retain=60)
-        monkeypatch.setattr(_syscalls, "link", full_first_anchor)
-        _run(s, job_id="second", retain=60)
-        _run(s, job_id="third", retain=60)
-        monkeypatch.undo()
-        entries, anchors = _entries_and_anchors(root)
-        assert sorted(a.rsplit("/", 1)[1] for a in anchors) == [".anchor-0", ".anchor-1"]
-        assert sorted(st.st_nlink for st in entries) == [2, 3, 3]  # first on anchor 0, the others on 1
-        # A member planted a directory as the next anchor: entries are then files of their own.
-        bucket = next(iter(os.listdir(root / "finished")))
-        os.mkdir(root / "finished" / bucket / ".anchor-2")
-        s._core.tree._anchor = 2
-        _run(s, job_id="fourth", retain=60)
-        entries, _ = _entries_and_anchors(root)
-        assert sorted(st.st_nlink for st in entries) == [1, 2, 3, 3]
-        assert s.statistics().fulfilled == 4 and {j.id for j in s.jobs(state="fulfilled")} == {
-            "first", "second", "third", "fourth"}
