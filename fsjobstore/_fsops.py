@@ -228,7 +228,8 @@ def _truncate(fd: int, offset: int, *, durable: bool) -> None:
 def rename_into(src: str, dst: str, *, durable: bool) -> None:
     """Atomically move ``src`` to ``dst`` (replacing it) and make the new entry durable."""
     sc.rename(src, dst)
-    sync_applied(os.path.dirname(dst), durable=durable)
+    if durable:  # (not computing the directory otherwise: the hot path of a non-durable store)
+        sync_applied(os.path.dirname(dst), durable=True)
 
 
 def link_into(src: str, dst: str, *, durable: bool) -> None:
@@ -237,7 +238,8 @@ def link_into(src: str, dst: str, *, durable: bool) -> None:
     ``src`` is left in place; the caller unlinks it once the new entry is durable.
     """
     sc.link(src, dst)
-    sync_applied(os.path.dirname(dst), durable=durable)
+    if durable:
+        sync_applied(os.path.dirname(dst), durable=True)
 
 
 def unlink(path: str, *, missing_ok: bool = True) -> bool:

@@ -142,13 +142,13 @@ class Layout:
         return os.path.join(self.leases, f"{job_id}.notify")
 
     def id_marker(self, job_id: str) -> str:
-        return os.path.join(self.ids, job_id)
+        return f"{self.ids}/{job_id}"  # an f-string: a commit asks this twice (os.path.join is ~1 us)
 
     def paused_path(self, queue: str) -> str:
         return os.path.join(self.paused, queue)
 
     def cancel_path(self, job_id: str) -> str:
-        return os.path.join(self.cancels, f"{job_id}.json")
+        return f"{self.cancels}/{job_id}.json"
 
     def deadline_path(self, due: float, job_id: str, token: str) -> str:
         return os.path.join(self.deadlines, f"{due_field(due)}.{job_id}.{token}")

@@ -110,7 +110,7 @@ class Tree:
         it first makes a private copy (:meth:`private_copy`)."""
         data, st = fs.read_regular_stat(path, self.record_cap)
         parsed = Record.parse(data)  # and the bytes, for that copy
-        extra = fs.foreign_links(st, self.layout.id_marker(parsed.record.id))
+        extra = fs.foreign_links(st, self.layout.id_marker(parsed.record.id)) if st.st_nlink > 1 else 0
         if extra and not self._shared_anyway(st):
             raise fs.Unreadable(f"has {extra} hard link(s) elsewhere and is not the store's own file "
                                 f"(owner {st.st_uid}, group {st.st_gid}, mode {stat.filemode(st.st_mode)})")
@@ -144,7 +144,8 @@ class Tree:
         dst = self.layout.final_path(state, record.id)
         sc.rename_noreplace(path, dst)
         self.bell("done")
-        fs.sync_applied(os.path.dirname(dst), durable=self.durable)
+        if self.durable:
+            fs.sync_applied(os.path.dirname(dst), durable=True)
         return dst
 
     def retain_of(self, record: Record) -> float:

@@ -70,8 +70,9 @@ class Work:
             assert m is not None  # the index only holds valid names
             token = core.new_token()
             active = core.layout.active_path(m["id"], token)
+            src = f"{index.directory}/{name}"
             try:
-                sc.rename(os.path.join(index.directory, name), active)
+                sc.rename(src, active)
             except OSError as exc:
                 # ESTALE: on a network filesystem, its bucket was emptied and removed by another
                 # host (_buckets), which took the job. Nothing moved either way.
@@ -81,7 +82,7 @@ class Work:
                 continue
             index.won()
             claim = self.claim_from_active(active, m["id"], os.path.basename(index.directory), token,
-                                           on_compromised, give_back=os.path.join(index.directory, name))
+                                           on_compromised, give_back=src)
             if claim is not None:
                 return claim.lease
         return None
