@@ -388,7 +388,8 @@ def detach(path: str) -> None:
 
 def drop_bucket(path: str) -> bool:
     """A call on ``path`` through a cached descriptor of its parent failed with ENOENT or ESTALE:
-    if that parent is a bucket, forget it and say True (ask again: see the module docstring)."""
+    if that parent is a bucket, have it looked up afresh and say True (ask again: see the module
+    docstring)."""
     for root in _roots:
         if path.startswith(root.prefix):
             head = path[len(root.prefix):].rpartition("/")[0]
