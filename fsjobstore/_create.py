@@ -105,11 +105,10 @@ def free_orphan(core: Core, job_id: str) -> bool:
         # looking for one after exists() cannot miss a job that is being removed.
         if sc.fstat(fd).st_nlink > 1 or core.tree.exists(job_id) or _being_removed(core, job_id):
             return False
-        try:
-            now = sc.lstat(marker)
-        except FileNotFoundError:
+        same = fs.names_file(marker, st)
+        if same is None:
             return True
-        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        if not same:
             return False  # another create freed it and reserved it anew meanwhile
         fs.unlink(marker)
         log.warning("the reservation of id %s named no job (its file was removed by hand?): the id is free again",

@@ -26,9 +26,7 @@ O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 FILE_MODE = 0o600
-# The errnos of a name that is not there: ENOENT, or, on a network filesystem, ESTALE for a name
-# (or its directory) another host removed or renamed away since this client looked it up.
-GONE = (errno.ENOENT, errno.ESTALE)
+GONE = sc.GONE  # the errnos of a name that is not there (ENOENT; ESTALE on a network filesystem)
 DIR_MODE = 0o700
 
 
@@ -127,6 +125,16 @@ def touch(path: str, mode: int = FILE_MODE) -> None:
     sc.close(sc.open(path, os.O_WRONLY | os.O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode))
 
 
+def names_file(path: str, st: os.stat_result) -> bool | None:
+    """Whether ``path`` names the file ``st`` describes (a rename keeps it); None if ``path``
+    is gone."""
+    try:
+        cur = sc.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (cur.st_dev, cur.st_ino) == (st.st_dev, st.st_ino)
+
+
 def foreign_links(st: os.stat_result, linked_as: str | None) -> int:
     """How many hard links the file of ``st`` has beyond its own name and ``linked_as`` (the
     one other name it may legitimately have: a job's ``ids/<id>``); 0 for a file of ours.
@@ -136,24 +144,9 @@ def foreign_links(st: os.stat_result, linked_as: str | None) -> int:
     appends to a claimed file in place, so such a file is never written to (issue 23)."""
     if st.st_nlink <= 1:
         return 0
-    if linked_as is not None and st.st_nlink == 2:
-        try:
-            other = sc.lstat(linked_as)
-        except FileNotFoundError:
-            return 1
-        if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
-            return 0
+    if linked_as is not None and st.st_nlink == 2 and names_file(linked_as, st):
+        return 0
     return st.st_nlink - 1
-
-
-def names_file(path: str, st: os.stat_result) -> bool | None:
-    """Whether ``path`` names the file ``st`` describes (a rename keeps it); None if ``path``
-    is gone."""
-    try:
-        cur = sc.lstat(path)
-    except FileNotFoundError:
-        return None
-    return (cur.st_dev, cur.st_ino) == (st.st_dev, st.st_ino)
 
 
 def write_at(path: str, offset: int, data: bytes, *, durable: bool, clean: bool,

@@ -34,7 +34,7 @@ from typing import Literal
 
 from . import _syscalls as sc
 from ._errors import StorageError
-from ._fsops import FILE_MODE, GONE, O_CLOEXEC, O_NOFOLLOW, unlink
+from ._fsops import FILE_MODE, GONE, O_CLOEXEC, O_NOFOLLOW, names_file, unlink
 from ._layout import Layout
 
 log = logging.getLogger("fsjobstore")
@@ -93,12 +93,7 @@ class OwnerLease:
                                     "and took over its claims") from None
                 raise
             # A write to an unlinked file succeeds: check that the name is still ours.
-            mine = sc.fstat(self._fd)
-            try:
-                named = sc.lstat(self.path)
-            except FileNotFoundError:
-                named = None
-            if named is None or (named.st_dev, named.st_ino) != (mine.st_dev, mine.st_ino):
+            if not names_file(self.path, sc.fstat(self._fd)):
                 raise OwnerGone(f"owner {self.owner}'s file was removed: another process judged it gone "
                                 "and took over its claims")
 

@@ -134,13 +134,16 @@ _LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 
 
 _KEPT, _CLOSE, _BUCKET = _beneath.KEPT, _beneath.CLOSE, _beneath.BUCKET
-_DEAD_BUCKET = (errno.ENOENT, errno.ESTALE)  # what a call through a removed bucket's descriptor gets
+# The errnos of a name that is not there: ENOENT, or, on a network filesystem, ESTALE for a name
+# (or its directory) another host removed or renamed away since this client looked it up. Also
+# what a call through a removed bucket's cached descriptor gets.
+GONE = (errno.ENOENT, errno.ESTALE)
 
 
 def _again(exc: OSError, how: int, path: str, first: bool) -> bool:
     """Whether a call that raised ``exc`` should be made once more: it went through a cached
     bucket descriptor, which may be a removed bucket's (``_beneath``'s docstring)."""
-    return first and how == _BUCKET and exc.errno in _DEAD_BUCKET and _beneath.drop_bucket(path)
+    return first and how == _BUCKET and exc.errno in GONE and _beneath.drop_bucket(path)
 
 
 def _open_at(path: str, flags: int, mode: int) -> int:

@@ -459,4 +459,3 @@ class Tree:
             fs.write_new(dest + ".reason", dumps(doc) + b"\n", durable=False, mode=self.perms.file_mode)
         log.warning("quarantined %s: %s", path, reason)
         return True
-
