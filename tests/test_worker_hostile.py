@@ -14,7 +14,9 @@ import pytest
 import worker_tasks as tasks
 
 from fsjobstore import JobState, Worker
-from fsjobstore._runtime._processes import fork_child
+from fsjobstore._runtime._board import Board
+from fsjobstore._runtime._processes import ProcessPool, fork_child
+from fsjobstore._runtime._slot import OUTCOMES
 
 MODES = ["threads", "processes"]
 
@@ -137,6 +139,29 @@ def test_the_log_says_how_a_job_goes_on_after_a_time_out(open_store: object, mod
     said = [r.getMessage() for r in caplog.records]
     assert any(m.startswith(f"job {again.id} queue=hang attempt=1 ended and is retrying") for m in said), said
     assert any(m.startswith(f"job {once.id} queue=hang attempt=1 ended failed") for m in said), said
+
+
+def test_a_killed_childs_job_is_told_only_once_another_recoverer_has_ended_its_claim(
+        open_store: object, caplog: pytest.LogCaptureFixture) -> None:
+    # CI at 290ea3d: a fresh child's own recovery pass fenced a killed child's claim first; the
+    # supervisor read the job while that pass was still writing the outcome and told a job with
+    # no attempt left "retrying". Here this process's lease stands for that other recoverer: the
+    # supervisor's recovery leaves it alone, as it leaves a live recoverer's claim.
+    store = open_store()  # type: ignore[operator]
+    job = store.create({}, queue="q", max_attempts=1)
+    lease = store.pull_work(queues="q")
+    assert lease is not None and lease.id == job.id
+    pool = ProcessPool(store, {}, ["q"], Board(1, None), 1, burst=True, ring=lambda: None)
+    pool._crashed.append((job.id, "q", 1, False, time.monotonic()))
+    with caplog.at_level(logging.INFO, logger="fsjobstore.worker"):
+        pool.tick(stopping=False)
+        assert pool.alive() and 0 < pool.next_tick(time.monotonic()) <= 0.05  # looked at again soon
+        assert not [r for r in caplog.records if job.id in r.getMessage()]
+        lease.fail("killed", retry=True)  # the other recoverer ends the claim: no attempt left
+        pool.tick(stopping=False)
+    said = [r.getMessage() for r in caplog.records if job.id in r.getMessage()]
+    assert said == [f"job {job.id} queue=q attempt=1 ended failed"]
+    assert pool.tally().counts[OUTCOMES.index("failed")] == 1 and not pool.alive()
 
 
 def test_an_exception_with_no_message_is_logged_without_a_dangling_colon(

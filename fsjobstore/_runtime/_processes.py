@@ -97,6 +97,7 @@ def _die_with(parent: int) -> None:
 
 
 _PR_SET_PDEATHSIG = 1
+UNENDED_LOOK = 0.05  # seconds between looks at a killed child's claim that another recoverer is ending
 
 
 @contextlib.contextmanager
@@ -180,8 +181,9 @@ class ProcessPool:
         self._pidfds: dict[int, int] = {}  # slot -> a descriptor readable once its child exits
         self._killed: dict[int, tuple[str, str]] = {}  # slot -> (outcome, job id)
         self._extra = Tally()  # attempts of killed children, which could not count them
-        # (job id, queue, attempt, counted already) of children killed or dead mid-job: told once recovered
-        self._crashed: list[tuple[str, str, int, bool]] = []
+        # (job id, queue, attempt, counted already, since) of children killed or dead mid-job:
+        # told once recovery has ended their claim
+        self._crashed: list[tuple[str, str, int, bool, float]] = []
         self._restarts = Restarts()
         self._next_cancel_look = 0.0
 
@@ -206,7 +208,9 @@ class ProcessPool:
         self._restarts.born(index)
 
     def alive(self) -> bool:
-        return any(pid is not None for pid in self._pids) or self._restarts.waiting()
+        # A burst is not over while a killed child's claim waits for its recoverer: its line
+        # and its count are still to come.
+        return any(pid is not None for pid in self._pids) or self._restarts.waiting() or bool(self._crashed)
 
     def wait_fds(self) -> list[int]:
         """Descriptors that become readable when the supervisor has something to do (a child exited)."""
@@ -216,6 +220,8 @@ class ProcessPool:
         """Seconds until the supervisor must look again if nothing rings: the nearest deadline of a
         running job, a restart due, or the next look at cancel requests while jobs run."""
         due: list[float] = [self._restarts.next_due() - now] if self._restarts.waiting() else []
+        if self._crashed:
+            due.append(UNENDED_LOOK)
         if len(self._pidfds) < sum(pid is not None for pid in self._pids):
             due.append(0.1)  # a child without a pidfd: look for its exit
         for i, pid in enumerate(self._pids):
@@ -264,23 +270,38 @@ class ProcessPool:
                 os.kill(pid, signal.SIGKILL)
                 log.info("job %s queue=%s attempt=%d %s: %s; its process is killed", view.job_id, view.queue,
                          view.attempt, outcome, why)
-        if recover:
+        if recover or self._crashed:
             # The claims of killed or crashed children: retried, failed or cancelled. Not deep: a
             # child's death is no power cut, and a deep pass reads every job file of the store.
             self._store.recover(deep=False)
-            self._count_crashed()
+            self._count_crashed(now)
 
-    def _count_crashed(self) -> None:
-        """Jobs whose child was killed (a time-out, a cancel) or died mid-job: recovery has ended
-        their attempt now, and the job's state says how it went on; one log line says so, as
+    def _count_crashed(self, now: float) -> None:
+        """Jobs whose child was killed (a time-out, a cancel) or died mid-job, once recovery has
+        ended their attempt: the job's state says how it went on, and one log line says so, as
         :func:`run_one` says ``retrying`` or ``failed``. A crashed child could not count its
-        attempt: it is counted here (a crash after its commit was written leaves it fulfilled)."""
-        for job_id, queue, attempt, counted in self._crashed:
+        attempt: it is counted here (a crash after its commit was written leaves it fulfilled).
+
+        Our own pass may not be the one that ends it: another process's recovery (a child just
+        started runs one) may have fenced the claim first and be writing its outcome. Until it
+        has, the job reads ``active``: told "retrying" then, a job that had no attempt left was
+        logged as retrying and then failed (seen in CI). So such a job is looked at again at the
+        next tick, for up to a lease; past that (the recoverer died too), it is told as
+        retrying, which recovery will make true or end as failed."""
+        left = []
+        for job_id, queue, attempt, counted, since in self._crashed:
             outcome = fate(self._store, job_id, attempt) or "lost"  # unreadable: recovery has said why in the log
+            if outcome == "running":
+                if now - since < self._store.lease_duration:
+                    left.append((job_id, queue, attempt, counted, since))
+                    continue
+                log.warning("job %s: its claim was not ended within %.0fs of its process's end; "
+                            "recovery ends it later", job_id, now - since)
+                outcome = "retrying"
             if not counted:
                 self._extra.add(outcome if outcome in ("fulfilled", "failed", "cancelled", "retrying") else "lost")
             say_fate(job_id, queue, attempt, outcome)
-        self._crashed.clear()
+        self._crashed = left
 
     def _exited(self, index: int, status: int, stopping: bool) -> bool:
         killed = self._killed.pop(index, None)
@@ -288,12 +309,12 @@ class ProcessPool:
         clean = os.waitstatus_to_exitcode(status) == 0 and killed is None
         if killed is not None:
             self._extra.add(killed[0])
-            self._crashed.append((killed[1], view.queue, view.attempt, True))
+            self._crashed.append((killed[1], view.queue, view.attempt, True, time.monotonic()))
         elif not clean:
             log.warning("worker process %d exited with %s%s; its job is recovered", view.pid or -1,
                         os.waitstatus_to_exitcode(status), f" while running job {view.job_id}" if view.busy else "")
             if view.busy:
-                self._crashed.append((view.job_id, view.queue, view.attempt, False))
+                self._crashed.append((view.job_id, view.queue, view.attempt, False, time.monotonic()))
         # A child exits cleanly only when told to (stop), when the run's budget is spent, or in a
         # burst when nothing is due: none of those wants a new one. A kill (ours) wants one at
         # once; a crash wants one after a delay that grows while children keep crashing at start.

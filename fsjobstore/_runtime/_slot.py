@@ -125,7 +125,9 @@ CANCEL_POLL = 0.1  # seconds between a pool's looks at the cancel requests of ru
 def fate(store: JobStore, job_id: str, attempt: int) -> str | None:
     """How a job goes on once its attempt ``attempt`` was ended outside :func:`run_one` (a
     time-out, a kill, a crash): its outcome as in :data:`OUTCOMES` (``retrying`` while it is to
-    run again, or once a later attempt began), or None when its state cannot be read (purged
+    run again, or once a later attempt began); ``running`` while that attempt's claim is still
+    there (its holder is dead, but the recoverer taking it over, maybe another process's, has
+    not ended it yet: ask again later); or None when its state cannot be read (purged
     meanwhile, or unreadable)."""
     try:
         job = store.get(job_id)
@@ -137,7 +139,9 @@ def fate(store: JobStore, job_id: str, attempt: int) -> str | None:
     if job.attempts > attempt:
         return "retrying"
     state = job.state.value
-    return "retrying" if state in ("pending", "scheduled", "active") else state
+    if state == "active":
+        return "running"  # this attempt's claim is not ended yet (another recoverer is mid-way)
+    return "retrying" if state in ("pending", "scheduled") else state
 
 
 def say_fate(job_id: str, queue: str, attempt: int, outcome: str) -> None:

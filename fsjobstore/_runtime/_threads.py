@@ -111,7 +111,7 @@ class ThreadPool:
                              "thread cannot be stopped and is left to finish, fenced (processes mode kills)",
                              lease.id, lease.queue, lease.attempt, time.time() - slot.started)
                     outcome = fate(self._store, lease.id, lease.attempt)
-                    if outcome is not None:
+                    if outcome is not None:  # never "running": time_out() has ended the claim
                         say_fate(lease.id, lease.queue, lease.attempt, outcome)
                     self._replace(i, slot)
                     continue
