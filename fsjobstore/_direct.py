@@ -103,6 +103,10 @@ class ById:
             except (fs.Unreadable, ValueError) as exc:
                 core.tree.quarantine(mine, f"job file {exc}")
                 raise CorruptJob(f"job {job_id}: {exc}; moved to quarantine") from None
+            except StorageError:  # a read fault (EIO, EMFILE): nothing changed, the job goes back
+                with contextlib.suppress(OSError):
+                    sc.rename(mine, loc.path)
+                raise
             past = {"state": loc.state.value, "attempts": old.attempts, "error": old.error,
                     "finished_at": old.finished_at}
             new = dataclasses.replace(old, attempts=0, error=None, value=None, finished_at=None, not_before=None,
@@ -120,27 +124,41 @@ class ById:
 
     def _republish(self, mine: str, new: Record, token: str) -> None:
         """Publish the new life of a job we claimed out of a final state, then drop the claim.
-        A crash before the publish leaves our claim, which recovery publishes back into its
-        final state (its result line is whole): the retry did not happen, as the caller was
-        not told it did."""
+        Fenced as a worker's commit is: a crash before the rename to ``.commit`` leaves our
+        claim, which recovery publishes back into its final state (its result line is whole:
+        the retry did not happen, as the caller was not told it did); after it, recovery
+        finishes the retry from the temp file, or, once that is published, drops the
+        ``.commit``, never publishing the old life back."""
         core, lay = self._core, self._core.layout
         tmp = lay.commit_tmp_path(token, new.id, "pending")
-        core.tree.write_new(tmp, new.to_bytes())
+        committing = lay.active_path(new.id, token, "commit")
+        try:
+            core.tree.write_new(tmp, new.to_bytes())
+            sc.rename(mine, committing)
+        except StorageError:
+            self._put_back(mine, tmp, new.id)
+            raise
         try:
             core.tree.publish(tmp, new, "pending")
         except StorageError as exc:
             if exc.applied:  # the new life is in place; only its fsync failed
-                core.drop(mine)
-                raise
-            fs.unlink_quietly(tmp)
-            with contextlib.suppress(OSError):  # nothing moved: put the old life back
-                sc.rename(mine, lay.final_path(_final_state(core, mine), new.id))
+                core.drop(committing)
+            else:
+                self._put_back(committing, tmp, new.id)
             raise
-        core.drop(mine)
+        core.drop(committing)
         # Its old notification (of the outcome that was just undone) waits no more: the targets
         # stay queued, and hear of the new outcome instead.
         fs.unlink_quietly(lay.notify_path(new.id))
         core.pending.note_published(new, "pending")
+
+    def _put_back(self, held: str, tmp: str, job_id: str) -> None:
+        """Nothing was published: the old life goes back to its final directory from our claim
+        (or its ``.commit``), and only then the temp file goes (no ``.commit`` is left without
+        it). If the claim cannot move, this process's exit leaves it to recovery."""
+        with contextlib.suppress(OSError):
+            sc.rename(held, self._core.layout.final_path(_final_state(self._core, held), job_id))
+            fs.unlink_quietly(tmp)
 
     def snapshot(self, job_id: str) -> Job:
         """``JobStore.get``: the job's file, targets, run log and notify entry as one snapshot;

@@ -232,7 +232,7 @@ def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job
                 kind: str, why: str, token: str, counts: dict[str, int], *, cancel: str | None,
                 timed_out: bool) -> None:
     tree, lay = core.tree, core.layout
-    if kind in ("commit", "recover") and _finish_commit(core, notifier, job_id, old_token, mine, counts):
+    if kind in ("commit", "recover") and _finish_commit(core, notifier, job_id, old_token, mine, kind, counts):
         return
     # RACE: a copy may exist elsewhere only if a previous recoverer published it and died
     # before unlinking its ".recover" entry; the job cannot move into pending meanwhile because
@@ -271,32 +271,61 @@ def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job
     tmp = lay.commit_tmp_path(token, job_id, dest)
     try:
         tree.write_new(tmp, new.to_bytes())
+    except StorageError as exc:
+        if not exc.applied:
+            fs.unlink_quietly(tmp)
+        raise
+    # As a worker's commit: ".commit" says our new version is in tmp/, so a crash from here on
+    # is finished from it, or, once it is published (gone from tmp/), dropped (FORMAT.md).
+    committing = lay.active_path(job_id, token, "commit")
+    try:
+        sc.rename(mine, committing)
+    except FileNotFoundError:
+        fs.unlink_quietly(tmp)  # RACE: we hung, and another recoverer took it from us: ours is void
+        return
+    except OSError:
+        fs.unlink_quietly(tmp)
+        raise
+    try:
         tree.publish(tmp, new, dest)
     except FileExistsError:  # a result appeared meanwhile: keep it, drop our copy
         fs.unlink_quietly(tmp)
         counts["duplicates_dropped"] += 1
     except FileNotFoundError as exc:
-        if fs.unlink_quietly(tmp):
-            # Our temp file is still here, so nobody published it: the destination was not
-            # there to rename into (a pending bucket removed again each time we made it). A fault,
-            # not a finished job: the caller hands the entry back, and a later pass tries again.
-            err = StorageError(exc.errno, exc.strerror or "no such directory", exc.filename)
-            err.op = "take-over"
-            raise err from None
-        # RACE: we hung after our take-over, and another recoverer took it over from us and
-        # finished it from our temp file. Its work stands; ours is void.
-        fs.unlink_quietly(mine)
-        return
+        if not sc.lexists(tmp):
+            # RACE: we hung after our take-over, and another recoverer took it over from us and
+            # finished it from our temp file. Its work stands; ours is void.
+            return
+        # Our temp file is still here, so nobody published it: the destination was not there
+        # to rename into (a pending bucket removed again each time we made it). A fault, not a
+        # finished job: undone, and the caller hands the entry back for a later pass.
+        _unfence(committing, mine, tmp)
+        err = StorageError(exc.errno, exc.strerror or "no such directory", exc.filename)
+        err.op = "take-over"
+        raise err from None
     except StorageError as exc:
-        if not exc.applied:
-            fs.unlink_quietly(tmp)
+        if exc.applied:  # published; only its fsync failed
+            core.drop(committing)
+        else:
+            _unfence(committing, mine, tmp)
         raise
     else:
         counts["requeued" if dest == "pending" else dest] += 1
-    core.drop(mine)
+    core.drop(committing)
     if dest in FINAL_STATES:
         control.clear_cancel(job_id)
         notifier.after_final(job_id)
+
+
+def _unfence(committing: str, mine: str, tmp: str) -> None:
+    """Undo the rename to ``.commit`` before the temp file goes: a ``.commit`` left without it
+    would be taken for a published commit and dropped. If the undo fails, both stay, and the
+    next pass publishes the temp file."""
+    try:
+        sc.rename(committing, mine)
+    except OSError:
+        return
+    fs.unlink_quietly(tmp)
 
 
 def _finish_final(core: Core, notifier: Notifier, mine: str, record: Record, state: str,
@@ -316,16 +345,36 @@ def _finish_final(core: Core, notifier: Notifier, mine: str, record: Record, sta
     notifier.after_final(job_id)
 
 
-def _finish_commit(core: Core, notifier: Notifier, job_id: str, old_token: str, mine: str,
+def _finish_commit(core: Core, notifier: Notifier, job_id: str, old_token: str, mine: str, kind: str,
                    counts: dict[str, int]) -> bool:
-    """Complete a commit whose temp file is durable; False if there is none to complete."""
-    tree = core.tree
+    """Finish a commit of claim ``old_token`` that we took over (``mine``); False when there is
+    none to finish and the job is to be judged from its file.
+
+    The committer wrote the job's new version to its temp file before the rename to
+    ``.commit``, and publishes that file before it drops ``.commit``. So a whole temp file is
+    published now; one a power cut tore was never published (the claim is judged afresh); and
+    a ``.commit`` whose temp file is gone had it published already: requeueing the claim then
+    would make a second copy of a job that may have run, finished and been removed since (seen
+    in the GlusterFS chaos with a retention of 0: a job committed twice)."""
+    tree, lay = core.tree, core.layout
     for dest in DESTS:  # a claim commits once, so at most one of these exists
-        tmp = tree.layout.commit_tmp_path(old_token, job_id, dest)
+        tmp = lay.commit_tmp_path(old_token, job_id, dest)
         try:
             record = tree.read_record(tmp)
-        except (FileNotFoundError, fs.Unreadable, ValueError):
-            continue  # torn or gone: the commit never completed; requeue instead
+        except FileNotFoundError:
+            continue
+        except (fs.Unreadable, ValueError):
+            return False  # torn by a power cut, so never published: requeue instead
+        # Ours (".recover") is named for our token, the temp file for the committer's: named
+        # ".commit" of its token again, a crash of ours leaves what the rule above finishes.
+        # RACE: a committer judged hung may wake and drop this name once its own publish found
+        # the temp file gone: by then it is published, so that drop is right.
+        committing = lay.active_path(job_id, old_token, "commit")
+        try:
+            sc.rename(mine, committing)
+        except FileNotFoundError:
+            return True  # taken from us meanwhile: whoever took it finishes it
+        mine = committing
         try:
             tree.publish(tmp, record, dest)  # a fault leaves the temp file: the next pass uses it
         except (FileExistsError, FileNotFoundError):
@@ -335,7 +384,19 @@ def _finish_commit(core: Core, notifier: Notifier, job_id: str, old_token: str, 
         if dest in FINAL_STATES:
             notifier.after_final(job_id)
         return True
+    if kind == "commit" and not _commit_tmp_listed(core, old_token, job_id):
+        core.drop(mine)  # its new version went out; the fence is all that is left of the claim
+        counts["duplicates_dropped"] += 1
+        return True
     return False
+
+
+def _commit_tmp_listed(core: Core, token: str, job_id: str) -> bool:
+    """Whether tmp/ lists a commit temp file of claim ``token`` for ``job_id``: "gone" is judged
+    from a listing, which asks the server, not from a name lookup a network filesystem's client
+    may answer from its cache (as ``Tree._listed`` does)."""
+    prefix = os.path.basename(core.layout.tmp_path(token, "commit", f"{job_id}."))
+    return any(name.startswith(prefix) for name in fs.scan_names(core.layout.tmp))
 
 
 def _quarantine_job(core: Core, path: str, reason: str, exc: Exception, counts: dict[str, int]) -> None:
@@ -348,6 +409,7 @@ def _quarantine_job(core: Core, path: str, reason: str, exc: Exception, counts: 
 # == what gone processes left =======================================================================
 def _sweep_tmp(core: Core, me: str, counts: dict[str, int]) -> None:
     tree = core.tree
+    claimed: set[str] | None = None  # ids with an entry in active/, listed once if needed
     for name in fs.scan_names(tree.layout.tmp):
         path = os.path.join(tree.layout.tmp, name)
         m = TMP_RE.match(name)
@@ -364,8 +426,18 @@ def _sweep_tmp(core: Core, me: str, counts: dict[str, int]) -> None:
             # A removal whose remover died after its fence: finish it, never publish it back.
             finish_gone(core, path, m["rest"][: -len(".json")])
             counts["removed"] += 1
+        elif m["purpose"] == "commit" and m["rest"].split(".", 1)[0] in (
+                claimed := _claimed_ids(core) if claimed is None else claimed):
+            # RACE: a ".commit" of its claim (or a take-over of one, renamed) may still be
+            # finished from it by whoever takes it over; gone from under it, the ".commit"
+            # would be taken for published and dropped. It goes once its job has left active/.
+            continue
         elif fs.unlink(path):
             counts["temp_files_removed"] += 1
+
+
+def _claimed_ids(core: Core) -> set[str]:
+    return {m["id"] for m in map(ACTIVE_RE.match, fs.scan_names(core.layout.active)) if m}
 
 
 def _finish_create(core: Core, path: str, counts: dict[str, int]) -> None:

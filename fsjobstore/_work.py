@@ -219,15 +219,13 @@ class Work:
         committing = lay.active_path(record.id, token, "commit")
         try:
             sc.rename(active, committing)  # the fence: fails if our claim was taken over
-        except FileNotFoundError:
-            fs.unlink_quietly(tmp)
-            raise self._lost(claim) from None
-        except OSError as exc:
-            fs.unlink_quietly(tmp)
-            claim.committing = False
-            if _claim_gone(exc, active):
-                raise self._lost(claim) from None
-            raise
+        except OSError as exc:  # (a retried rename a network filesystem applied: the fence stands)
+            if not sc.lexists(committing):  # never unlink the temp file of a ".commit" (FORMAT.md)
+                fs.unlink_quietly(tmp)
+                if isinstance(exc, FileNotFoundError) or _claim_gone(exc, active):
+                    raise self._lost(claim) from None
+                claim.committing = False
+                raise
         try:
             core.tree.publish(tmp, new, dest)
         except (FileExistsError, FileNotFoundError):
@@ -362,15 +360,16 @@ class Work:
 
     def _unfence(self, claim: WorkClaim, committing: str, active: str, tmp: str) -> None:
         """Undo a commit that failed before anything was published: the claim is ours again
-        and the caller may retry. If even the undo fails, the ``.commit`` entry stays until this
-        process exits; recovery then requeues it (its temp file is gone, so nothing is lost)."""
-        fs.unlink_quietly(tmp)
+        and the caller may retry. The temp file goes only after the ``.commit`` entry (one left
+        without it is taken for published, and dropped); if the undo fails, both stay until
+        this process exits, and recovery then publishes the commit from its temp file."""
         try:
             sc.rename(committing, active)
         except OSError:
-            log.warning("could not undo the fence of job %s; it returns to the queue when this process exits",
+            log.warning("could not undo the fence of job %s; recovery finishes its commit when this process exits",
                         claim.id)
             return
+        fs.unlink_quietly(tmp)
         claim.committing = False
 
     def _published_by(self, token: str, path: str) -> bool:

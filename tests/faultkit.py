@@ -7,6 +7,7 @@ so "the N-th call of an operation" means the same thing in every test.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import time
@@ -126,6 +127,46 @@ def _dead_owner(store: JobStore, ctx: Ctx) -> None:
         fh.write(b"{}")
     die_unlinked(other)  # the flock is gone: the owner is dead to every prober
     _job(store, ctx)
+
+
+class _Died(BaseException):
+    """A setup's stand-in for its process dying at that instant."""
+
+
+def _dead_committer(store: JobStore, ctx: Ctx) -> None:
+    """An owner that died in a retry's commit after its fence: a ``.commit`` and its temp file."""
+    other = JobStore(store.path, durable=store.durable, backoff=lambda a: 0.0)
+    _job(other, ctx)
+    lease = other.pull_work()
+    assert lease is not None
+
+    def die(*args: Any) -> None:
+        raise _Died()
+
+    other._core.tree.publish = die  # type: ignore[method-assign]
+    with contextlib.suppress(_Died):
+        lease.fail("boom")
+    freeze(other)
+    die_unlinked(other)
+
+
+def _failed(store: JobStore, ctx: Ctx) -> None:
+    _claimed(store, ctx)
+    ctx.lease.fail("boom", retry=False)
+
+
+def _retry(store: JobStore, ctx: Ctx) -> None:
+    ctx.outcome = store.retry(ctx.lease.id)
+
+
+def _retry_again(store: JobStore, ctx: Ctx) -> None:
+    """After a fault: the retry again, unless the fault came after its publish (only an fsync
+    failed), which left the job pending already."""
+    try:
+        _retry(store, ctx)
+    except InvalidState:
+        if store.get(ctx.lease.id).state.value != "pending":
+            raise
 
 
 def _nothing(store: JobStore, ctx: Ctx) -> None:
@@ -300,6 +341,8 @@ SCENARIOS = [
     Scenario("pull_notification", _final_with_target, _pull_note),
     Scenario("done", _noted, _done, _retry_done),
     Scenario("recover", _dead_owner, _recover),
+    Scenario("recover_commit", _dead_committer, _recover),
+    Scenario("retry_final", _failed, _retry, _retry_again),
     Scenario("retention", _final_kept_an_hour, _retention_later),
     Scenario("remove_job", _final_kept_an_hour, _remove),
     Scenario("release_into_removed_bucket", _claimed_bucket_gone, _release, _retry_lease("release")),

@@ -25,7 +25,7 @@ def run_sweep(*args: str) -> list[dict[str, object]]:
 @pytest.mark.parametrize("mode", ["--durable", "--fast"])
 def test_a_crash_at_any_call_of_any_operation_loses_no_acknowledged_job(mode: str) -> None:
     reports = run_sweep(mode)
-    assert len(reports) == 19  # every scenario of crashpoints.py: retention, remove_job and buckets included
+    assert len(reports) == 21  # every scenario of crashpoints.py: retention, remove_job, buckets and a retry included
     for report in reports:
         assert report["problems"] == [], report
         assert isinstance(report["crash_points"], int) and report["crash_points"] > 0, report

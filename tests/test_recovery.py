@@ -161,6 +161,71 @@ def test_a_retry_that_died_after_publishing_is_not_run_twice(
     assert rescuer.get(job.id).attempts == 1
 
 
+def test_a_retry_that_died_after_publishing_is_not_run_again_once_its_new_copy_ran_and_was_removed(
+    pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its ``.commit`` outlives the copy it published: another worker ran that copy, and a
+    retention of 0 removed it. The ``.commit`` must not be taken for the job's only copy (the
+    GlusterFS chaos with retention committed jobs twice this way)."""
+    worker, rescuer = pair
+    job = worker.create("x", retain=0)
+    first = worker.pull_work()
+    assert first is not None
+    crash(monkeypatch, _fsops, "unlink_quietly", _is_commit_file)
+    with pytest.raises(Crash):
+        first.fail("boom")
+    monkeypatch.undo()
+    lease = rescuer.pull_work()  # the worker is not seen dead yet: its ".commit" stays
+    assert lease is not None and lease.id == job.id
+    lease.fulfill("done")
+    assert names(rescuer, "jobs/fulfilled") == []  # kept 0 s: removed by its commit
+    die(worker)
+    assert rescuer.recover().requeued == 0
+    assert rescuer.pull_work() is None and names(rescuer, "jobs/active") == [] and names(rescuer, "tmp") == []
+
+
+def test_a_take_over_that_died_after_requeueing_is_not_requeued_again_once_the_job_ran_and_was_removed(
+    open_store: Callable[..., JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker, recoverer, rescuer = (open_store(backoff=lambda a: 0.0) for _ in range(3))
+    job = worker.create("x", retain=0)
+    assert worker.pull_work() is not None
+    die(worker)
+    crash(monkeypatch, _fsops, "unlink_quietly", _is_commit_file)  # after its requeue, before its drop
+    with pytest.raises(Crash):
+        recoverer.recover()
+    monkeypatch.undo()
+    die(recoverer)
+    lease = rescuer.pull_work()
+    assert lease is not None and lease.id == job.id and lease.attempt == 2
+    lease.fulfill("done")
+    assert rescuer.recover().requeued == 0
+    assert rescuer.pull_work() is None and names(rescuer, "jobs/active") == []
+
+
+def test_a_take_over_that_died_finishing_a_commit_leaves_what_the_next_finishes(
+    pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recoverer renames the dead committer's ``.commit`` to its own ``.recover``, then back
+    to a ``.commit`` of the committer's token before it publishes the committer's temp file: a
+    crash of the recoverer between the two leaves the temp file to publish, after, a fence to drop."""
+    worker, rescuer = pair
+    job = worker.create("x")
+    commit_and_die(worker, monkeypatch, lambda lease: lease.fail("boom"), _tree.Tree, "publish")
+    third = JobStore(rescuer.path, backoff=lambda a: 0.0)
+    crash(monkeypatch, _tree.Tree, "publish")
+    with pytest.raises(Crash):
+        third.recover()
+    monkeypatch.undo()
+    die(third)
+    assert [n.rsplit(".", 1)[1] for n in names(rescuer, "jobs/active")] == ["commit"]
+    report = rescuer.recover()
+    assert report.commits_finished == 1 and report.requeued == 0
+    got = rescuer.get(job.id)
+    assert got.state is JobState.PENDING and got.attempts == 1 and got.error == "boom"
+    assert names(rescuer, "jobs/active") == [] and names(rescuer, "tmp") == []
+
+
 def test_temp_files_of_dead_owners_go_and_those_of_live_owners_stay(pair: tuple[JobStore, JobStore]) -> None:
     live, other = pair
     dead = JobStore(live.path)
