@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Literal
 
-from . import InvalidRequest, JobStore, check_queue_name
+from . import InvalidRequest, JobStore, JobStoreError, check_queue_name
 from ._runtime._bell import Bell
 from ._runtime._board import Board
 from ._runtime._deliverer import Deliverer
@@ -224,7 +224,21 @@ class Worker:
             stopped_by = self._run(queues, count, duration, burst, started)
         summary = RunSummary._of(self._pool.tally(), time.monotonic() - started, stopped_by)
         log.info("worker %s stopped: %s", self.name, summary)
+        if stopped_by == "burst":
+            self._say_paused_left(queues)
         return summary
+
+    def _say_paused_left(self, queues: list[str]) -> None:
+        """A burst ends once nothing it may take is due: jobs of a paused queue stay, and a
+        user who paused it long ago would wonder why the burst left them (a new user's trial)."""
+        try:
+            paused, by_queue = self.store.paused(), self.store.statistics().pending_by_queue
+        except JobStoreError:
+            return
+        for q in queues:
+            if q in paused and by_queue.get(q, 0):
+                log.warning("queue %s is paused: its %d pending job(s) were left (resume it: fsjobstore "
+                            "resume DIR %s)", q, by_queue[q], q)
 
     def _run(self, queues: list[str], count: int | None, duration: float | None, burst: bool,
              started: float) -> str:

@@ -61,3 +61,23 @@ def test_the_store_and_the_file_grammar_use_the_same_queue_rule(tmp_path: object
         with pytest.raises(InvalidQueueName, match="queue 'a b' is not a queue name"):
             store.create("x", queue="a b")
         assert store.create("x", queue="q" * 64).queue == "q" * 64
+
+
+def test_the_readme_names_the_builtin_each_error_also_is() -> None:
+    # From a new user's trial: the README's error list named no builtin for JobExists, so
+    # `except ValueError` catching it came as a surprise.
+    import builtins
+    import os
+    import re
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "README.md")) as fh:
+        listed = fh.read().split("Errors (all under `JobStoreError`", 1)[1].split("###", 1)[0]
+    listed = " ".join(listed.split())
+    for name in dir(fsjobstore):
+        error = getattr(fsjobstore, name)
+        if not (isinstance(error, type) and issubclass(error, fsjobstore.JobStoreError)) or name == "JobStoreError":
+            continue
+        own = [b.__name__ for b in error.__bases__ if getattr(builtins, b.__name__, None) is b]
+        assert f"`{name}`" in listed, name
+        for builtin in own:
+            assert re.search(rf"`{name}` \(`{builtin}`", listed), (name, builtin)

@@ -3,6 +3,7 @@ and the registry, in both modes (threads, and forked child processes)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,17 @@ def test_a_burst_runs_every_due_job_with_its_queues_handler_and_stores_the_value
     assert [fast.get(i).value["echo"] for i in ids] == list(range(12))
     assert fast.get(flaky).result() == "fine" and fast.get(flaky).attempts == 2
     assert fast.statistics().pending_by_queue["nobody-handles-this"] == 1
+
+
+def test_a_burst_says_which_paused_queues_it_left_jobs_in(fast: JobStore, caplog: pytest.LogCaptureFixture) -> None:
+    fast.create({"n": 1}, queue="echo")
+    fast.create({"n": 2}, queue="held")
+    fast.pause("held")
+    with caplog.at_level(logging.WARNING, logger="fsjobstore.worker"):
+        summary = Worker(fast, {"echo": tasks.echo, "held": tasks.echo}).run(burst=True)
+    assert summary.fulfilled == 1
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["queue held is paused: its 1 pending job(s) were left (resume it: fsjobstore resume DIR held)"]
 
 
 @pytest.mark.parametrize("mode", MODES)
