@@ -225,12 +225,13 @@ class Worker:
         summary = RunSummary._of(self._pool.tally(), time.monotonic() - started, stopped_by)
         log.info("worker %s stopped: %s", self.name, summary)
         if stopped_by == "burst":
-            self._say_paused_left(queues)
+            self._say_what_was_left(queues, summary)
         return summary
 
-    def _say_paused_left(self, queues: list[str]) -> None:
-        """A burst ends once nothing it may take is due: jobs of a paused queue stay, and a
-        user who paused it long ago would wonder why the burst left them (a new user's trial)."""
+    def _say_what_was_left(self, queues: list[str], summary: RunSummary) -> None:
+        """A burst ends once nothing it may take is due. Jobs of a paused queue stay, and jobs
+        of queues it does not work on: a user who paused a queue long ago, or started it on the
+        wrong queue, would wonder why the burst left them (a new user's trial)."""
         try:
             paused, by_queue = self.store.paused(), self.store.statistics().pending_by_queue
         except JobStoreError:
@@ -238,7 +239,11 @@ class Worker:
         for q in queues:
             if q in paused and by_queue.get(q, 0):
                 log.warning("queue %s is paused: its %d pending job(s) were left (resume it: fsjobstore "
-                            "resume DIR %s)", q, by_queue[q], q)
+                            "resume %s %s)", q, by_queue[q], self.store.path, q)
+        others = {q: n for q, n in by_queue.items() if n and q not in queues}
+        if others and not summary.attempts:
+            log.warning("no job of queue(s) %s was due; jobs wait in other queues: %s", ", ".join(queues),
+                        ", ".join(f"{q} ({n})" for q, n in sorted(others.items())))
 
     def _run(self, queues: list[str], count: int | None, duration: float | None, burst: bool,
              started: float) -> str:

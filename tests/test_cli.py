@@ -271,6 +271,28 @@ def test_get_shows_every_failed_attempts_error_in_text_and_json(tmp_path: Path) 
     assert doc["attempt_errors"][0]["error"] == "Traceback ...\nValueError: bad input 1"
 
 
+def test_get_tells_a_fulfilled_jobs_error_as_its_earlier_attempts(tmp_path: Path) -> None:
+    # From a new user's trial: "error" on a fulfilled job read as a failure.
+    root = str(tmp_path / "s")
+    with JobStore(root, backoff=lambda a: 0.0) as store:
+        job = store.create({"n": 1})
+        for commit in ("fail", "fulfill"):
+            lease = store.pull_work()
+            assert lease is not None
+            lease.fail("ValueError: once") if commit == "fail" else lease.fulfill("fine")
+    text = cli("get", root, job.id).stdout
+    assert re.search(r"^earlier error +ValueError: once$", text, re.M) and not re.search(r"^error ", text, re.M), text
+
+
+def test_pausing_a_queue_with_no_jobs_says_so(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    assert cli("create", root, "{}", "--queue", "alpha").returncode == 0
+    typo = cli("pause", root, "alpah")
+    assert typo.returncode == 0 and typo.stdout == (
+        "queue alpah paused (no such queue in this store yet: jobs created in it will wait)\n")
+    assert cli("pause", root, "alpha").stdout == "queue alpha paused\n"
+
+
 def test_init_and_create_take_a_retention_and_stats_and_status_show_the_stores(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
     made = cli("init", root, "--retain", "2d")

@@ -42,7 +42,17 @@ def test_a_burst_says_which_paused_queues_it_left_jobs_in(fast: JobStore, caplog
         summary = Worker(fast, {"echo": tasks.echo, "held": tasks.echo}).run(burst=True)
     assert summary.fulfilled == 1
     said = [r.getMessage() for r in caplog.records]
-    assert said == ["queue held is paused: its 1 pending job(s) were left (resume it: fsjobstore resume DIR held)"]
+    assert said == [f"queue held is paused: its 1 pending job(s) were left (resume it: fsjobstore resume "
+                    f"{fast.path} held)"]
+
+
+def test_a_burst_that_found_nothing_names_the_queues_where_jobs_wait(
+        fast: JobStore, caplog: pytest.LogCaptureFixture) -> None:
+    fast.create({"n": 1}, queue="alpha")
+    with caplog.at_level(logging.WARNING, logger="fsjobstore.worker"):
+        Worker(fast, {"default": tasks.echo}).run(burst=True)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["no job of queue(s) default was due; jobs wait in other queues: alpha (1)"]
 
 
 @pytest.mark.parametrize("mode", MODES)

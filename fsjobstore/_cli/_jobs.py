@@ -288,7 +288,10 @@ def wait(args: argparse.Namespace) -> int:
 def pause(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         changed = store.pause(args.queue)
-    print(f"queue {args.queue} " + ("paused" if changed else "was already paused"))
+        known = args.queue in store.statistics().pending_by_queue
+    # A queue may be paused before it has jobs; a typo'd name would pause nothing, so say so.
+    print(f"queue {args.queue} " + ("paused" if changed else "was already paused")
+          + ("" if known else " (no such queue in this store yet: jobs created in it will wait)"))
     return OK
 
 

@@ -54,7 +54,9 @@ def print_job(job: Job) -> None:
         ("finished", None if job.finished_at is None else when(job.finished_at)),
         ("request", json.dumps(job.request, ensure_ascii=False)),
         ("value", value_text(job)),
-        ("error", job.error),
+        # A fulfilled job keeps the error of the attempt before the one that succeeded: told
+        # as the earlier error it is (a new user read "error" on a fulfilled job as a failure).
+        ("earlier error" if job.state.value == "fulfilled" else "error", job.error),
         ("attempt errors", _attempt_errors(job)),
         ("waiting", ", ".join(json.dumps(t, ensure_ascii=False) for t in job.waiting) or None),
         ("delivery", f"{job.delivery_attempts} failed attempt(s), retried with backoff; last error: "
