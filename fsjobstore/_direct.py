@@ -21,9 +21,10 @@ from ._job import Job, JobState
 from ._layout import PENDING_BUCKET_RE, SCHEDULED_RE, token_owner
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record
-from ._recovery import new_counts, take_over
+from ._recovery import new_counts
 from ._runs import read_runs
 from ._shared import Core
+from ._takeover import take_over
 from ._tree import Location
 from ._work import Work, WorkClaim
 

@@ -1,12 +1,12 @@
 """JobStore: the public face of a store. Every method checks its arguments first (bad input
 raises before anything changes); most then delegate.
 
-What happens on disk lives one layer down: ``_create`` (new jobs), ``_work`` (claims and
-commits), ``_direct`` (snapshots, fulfil, cancel and retry by id), ``_notify`` (targets and notifier
-leases), ``_listing`` and ``_purge`` (finding and removing jobs), ``_recovery`` (repairs), ``_stats``
-(counts), ``_heart`` (the background threads), ``_waiting`` (the blocking waits of ``pull_work``,
-``pull_notification`` and ``wait``), all sharing one ``_shared.Core``. ``__init__`` assembles the
-settings and the parts; ``create`` builds the job's record for ``_create``.
+What happens on disk lives one layer down: ``_create`` (new jobs), ``_work`` (claims, commits),
+``_direct`` (snapshots, fulfil, cancel, retry by id), ``_notify`` (targets, notifier leases),
+``_listing`` and ``_purge`` (finding and removing jobs), ``_recovery`` (repairs; take-overs in
+``_takeover``), ``_stats`` (counts), ``_heart`` (background threads), ``_waiting`` (the blocking
+waits of ``pull_work``, ``pull_notification`` and ``wait``), all sharing one ``_shared.Core``.
+``__init__`` assembles the settings and the parts; ``create`` builds the record for ``_create``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,250 @@
+"""Taking over a claim: the fence, then finishing or undoing what its holder left.
+
+A take-over renames the holder's ``active/`` entry to one of ours (``.recover``): from then on
+the holder's commit, if it comes, fails. What follows depends on how far the holder got: a
+commit whose new version is in ``tmp/`` is published from it (or, if that was published
+already, the fenced entry is only dropped); a whole result line is published as the holder
+would have; otherwise the attempt is over, and the job goes back to pending, or to failed or
+cancelled. Used by every recovery pass (``_recovery``) and by operations by id (``_direct``).
+FORMAT.md, "take-over", is the contract.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+from . import _fsops as fs
+from . import _syscalls as sc
+from ._checks import time_limit_error
+from ._control import Control
+from ._deep import job_id_of, note_lost
+from ._errors import StorageError
+from ._notify import Notifier
+from ._records import FINAL_STATES, LostJobData, Record
+from ._shared import Core
+from ._tree import DESTS
+
+log = logging.getLogger("fsjobstore")
+
+
+def take_over(core: Core, notifier: Notifier, control: Control, path: str, job_id: str, old_token: str,
+              kind: str, why: str, counts: dict[str, int], *, timed_out: bool = False) -> None:
+    """Fence out the old holder with a rename, then finish its commit or requeue the job (or,
+    if its cancellation was requested, end it cancelled).
+
+    ``why`` says what happened to the holder; ``timed_out``: its attempt's deadline has passed,
+    so the attempt's error is the time-out's (``TimeLimitExceeded: ...``), whatever ended the
+    holder. A time-out or a cancel is what a worker runtime does on purpose (it kills the child
+    running the attempt), so it is logged at INFO and says so; a crash or a hang is a WARNING.
+
+    A fault (StorageError) before anything is published hands the entry back under its old
+    name, so the next pass (ours or anyone's) tries again; after publishing, only our fenced
+    copy is left to drop, which ``Core.drop`` retries if it must.
+    """
+    token = core.new_token()
+    mine = core.layout.active_path(job_id, token, "recover")
+    try:
+        sc.rename(path, mine)
+    except FileNotFoundError:
+        return  # another recoverer, or the holder itself, got there first
+    cancel = control.cancel_reason(job_id)  # read after the fence: a later request is too late
+    if cancel is not None:
+        log.info("job %s was cancelled (%s): ending it cancelled, taking it over from %s (%s)",
+                 job_id, cancel, old_token, why)
+    elif timed_out:
+        log.info("job %s ran past its time limit: taking it over from %s (%s); the attempt failed",
+                 job_id, old_token, why)
+    else:
+        log.warning("taking over job %s from %s: %s", job_id, old_token, why)
+    try:
+        _taken_over(core, notifier, control, mine, job_id, old_token, kind, why, token, counts,
+                    cancel=cancel, timed_out=timed_out)
+    except StorageError as exc:
+        if exc.applied:
+            core.drop(mine)
+        else:
+            try:
+                sc.rename(mine, path)
+            except OSError:
+                log.warning("could not undo the take-over of %s; retried when this process exits", path)
+        raise
+
+
+def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job_id: str, old_token: str,
+                kind: str, why: str, token: str, counts: dict[str, int], *, cancel: str | None,
+                timed_out: bool) -> None:
+    tree, lay = core.tree, core.layout
+    if kind in ("commit", "recover") and _finish_commit(core, notifier, job_id, old_token, mine, kind, counts):
+        return
+    # RACE: a copy may exist elsewhere only if a previous recoverer published it and died
+    # before unlinking its ".recover" entry; the job cannot move into pending meanwhile because
+    # only the holder of a claim publishes it, and we hold this one.
+    if tree.exists_elsewhere(job_id, mine):
+        core.drop(mine)
+        counts["duplicates_dropped"] += 1
+        return
+    try:
+        parsed = tree.read_parsed(mine)
+    except FileNotFoundError:
+        return
+    except (fs.Unreadable, ValueError) as exc:
+        quarantine_job(core, mine, f"active job file {exc}", exc, counts)
+        return
+    if parsed.final is not None:
+        _finish_final(core, notifier, mine, parsed.record, parsed.final, counts)
+        return
+    # A torn result line (the holder died mid-append) is ignored: the job is requeued from
+    # its record line into a fresh file, so the tail never reaches the queue.
+    record = parsed.record
+    attempts = record.attempts + 1
+    error = time_limit_error(attempts, record.timeout) if timed_out else f"attempt {attempts} lost: {why}"
+    if cancel is not None:
+        new = dataclasses.replace(record, attempts=attempts, error=cancel, committed_by=token,
+                                  finished_at=core.wall(), not_before=None)
+        dest = "cancelled"
+    elif attempts >= record.max_attempts:
+        new = dataclasses.replace(record, attempts=attempts, error=error,
+                                  committed_by=token, finished_at=core.wall(), not_before=None)
+        dest = "failed"
+    else:
+        new = dataclasses.replace(record, attempts=attempts, error=error, committed_by=token, not_before=None,
+                                  attempt_errors=record.with_failed_attempt(attempts, core.wall(), error))
+        dest = "pending"
+    tmp = lay.commit_tmp_path(token, job_id, dest)
+    try:
+        tree.write_new(tmp, new.to_bytes())
+    except StorageError as exc:
+        if not exc.applied:
+            fs.unlink_quietly(tmp)
+        raise
+    # As a worker's commit: ".commit" says our new version is in tmp/, so a crash from here on
+    # is finished from it, or, once it is published (gone from tmp/), dropped (FORMAT.md).
+    committing = lay.active_path(job_id, token, "commit")
+    try:
+        sc.rename(mine, committing)
+    except FileNotFoundError:
+        fs.unlink_quietly(tmp)  # RACE: we hung, and another recoverer took it from us: ours is void
+        return
+    except OSError:
+        fs.unlink_quietly(tmp)
+        raise
+    try:
+        tree.publish(tmp, new, dest)
+    except FileExistsError:  # a result appeared meanwhile: keep it, drop our copy
+        fs.unlink_quietly(tmp)
+        counts["duplicates_dropped"] += 1
+    except FileNotFoundError as exc:
+        if not sc.lexists(tmp):
+            # RACE: we hung after our take-over, and another recoverer took it over from us and
+            # finished it from our temp file. Its work stands; ours is void.
+            return
+        # Our temp file is still here, so nobody published it: the destination was not there
+        # to rename into (a pending bucket removed again each time we made it). A fault, not a
+        # finished job: undone, and the caller hands the entry back for a later pass.
+        _unfence(committing, mine, tmp)
+        err = StorageError(exc.errno, exc.strerror or "no such directory", exc.filename)
+        err.op = "take-over"
+        raise err from None
+    except StorageError as exc:
+        if exc.applied:  # published; only its fsync failed
+            core.drop(committing)
+        else:
+            _unfence(committing, mine, tmp)
+        raise
+    else:
+        counts["requeued" if dest == "pending" else dest] += 1
+    core.drop(committing)
+    if dest in FINAL_STATES:
+        control.clear_cancel(job_id)
+        notifier.after_final(job_id)
+
+
+def _unfence(committing: str, mine: str, tmp: str) -> None:
+    """Undo the rename to ``.commit`` before the temp file goes: a ``.commit`` left without it
+    would be taken for a published commit and dropped. If the undo fails, both stay, and the
+    next pass publishes the temp file."""
+    try:
+        sc.rename(committing, mine)
+    except OSError:
+        return
+    fs.unlink_quietly(tmp)
+
+
+def _finish_final(core: Core, notifier: Notifier, mine: str, record: Record, state: str,
+                  counts: dict[str, int]) -> None:
+    """The holder appended its whole result line and died (or hung) before the rename that
+    publishes it: publish it."""
+    tree, job_id = core.tree, record.id
+    try:
+        tree.publish_found_result(mine, record, state)
+    except FileExistsError:  # a result exists already: ours was a stray copy
+        core.drop(mine)
+        counts["duplicates_dropped"] += 1
+        return
+    except FileNotFoundError:
+        return  # RACE: another recoverer took it from us after we judged it; it finishes the job
+    counts["commits_finished"] += 1
+    notifier.after_final(job_id)
+
+
+def _finish_commit(core: Core, notifier: Notifier, job_id: str, old_token: str, mine: str, kind: str,
+                   counts: dict[str, int]) -> bool:
+    """Finish a commit of claim ``old_token`` that we took over (``mine``); False when there is
+    none to finish and the job is to be judged from its file.
+
+    The committer wrote the job's new version to its temp file before the rename to
+    ``.commit``, and publishes that file before it drops ``.commit``. So a whole temp file is
+    published now; one a power cut tore was never published (the claim is judged afresh); and
+    a ``.commit`` whose temp file is gone had it published already: requeueing the claim then
+    would make a second copy of a job that may have run, finished and been removed since (seen
+    in the GlusterFS chaos with a retention of 0: a job committed twice)."""
+    tree, lay = core.tree, core.layout
+    for dest in DESTS:  # a claim commits once, so at most one of these exists
+        tmp = lay.commit_tmp_path(old_token, job_id, dest)
+        try:
+            record = tree.read_record(tmp)
+        except FileNotFoundError:
+            continue
+        except (fs.Unreadable, ValueError):
+            return False  # torn by a power cut, so never published: requeue instead
+        # Ours (".recover") is named for our token, the temp file for the committer's: named
+        # ".commit" of its token again, a crash of ours leaves what the rule above finishes.
+        # RACE: a committer judged hung may wake and drop this name once its own publish found
+        # the temp file gone: by then it is published, so that drop is right.
+        committing = lay.active_path(job_id, old_token, "commit")
+        try:
+            sc.rename(mine, committing)
+        except FileNotFoundError:
+            return True  # taken from us meanwhile: whoever took it finishes it
+        mine = committing
+        try:
+            tree.publish(tmp, record, dest)  # a fault leaves the temp file: the next pass uses it
+        except (FileExistsError, FileNotFoundError):
+            fs.unlink_quietly(tmp)  # the holder finished it itself while we looked
+        core.drop(mine)
+        counts["commits_finished"] += 1
+        if dest in FINAL_STATES:
+            notifier.after_final(job_id)
+        return True
+    if kind == "commit" and not _commit_tmp_listed(core, old_token, job_id):
+        core.drop(mine)  # its new version went out; the fence is all that is left of the claim
+        counts["duplicates_dropped"] += 1
+        return True
+    return False
+
+
+def _commit_tmp_listed(core: Core, token: str, job_id: str) -> bool:
+    """Whether tmp/ lists a commit temp file of claim ``token`` for ``job_id``: "gone" is judged
+    from a listing, which asks the server, not from a name lookup a network filesystem's client
+    may answer from its cache (as ``Tree._listed`` does)."""
+    prefix = os.path.basename(core.layout.tmp_path(token, "commit", f"{job_id}."))
+    return any(name.startswith(prefix) for name in fs.scan_names(core.layout.tmp))
+
+
+def quarantine_job(core: Core, path: str, reason: str, exc: Exception, counts: dict[str, int]) -> None:
+    if core.tree.quarantine(path, reason):
+        counts["quarantined"] += 1
+        if isinstance(exc, LostJobData):
+            note_lost(counts, job_id_of(os.path.basename(path)))
