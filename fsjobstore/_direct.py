@@ -155,11 +155,9 @@ class ById:
 
     def _put_back(self, held: str, tmp: str, job_id: str) -> None:
         """Nothing was published: the old life goes back to its final directory from our claim
-        (or its ``.commit``), and only then the temp file goes (no ``.commit`` is left without
-        it). If the claim cannot move, this process's exit leaves it to recovery."""
-        with contextlib.suppress(OSError):
-            sc.rename(held, self._core.layout.final_path(_final_state(self._core, held), job_id))
-            fs.unlink_quietly(tmp)
+        (or its ``.commit``). If it cannot move, this process's exit leaves it to recovery."""
+        core = self._core
+        core.tree.unfence(held, core.layout.final_path(_final_state(core, held), job_id), tmp)
 
     def snapshot(self, job_id: str) -> Job:
         """``JobStore.get``: the job's file, targets, run log and notify entry as one snapshot;

@@ -143,7 +143,7 @@ def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job
         # Our temp file is still here, so nobody published it: the destination was not there
         # to rename into (a pending bucket removed again each time we made it). A fault, not a
         # finished job: undone, and the caller hands the entry back for a later pass.
-        _unfence(committing, mine, tmp)
+        tree.unfence(committing, mine, tmp)
         err = StorageError(exc.errno, exc.strerror or "no such directory", exc.filename)
         err.op = "take-over"
         raise err from None
@@ -151,7 +151,7 @@ def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job
         if exc.applied:  # published; only its fsync failed
             core.drop(committing)
         else:
-            _unfence(committing, mine, tmp)
+            tree.unfence(committing, mine, tmp)
         raise
     else:
         counts["requeued" if dest == "pending" else dest] += 1
@@ -159,17 +159,6 @@ def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job
     if dest in FINAL_STATES:
         control.clear_cancel(job_id)
         notifier.after_final(job_id)
-
-
-def _unfence(committing: str, mine: str, tmp: str) -> None:
-    """Undo the rename to ``.commit`` before the temp file goes: a ``.commit`` left without it
-    would be taken for a published commit and dropped. If the undo fails, both stay, and the
-    next pass publishes the temp file."""
-    try:
-        sc.rename(committing, mine)
-    except OSError:
-        return
-    fs.unlink_quietly(tmp)
 
 
 def _finish_final(core: Core, notifier: Notifier, mine: str, record: Record, state: str,

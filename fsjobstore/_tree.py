@@ -238,6 +238,20 @@ class Tree:
             self.rename_into(tmp_path, dst)
         return dst
 
+    @staticmethod
+    def unfence(fenced: str, back: str, tmp: str) -> bool:
+        """Undo a commit that published nothing: rename ``fenced`` (its ``.commit`` entry, or the
+        claim it was made from) back to ``back``, and only then unlink the new version ``tmp``.
+        A ``.commit`` left without its temp file is taken for a published commit and dropped
+        (FORMAT.md, "fail with retry"), so if the rename fails both stay (False), and recovery
+        publishes the commit from the temp file."""
+        try:
+            sc.rename(fenced, back)
+        except OSError:
+            return False
+        fs.unlink_quietly(tmp)
+        return True
+
     def into_pending(self, src: str, dst: str, *, durable: bool | None = None) -> None:
         """Rename ``src`` to ``dst`` in a pending bucket (made on demand with its queue's
         directory, each fsynced into its parent when made); then the bucket is fsynced

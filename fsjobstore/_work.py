@@ -363,13 +363,10 @@ class Work:
         and the caller may retry. The temp file goes only after the ``.commit`` entry (one left
         without it is taken for published, and dropped); if the undo fails, both stay until
         this process exits, and recovery then publishes the commit from its temp file."""
-        try:
-            sc.rename(committing, active)
-        except OSError:
+        if not self._core.tree.unfence(committing, active, tmp):
             log.warning("could not undo the fence of job %s; recovery finishes its commit when this process exits",
                         claim.id)
             return
-        fs.unlink_quietly(tmp)
         claim.committing = False
 
     def _published_by(self, token: str, path: str) -> bool:

@@ -233,9 +233,10 @@ class Worker:
         of queues it does not work on: a user who paused a queue long ago, or started it on the
         wrong queue, would wonder why the burst left them (a new user's trial)."""
         try:
-            paused, by_queue = self.store.paused(), self.store.statistics().pending_by_queue
+            stats = self.store.statistics()
         except JobStoreError:
             return
+        paused, by_queue = stats.paused, stats.pending_by_queue
         for q in queues:
             if q in paused and by_queue.get(q, 0):
                 log.warning("queue %s is paused: its %d pending job(s) were left (resume it: fsjobstore "
@@ -330,8 +331,8 @@ class Worker:
         """Whether a job of our queues is due and may be taken (its queue not paused, budget left)."""
         if count is not None and self._budget_spent():
             return False
-        stats, paused = self.store.statistics(), self.store.paused()
-        return any(stats.pending_by_queue.get(q, 0) > 0 for q in queues if q not in paused)
+        stats = self.store.statistics()  # (its paused: the same read as store.paused())
+        return any(stats.pending_by_queue.get(q, 0) > 0 for q in queues if q not in stats.paused)
 
     def _tick(self, *, stopping: bool) -> None:
         if isinstance(self._pool, ThreadPool):
