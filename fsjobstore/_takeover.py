@@ -217,19 +217,11 @@ def _finish_commit(core: Core, notifier: Notifier, job_id: str, old_token: str, 
         if dest in FINAL_STATES:
             notifier.after_final(job_id)
         return True
-    if kind == "commit" and not _commit_tmp_listed(core, old_token, job_id):
+    if kind == "commit" and not tree.commit_pending(old_token, job_id):
         core.drop(mine)  # its new version went out; the fence is all that is left of the claim
         counts["duplicates_dropped"] += 1
         return True
     return False
-
-
-def _commit_tmp_listed(core: Core, token: str, job_id: str) -> bool:
-    """Whether tmp/ lists a commit temp file of claim ``token`` for ``job_id``: "gone" is judged
-    from a listing, which asks the server, not from a name lookup a network filesystem's client
-    may answer from its cache (as ``Tree._listed`` does)."""
-    prefix = os.path.basename(core.layout.tmp_path(token, "commit", f"{job_id}."))
-    return any(name.startswith(prefix) for name in fs.scan_names(core.layout.tmp))
 
 
 def quarantine_job(core: Core, path: str, reason: str, exc: Exception, counts: dict[str, int]) -> None:

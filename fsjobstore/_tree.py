@@ -432,14 +432,26 @@ class Tree:
     def exists_elsewhere(self, job_id: str, not_path: str, not_file: os.stat_result | None = None) -> bool:
         """True if a copy of the job exists at any path other than ``not_path``; with
         ``not_file``, a name of that file (moved there from ``not_path`` by someone else: a
-        rename keeps the inode) is not a copy either."""
+        rename keeps the inode) is not a copy either. A spent ``.commit`` (its new version
+        published, a crash before its drop) is no copy: the job went on from what it
+        published, and taking it for one dropped the job's only copy (seen in the chaos run of
+        the worker runtime: the spent fence was then dropped in its turn, and the job lost)."""
         for _ in range(2):  # a copy in motion can be missed once, as in locate()
             for loc in self._locations(job_id):
                 # (a name gone meanwhile moved on: the second round finds it where it went)
                 if (loc.path != not_path and (loc.state is not JobState.PENDING or self._listed(loc.path))
+                        and (loc.kind != "commit" or self.commit_pending(loc.token or "", job_id))
                         and (not_file is None or fs.names_file(loc.path, not_file) is False)):
                     return True
         return False
+
+    def commit_pending(self, token: str, job_id: str) -> bool:
+        """Whether tmp/ lists a commit temp file of claim ``token`` for ``job_id``, so that its
+        ``.commit`` still stands for the job (FORMAT.md, "fail with retry"). "Gone" is judged
+        from a listing, which asks the server, not from a name lookup a network filesystem's
+        client may answer from its cache (as :meth:`_listed` does)."""
+        prefix = os.path.basename(self.layout.tmp_path(token, "commit", f"{job_id}."))
+        return any(name.startswith(prefix) for name in fs.scan_names(self.layout.tmp))
 
     @staticmethod
     def _listed(path: str) -> bool:

@@ -203,6 +203,37 @@ def test_a_take_over_that_died_after_requeueing_is_not_requeued_again_once_the_j
     assert rescuer.pull_work() is None and names(rescuer, "jobs/active") == []
 
 
+def test_a_claim_beside_a_spent_commit_fence_is_taken_over_as_the_jobs_only_copy(
+    open_store: Callable[..., JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recoverer requeued a job and died before dropping its ``.commit``; a worker claimed the
+    requeued copy and died too. Taking the worker's claim over, the spent ``.commit`` is no
+    other copy: dropping the claim for it lost the job once the ``.commit`` was dropped in turn
+    (a chaos run of the worker runtime in CI)."""
+    worker, recoverer, claimer, rescuer = (open_store(backoff=lambda a: 0.0) for _ in range(4))
+    job = worker.create("x")
+    assert worker.pull_work() is not None
+    die(worker)
+    crash(monkeypatch, _fsops, "unlink_quietly", _is_commit_file)  # after its requeue, before its drop
+    with pytest.raises(Crash):
+        recoverer.recover()
+    monkeypatch.undo()
+    lease = claimer.pull_work()  # the recoverer is alive still: its spent ".commit" stays
+    assert lease is not None and lease.id == job.id
+    die(claimer)
+    die(recoverer)
+    real_scan = _fsops.scan_names
+
+    def claims_first(path: str) -> list[str]:  # the order that lost the job
+        return sorted(real_scan(path), key=lambda n: not n.endswith(".json"))
+
+    monkeypatch.setattr(_fsops, "scan_names", claims_first)
+    rescuer.recover()
+    monkeypatch.undo()
+    assert rescuer.get(job.id).state is JobState.PENDING
+    assert rescuer.statistics().pending == 1 and names(rescuer, "jobs/active") == []
+
+
 def test_a_take_over_that_died_finishing_a_commit_leaves_what_the_next_finishes(
     pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
