@@ -139,10 +139,30 @@ class Tree:
         Every final job is published here, so here it gets its finished-index entry, made
         before the rename and never fsynced on its own: the directory fsync after the rename
         makes it durable too (name operations reach the disk in program order). An entry
-        whose rename then fails is stale, and whoever meets it unlinks it (``_retention``)."""
-        self.index_final(record, state, finished_at)
+        whose rename then fails is stale, and whoever meets it unlinks it (``_retention``).
+
+        Two publishers of one result (a holder and the take-over that fenced it) share the
+        entry's name, and only one of them makes it. The one that made it and whose rename met
+        ENOENT unlinks it, then looks for the final file and makes the entry again if it is
+        there; the one that found it made and whose rename succeeded makes it again after. So
+        whichever order the four steps take, a published job keeps its entry, and a job that
+        the winner published and retention already removed does not get a stale one back
+        (the loser's entry outlived the job: CI's chaos run at f45d24e)."""
+        made = self.index_final(record, state, finished_at)
         dst = self.layout.final_path(state, record.id)
-        sc.rename_noreplace(path, dst)
+        try:
+            sc.rename_noreplace(path, dst)
+        except OSError as exc:
+            # ESTALE: the same, met on a network filesystem through a stale handle.
+            if made and exc.errno in (errno.ENOENT, errno.ESTALE):
+                fs.unlink_quietly(self.finished_entry(record, state, finished_at))
+                # RACE: retention may remove the job between this look and the entry made
+                # again: the entry is then stale, and retention unlinks it after STALE_AFTER.
+                if sc.lexists(dst):
+                    self.index_final(record, state, finished_at)
+            raise
+        if not made:
+            self.index_final(record, state, finished_at)
         self.bell("done")
         if self.durable:
             fs.sync_applied(os.path.dirname(dst), durable=True)

@@ -19,7 +19,7 @@ import pytest
 from conftest import FakeWall, die, freeze
 from internals import owner, owner_or_none, pending_file, temp_path
 
-from fsjobstore import JobExists, JobState, JobStore, LeaseLost, WorkLease, _fsops, _syscalls, _tree
+from fsjobstore import JobExists, JobNotFound, JobState, JobStore, LeaseLost, WorkLease, _fsops, _syscalls, _tree
 
 
 class Crash(BaseException):
@@ -357,6 +357,40 @@ def test_a_late_commit_after_a_take_over_raises_lease_lost_and_leaves_no_trace(p
     assert sorted(os.listdir(os.path.join(worker.path, "tmp"))) == before
     assert lease.compromised is not None
     assert rescuer.get(job.id).state is JobState.PENDING
+
+
+def test_a_late_commit_whose_result_a_take_over_published_and_retention_removed_leaves_no_index_entry(
+    pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder appended its result and stalled; a take-over published that result with its
+    finished-index entry and retention removed the job (kept 0 s). The holder's commit then made
+    the entry again before its rename failed: a stale entry naming no job (CI's chaos run at f45d24e)."""
+    worker, rescuer = pair
+    job = worker.create("x", retain=0)
+    lease = worker.pull_work()
+    assert lease is not None
+    owner = owner_or_none(worker)
+    assert owner is not None
+    hidden = os.path.join(os.path.dirname(worker.path), "hidden-owner")
+    real_index = _tree.Tree.index_final
+    stalled: list[bool] = []
+
+    def stalled_here(tree: _tree.Tree, *args: Any) -> bool:
+        if not stalled:  # the holder's own call, after its append: it stalls here
+            stalled.append(True)
+            os.rename(owner.path, hidden)  # and looks dead
+            assert rescuer.recover().removed == 1  # its result published, then removed
+            os.rename(hidden, owner.path)
+        return real_index(tree, *args)
+
+    monkeypatch.setattr(_tree.Tree, "index_final", stalled_here)
+    with pytest.raises(LeaseLost):
+        lease.fulfill("done")
+    monkeypatch.undo()
+    with pytest.raises(JobNotFound):
+        rescuer.get(job.id)
+    entries = [n for b in names(rescuer, "finished") for n in names(rescuer, f"finished/{b}")]
+    assert entries == []
 
 
 def test_the_heartbeat_tells_a_holder_its_job_was_taken(open_store: Callable[..., JobStore]) -> None:
