@@ -20,15 +20,23 @@ the job: tests/test_chaos.py, 2026-11-24.)
 from __future__ import annotations
 
 import bisect
+import contextlib
+import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._layout import PENDING_BUCKET_RE, PENDING_RE, bucket_of_name
+from ._layout import PENDING_BUCKET_RE, PENDING_MARKER, PENDING_RE, bucket_of_name
+
+log = logging.getLogger("fsjobstore")
 
 LINGER = 2.0  # seconds after its second ends before an emptied bucket is removed
+# A change to a bucket whose second ended more than this many seconds ago (a job put back, a
+# claim or purge by id) sets the queue's marker (Tree.note_bucket_change): statistics() trusts
+# its counts of such buckets while the marker stays (_stats).
+FRESH_FOR = 1.0
 
 
 def list_queue(qdir: str) -> tuple[list[str], list[str]]:
@@ -91,6 +99,31 @@ def remove_if_empty(bdir: str) -> bool:
             return False
         raise
     return True
+
+
+def mark_changed(bucket: str, file_mode: int, quarantine: Callable[[str, str], bool]) -> None:
+    """Say that pending bucket ``bucket`` (its path) changed, if its second ended more than
+    ``FRESH_FOR`` s ago, by setting its queue's marker file (``.changed``) to now:
+    ``statistics()`` stats only the buckets that creates and claims change, and trusts the
+    rest while the marker stays (``_stats``). A create into the current second costs one clock
+    read here. Never raises: the change is made; a marker that could not be set only leaves the
+    count of that bucket behind until the next full count (``_stats.FULL_EVERY``)."""
+    name = os.path.basename(bucket)
+    if not (len(name) > 8 and name[8:].isdigit()) or time.time() - int(name[8:]) - 1 <= FRESH_FOR:
+        return
+    marker = f"{os.path.dirname(bucket)}/{PENDING_MARKER}"
+    try:
+        sc.touch(marker)
+    except FileNotFoundError:
+        with contextlib.suppress(OSError):  # (FileNotFoundError: the queue went meanwhile)
+            sc.mknod(marker, file_mode)  # made now: as good as set
+    except (PermissionError, NotADirectoryError) as exc:
+        # Not ours to set: a file a member planted, of another owner. Moved aside, made anew.
+        with contextlib.suppress(OSError):
+            if quarantine(marker, f"a queue's marker that cannot be set ({exc})"):
+                sc.mknod(marker, file_mode)
+    except OSError as exc:
+        log.debug("could not set %s (%s): the next full count corrects the counts", marker, exc)
 
 
 def walk(qdir: str, low: str = "") -> Iterator[tuple[str, str]]:

@@ -203,6 +203,8 @@ class ById:
             if exc.errno not in fs.GONE:  # ESTALE: its bucket went (_work.claim)
                 raise
             return None
+        if loc.state is JobState.PENDING:
+            core.tree.note_bucket_change(os.path.dirname(loc.path))
         claim = self._work.claim_from_active(active, job_id, _queue_of(loc), token, None, give_back=loc.path)
         if claim is None:
             again = core.tree.locate(job_id)

@@ -115,6 +115,10 @@ class Layout:
     def pending_dir(self, queue: str) -> str:
         return os.path.join(self.pending, queue)
 
+    def pending_marker(self, qdir: str) -> str:
+        """The file whose times say an older bucket of the queue at ``qdir`` changed (``_stats``)."""
+        return f"{qdir}/{PENDING_MARKER}"
+
     def pending_path(self, queue: str, priority: int, seq: str, job_id: str) -> str:
         return f"{self.pending}/{queue}/{pending_rel(priority, seq, job_id)}"
 
@@ -228,6 +232,9 @@ def seq_field(created_ns: int) -> str:
 
 def pending_name(priority: int, seq: str, job_id: str) -> str:
     return f"{prio_field(priority)}.{seq}.{job_id}.json"
+
+
+PENDING_MARKER = ".changed"  # in a queue's directory: see Layout.pending_marker
 
 
 def pending_bucket(prio: str, seq: str) -> str:

@@ -47,6 +47,8 @@ def remove_job(core: Core, path: str, job_id: str, *, drop_targets: bool, entry:
         sc.rename(path, gone)
     except FileNotFoundError:
         return False
+    if path.startswith(core.layout.pending + "/"):
+        core.tree.note_bucket_change(os.path.dirname(path))
     try:
         if not drop_targets and notification_due(core, job_id):
             # RACE: a target was queued between the caller's look and our fence. Put the job

@@ -2,8 +2,21 @@
 
 Pending and final jobs are counted per bucket (``pending/<queue>/<P>.<S>/`` and ``finished/<B>/``),
 and a bucket whose stat did not change since this store counted it is not listed again
-(:class:`DirCounts`): the cost grows with the buckets that changed, not with the backlog. Final
-jobs are counted from their finished-index entries (FORMAT.md says how exact that is)."""
+(:class:`DirCounts`). Final jobs are counted from their finished-index entries.
+
+Not even every pending bucket is stat'ed: a deep backlog has one bucket per second of its
+creation (~150 at a million jobs filled at full speed), and a stat each made ``statistics()``
+five times slower at 1M than at 10k (PERFORMANCE.md). Only creates and claims change a bucket
+without saying so, and they change only the queue's *tail* (the buckets of the last seconds:
+creates go to the current one) and its *head* (the first buckets until ``_pending.ENOUGH`` jobs:
+no claimer's index reaches further, ``_pending.QueueIndex._refill``). Every other change (a job
+put back, a promotion, a claim or purge by id) sets the queue's marker (``.changed``,
+``Tree.note_bucket_change``). So while the marker keeps the stat it had when this store last
+counted the queue, a bucket between head and tail whose second ended ``SLACK`` s before that
+count is taken from what was counted, without a stat. Every ``FULL_EVERY`` s each bucket is
+stat'ed again (a full count), which corrects what the rule cannot see: a process that died
+between a change and its marker, another host's clock more than ``SLACK`` s behind. FORMAT.md,
+"Counting", says how exact that is."""
 
 from __future__ import annotations
 
@@ -11,6 +24,7 @@ import contextlib
 import json
 import os
 import secrets
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar, cast
@@ -20,6 +34,7 @@ from . import _fsops as fs
 from . import _syscalls as sc
 from ._control import Control
 from ._layout import BUCKET_RE, FINISHED_RE, PENDING_RE
+from ._pending import ENOUGH
 from ._shared import Core
 
 _V = TypeVar("_V")
@@ -59,7 +74,40 @@ class DirCounts:
         self._cut = len(os.path.dirname(control)) + 1  # keys are paths below the store's root
         self._file_mode = file_mode
         self._seen: dict[str, tuple[tuple[int, int, int], object]] | None = None
+        # queue directory -> (its marker's stat, wall time of the last count, of the last full one)
+        self._queues: dict[str, _QueueSeen] = {}
         self._changed = False
+
+    def cached(self, path: str) -> object | None:
+        """What was counted in ``path`` when its stat had settled, without a stat; None if nothing."""
+        hit = self._load().get(path[self._cut:])
+        return None if hit is None else hit[1]
+
+    def trusted_since(self, qdir: str, marker: tuple[int, int, int], settled: bool, now: float) -> float | None:
+        """The wall time of this queue's last count, if its buckets' counts may be trusted
+        without a stat (module docstring): the marker has the stat it had then and had settled,
+        and the last full count is less than ``FULL_EVERY`` s old (on a clock that did not go back)."""
+        self._load()
+        seen = self._queues.get(qdir[self._cut:])
+        if seen is None or not settled or seen.marker != marker:
+            return None
+        if not (seen.full <= seen.last <= now and now - seen.full < FULL_EVERY):
+            return None
+        return seen.last
+
+    def counted(self, qdir: str, marker: tuple[int, int, int], settled: bool, at: float, full: bool) -> None:
+        """Note a count of the queue at ``qdir`` that began at wall time ``at``."""
+        key = qdir[self._cut:]
+        if not settled:
+            if self._queues.pop(key, None) is not None:
+                self._changed = True
+            return
+        last = self._queues.get(key)
+        self._queues[key] = _QueueSeen(marker, at, at if full or last is None else last.full)
+        # Written for other processes only when more than the time moved (a later time there
+        # would save them a few stats; an older one only costs them those stats).
+        if full or last is None or last.marker != marker:
+            self._changed = True
 
     def get(self, path: str, count: Callable[[list[str]], _V]) -> _V:
         seen = self._load()
@@ -84,6 +132,9 @@ class DirCounts:
                 for key, (m, c, ino, value) in doc["buckets"].items():
                     if isinstance(key, str) and all(type(v) is int for v in (m, c, ino)):
                         self._seen[key] = ((m, c, ino), value)
+                for key, (m, c, ino, last, full) in doc.get("queues", {}).items():
+                    if all(type(v) is int for v in (m, c, ino)) and all(type(v) is float for v in (last, full)):
+                        self._queues[key] = _QueueSeen((m, c, ino), last, full)
         return self._seen
 
     def finish(self, present: set[str]) -> None:
@@ -96,7 +147,8 @@ class DirCounts:
         if not self._changed:
             return
         self._changed = False
-        doc = {"buckets": {k: [*sig, value] for k, (sig, value) in seen.items()}}
+        doc = {"buckets": {k: [*sig, value] for k, (sig, value) in seen.items()},
+               "queues": {k: [*q.marker, q.last, q.full] for k, q in self._queues.items()}}
         tmp = f"{os.path.dirname(self._path)}/.{COUNTS}.{os.getpid()}.{secrets.token_hex(4)}"
         try:
             fs.write_new(tmp, json.dumps(doc, separators=(",", ":")).encode(), durable=False, mode=self._file_mode)
@@ -107,6 +159,15 @@ class DirCounts:
 
 COUNTS = "counts.json"
 _COUNTS_CAP = 64 << 20
+SLACK = 5.0  # seconds before a queue's last count whose buckets are stat'ed still (module docstring)
+FULL_EVERY = 60.0  # seconds between full counts of a queue (every bucket stat'ed)
+
+
+@dataclass(frozen=True, slots=True)
+class _QueueSeen:
+    marker: tuple[int, int, int]  # the stat of the queue's marker at its last count
+    last: float  # wall time the last count began
+    full: float  # wall time the last full count began
 
 
 def _pending_bucket(names: list[str]) -> tuple[int, int | None]:
@@ -123,6 +184,29 @@ def _finished_bucket(names: list[str]) -> dict[str, int]:
     return by_state
 
 
+def _count_queue(qdir: str, marker: str, counts: DirCounts, present: set[str]) -> tuple[int, int | None]:
+    """The pending jobs of one queue and its smallest <SEQ>: its head and tail buckets stat'ed,
+    the others too unless the marker says they did not change (module docstring)."""
+    msig, msettled = fs.dir_signature(marker)  # before the buckets it vouches for
+    now = time.time()  # real wall time, as the creators' <SEQ>s and so the buckets' names
+    since = counts.trusted_since(qdir, msig, msettled, now)
+    older = -1 if since is None else int(since - SLACK)  # buckets of a second before: trusted
+    buckets, others = _buckets.list_queue(qdir)
+    n, first = _pending_bucket(others)  # jobs written flat by an older store, not moved yet
+    head = 0
+    for bucket in buckets:
+        path = f"{qdir}/{bucket}"
+        present.add(path)
+        hit = counts.cached(path) if head >= ENOUGH and int(bucket[8:]) < older else None
+        k, low = cast(tuple[int, "int | None"], hit) if hit is not None else counts.get(path, _pending_bucket)
+        head += k
+        n += k
+        if low is not None and (first is None or low < first):
+            first = low
+    counts.counted(qdir, msig, msettled, now, full=since is None)
+    return n, first
+
+
 def statistics(core: Core, control: Control, counts: DirCounts) -> StoreStatistics:
     """Count each state: pending and final jobs bucket by bucket (a bucket that did not change
     since this store last counted it is not listed again), the rest by listing its directory."""
@@ -131,16 +215,7 @@ def statistics(core: Core, control: Control, counts: DirCounts) -> StoreStatisti
     oldest: int | None = None
     present: set[str] = set()
     for q in fs.scan_names(lay.pending):
-        qdir = lay.pending_dir(q)
-        buckets, others = _buckets.list_queue(qdir)
-        n, first = _pending_bucket(others)  # jobs written flat by an older store, not moved yet
-        for bucket in buckets:
-            path = f"{qdir}/{bucket}"
-            present.add(path)
-            k, low = counts.get(path, _pending_bucket)
-            n += k
-            if low is not None and (first is None or low < first):
-                first = low
+        n, first = _count_queue(lay.pending_dir(q), lay.pending_marker(lay.pending_dir(q)), counts, present)
         by_queue[q] = n
         if first is not None and (oldest is None or first < oldest):
             oldest = first

@@ -416,6 +416,15 @@ def _chmod(path: str, mode: int) -> None:
         os.close(fd)
 
 
+def touch(path: str) -> None:
+    """Set a file's times to now, never following a link at its name (utimensat)."""
+    _call("utime", _touch, path)
+
+
+def _touch(path: str) -> None:
+    _one(lambda dfd, name: os.utime(name, dir_fd=dfd, follow_symlinks=False), path)
+
+
 def chown(path: str, uid: int, gid: int) -> None:
     _call("chown", _chown, path, uid, gid)
 

@@ -284,6 +284,7 @@ class Tree:
         for tries_left in range(7, -1, -1):
             try:
                 fs.rename_into(src, dst, durable=self.durable if durable is None else durable)
+                self.note_bucket_change(os.path.dirname(dst))
                 return
             except OSError as exc:
                 # ESTALE: a network filesystem's answer for a bucket another host removed.
@@ -298,6 +299,11 @@ class Tree:
                 bucket = os.path.dirname(dst)
                 self.ensure_dir(os.path.dirname(bucket))
                 self.ensure_dir(bucket)
+
+    def note_bucket_change(self, bucket: str) -> None:
+        """Set the queue's marker if pending bucket ``bucket`` (a path) of a past second changed
+        (``_buckets.mark_changed``): ``statistics()`` then counts its buckets again."""
+        _buckets.mark_changed(bucket, self.perms.file_mode, self.quarantine)
 
     def settle_flat(self, qdir: str, names: list[str]) -> int:
         """Move pending jobs found flat in a queue's directory (``names``: written by format 2,

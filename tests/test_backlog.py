@@ -6,9 +6,12 @@ import os
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from fsjobstore import JobStore, _syscalls
+import pytest
+
+from fsjobstore import JobStore, _shared, _stats, _syscalls
 from fsjobstore._fsops import SETTLE
 
 
@@ -125,3 +128,96 @@ def test_the_pass_for_files_a_power_cut_emptied_runs_beside_the_first_pull_not_b
     assert looked and all(looked)  # looked at only once the pull had returned
     assert len([n for n in os.listdir(root / "quarantine") if n.endswith(".reason")]) == 1
     assert [n for n in os.listdir(root / "control") if n.startswith("boot-")]  # marked once done
+
+
+def _old_backlog(root: str, monkeypatch: pytest.MonkeyPatch) -> tuple[JobStore, list[list[str]]]:
+    """A store whose queue holds buckets of 31 seconds three minutes ago, all settled: 300 jobs
+    in the first (more than any claimer's index reaches), then 2 in each of the others."""
+    store = JobStore(root, durable=False, watch=False)
+    start = (int(time.time()) - 180) * 1_000_000_000
+    clock = {"ns": start}
+    monkeypatch.setattr(_shared, "time", SimpleNamespace(time_ns=lambda: clock["ns"]))
+    buckets: list[list[str]] = []
+    for k, n in enumerate([300] + [2] * 30):
+        clock["ns"] = start + k * 1_000_000_000
+        buckets.append([store.create({"k": k, "i": i}).id for i in range(n)])
+    monkeypatch.undo()
+    qdir = os.path.join(root, "jobs", "pending", "default")
+    then = time.time() - 60
+    for name in os.listdir(qdir):  # settled, as buckets of past seconds are
+        os.utime(os.path.join(qdir, name), (then, then), follow_symlinks=False)
+    return store, buckets
+
+
+class _BucketStats:
+    """Counts the stats of a queue's buckets made through the store's one door."""
+
+    def __init__(self, qdir: str) -> None:
+        self.prefix = qdir + os.sep
+        self.stats = 0
+
+    def before(self, op: str, args: tuple[Any, ...]) -> None:
+        path = args[0] if args else None
+        if op == "stat" and isinstance(path, str) and path.startswith(self.prefix) and "/." not in path:
+            self.stats += 1
+
+    def after(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+        pass
+
+
+def _counting(store: JobStore) -> tuple[int, int]:
+    """(pending, buckets stat'ed) of one statistics() call."""
+    watch = _BucketStats(os.path.join(store.path, "jobs", "pending", "default"))
+    _syscalls.set_hook(watch)
+    try:
+        return store.statistics().pending, watch.stats
+    finally:
+        _syscalls.set_hook(None)
+
+
+def test_a_deep_backlog_is_counted_with_a_stat_of_its_head_bucket_only_while_nothing_older_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, buckets = _old_backlog(str(tmp_path / "s"), monkeypatch)
+    with store:
+        assert _counting(store) == (360, 31)  # the first count: every bucket
+        assert _counting(store) == (360, 1)  # the head (300 jobs: as far as a claimer reaches)
+        lease = store.pull_work(timeout=0)
+        assert lease is not None and lease.id == buckets[0][0]
+        assert _counting(store) == (359, 1)  # a claim changes the head only
+        store.cancel(buckets[20][0])  # a claim by id, of a bucket in the middle: the marker is set
+        assert _counting(store) == (358, 31)
+        assert store.purge(states=["pending"], match=buckets[25][1]) == 1
+        assert store.statistics().pending == 357
+        lease.release()  # back into the head bucket
+        assert store.statistics().pending == 358
+
+
+def test_counts_of_buckets_between_head_and_tail_are_corrected_by_the_next_full_count(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change that did not set the marker (its process died between the two, or a file moved
+    by hand) shows once the queue's last full count is FULL_EVERY seconds old, as FORMAT.md says."""
+    store, buckets = _old_backlog(str(tmp_path / "s"), monkeypatch)
+    with store:
+        assert store.statistics().pending == 360
+        [path] = [os.path.join(d, n) for d, _, names in os.walk(store.path) for n in names if buckets[10][0] in n
+                  and "pending" in d]
+        os.rename(path, str(tmp_path / "moved-by-hand.json"))
+        assert store.statistics().pending == 360  # not seen yet: no marker says so
+        monkeypatch.setattr(_stats, "FULL_EVERY", 0.0)
+        assert store.statistics().pending == 359
+
+
+def test_a_link_planted_as_a_queues_marker_is_never_followed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, buckets = _old_backlog(str(tmp_path / "s"), monkeypatch)
+    outside = tmp_path / "someone-elses-file"
+    outside.write_text("x")
+    os.utime(outside, (1_000_000, 1_000_000))
+    marker = os.path.join(store.path, "jobs", "pending", "default", ".changed")
+    if os.path.lexists(marker):
+        os.unlink(marker)
+    os.symlink(outside, marker)
+    with store:
+        assert store.statistics().pending == 360
+        store.cancel(buckets[5][0])
+        assert store.statistics().pending == 359
+    assert outside.stat().st_mtime == 1_000_000
