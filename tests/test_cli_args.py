@@ -103,6 +103,22 @@ SCRIPT = ("import sys; from fsjobstore._cli import main; open(sys.argv.pop(1), '
 
 
 def interrupt_at(delay: float, tmp_path: Path, *argv: str) -> tuple[int, str]:
+    for _ in range(3):
+        code, err = _interrupt_once(delay, tmp_path, *argv)
+        if not _before_main(code, err):
+            break
+    return code, err
+
+
+def _before_main(code: int, err: str) -> bool:
+    """Whether the signal was raised before main()'s try: in the bytecodes between the marker
+    and it, or at main's own entry (a pending signal is raised where a Python frame starts). No
+    code can guard those few instructions, so the trial is made again (seen once in CI, at
+    delay 0 on a loaded machine). A KeyboardInterrupt out of anything main() runs names _main."""
+    return code == -signal.SIGINT and err.rstrip().endswith("KeyboardInterrupt") and "_main" not in err
+
+
+def _interrupt_once(delay: float, tmp_path: Path, *argv: str) -> tuple[int, str]:
     marker = tmp_path / f"imported-{time.monotonic_ns()}"
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(marker), *argv], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -54,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     modules load (they are imported in here, not at the top, for that reason), while arguments
     are parsed, while the store opens or the command runs. It leaves SIGINT ignored when it
     returns, since what follows is the interpreter's exit: call it as a program's last act."""
+    # RACE: a Ctrl-C in the few instructions between the script's import of this module and the
+    # try below (a pending signal is raised as soon as this function's frame starts) escapes as
+    # Python's own KeyboardInterrupt: no code of ours runs there to catch it.
     try:
         try:
             return _main(argv)
