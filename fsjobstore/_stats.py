@@ -13,7 +13,10 @@ no claimer's index reaches further, ``_pending.QueueIndex._refill``). Every othe
 put back, a promotion, a claim or purge by id) sets the queue's marker (``.changed``,
 ``Tree.note_bucket_change``). So while the marker keeps the stat it had when this store last
 counted the queue, a bucket between head and tail whose second ended ``SLACK`` s before that
-count is taken from what was counted, without a stat. Every ``FULL_EVERY`` s each bucket is
+count is taken from what was counted, without a stat, and while the stat of the queue's directory
+stays too (no bucket came or went) the directory is not listed again: this process keeps its
+bucket list and counts (:class:`_Queue`), and updates them from the head and tail buckets alone.
+Every ``FULL_EVERY`` s each bucket is
 stat'ed again (a full count), which corrects what the rule cannot see: a process that died
 between a change and its marker, another host's clock more than ``SLACK`` s behind. FORMAT.md,
 "Counting", says how exact that is."""
@@ -21,6 +24,7 @@ between a change and its marker, another host's clock more than ``SLACK`` s behi
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import secrets
@@ -76,12 +80,8 @@ class DirCounts:
         self._seen: dict[str, tuple[tuple[int, int, int], object]] | None = None
         # queue directory -> (its marker's stat, wall time of the last count, of the last full one)
         self._queues: dict[str, _QueueSeen] = {}
+        self.queues: dict[str, _Queue] = {}  # queue directory -> its buckets, this process only
         self._changed = False
-
-    def cached(self, path: str) -> object | None:
-        """What was counted in ``path`` when its stat had settled, without a stat; None if nothing."""
-        hit = self._load().get(path[self._cut:])
-        return None if hit is None else hit[1]
 
     def trusted_since(self, qdir: str, marker: tuple[int, int, int], settled: bool, now: float) -> float | None:
         """The wall time of this queue's last count, if its buckets' counts may be trusted
@@ -184,27 +184,72 @@ def _finished_bucket(names: list[str]) -> dict[str, int]:
     return by_state
 
 
+@dataclass(slots=True)
+class _Queue:
+    """What this process counted in one queue: its buckets as listed (while the stat of its
+    directory stays, no bucket came or went) and each one's (jobs, smallest <SEQ>)."""
+
+    sig: tuple[int, int, int]  # the queue directory's stat before the listing
+    paths: list[str]  # its buckets, in run order
+    seconds: list[int]  # each one's second
+    values: list[tuple[int, int | None]]  # each one's count, as last counted or stat'ed
+    total: int  # the sum of their jobs, and of the flat ones below
+    flat: tuple[int, int | None]  # jobs written flat by an older store, not moved yet
+    young: list[int]  # indices of the buckets that may still be in a count's tail
+    groups: list[int]  # the index where each priority's buckets begin
+
+
+def _list_queue(qdir: str, sig: tuple[int, int, int], counts: DirCounts) -> _Queue:
+    """List the queue and count every bucket (each one stat'ed; listed only if it changed)."""
+    buckets, others = _buckets.list_queue(qdir)
+    paths = [f"{qdir}/{b}" for b in buckets]
+    values = [counts.get(p, _pending_bucket) for p in paths]
+    flat = _pending_bucket(others)
+    groups = [i for i, b in enumerate(buckets) if i == 0 or b[:7] != buckets[i - 1][:7]]
+    return _Queue(sig, paths, [int(b[8:]) for b in buckets], values,
+                  flat[0] + sum(k for k, _ in values), flat, list(range(len(paths))), groups)
+
+
+def _recount(q: _Queue, i: int, counts: DirCounts) -> int:
+    k, low = counts.get(q.paths[i], _pending_bucket)
+    q.total += k - q.values[i][0]
+    q.values[i] = (k, low)
+    return k
+
+
 def _count_queue(qdir: str, marker: str, counts: DirCounts, present: set[str]) -> tuple[int, int | None]:
-    """The pending jobs of one queue and its smallest <SEQ>: its head and tail buckets stat'ed,
-    the others too unless the marker says they did not change (module docstring)."""
-    msig, msettled = fs.dir_signature(marker)  # before the buckets it vouches for
+    """The pending jobs of one queue and its smallest <SEQ>: every bucket stat'ed, or, while the
+    marker says no older bucket changed and the queue's directory that no bucket came or went,
+    only its head and tail buckets (module docstring)."""
+    qsig, qsettled = fs.dir_signature(qdir)  # both before the listings they vouch for
+    msig, msettled = fs.dir_signature(marker)
     now = time.time()  # real wall time, as the creators' <SEQ>s and so the buckets' names
     since = counts.trusted_since(qdir, msig, msettled, now)
-    older = -1 if since is None else int(since - SLACK)  # buckets of a second before: trusted
-    buckets, others = _buckets.list_queue(qdir)
-    n, first = _pending_bucket(others)  # jobs written flat by an older store, not moved yet
-    head = 0
-    for bucket in buckets:
-        path = f"{qdir}/{bucket}"
-        present.add(path)
-        hit = counts.cached(path) if head >= ENOUGH and int(bucket[8:]) < older else None
-        k, low = cast(tuple[int, "int | None"], hit) if hit is not None else counts.get(path, _pending_bucket)
-        head += k
-        n += k
+    q = counts.queues.get(qdir)
+    if since is None or q is None or q.sig != qsig:
+        q = _list_queue(qdir, qsig, counts)
+    else:
+        older = int(since - SLACK)  # buckets of a second before it: taken as counted
+        head = i = 0
+        while i < len(q.paths) and head < ENOUGH:  # the head: as far as a claimer's index reaches
+            head += _recount(q, i, counts)
+            i += 1
+        q.young = [j for j in q.young if q.seconds[j] >= older]
+        for j in q.young:  # the tail: where creates land
+            if j >= i:
+                _recount(q, j, counts)
+    if qsettled:
+        counts.queues[qdir] = q
+    else:
+        counts.queues.pop(qdir, None)
+    present.update(q.paths)
+    counts.counted(qdir, msig, msettled, now, full=since is None)
+    first = q.flat[1]
+    for g in q.groups:  # each priority's oldest job is in its first non-empty bucket
+        low = next((v[1] for v in itertools.islice(q.values, g, None) if v[1] is not None), None)
         if low is not None and (first is None or low < first):
             first = low
-    counts.counted(qdir, msig, msettled, now, full=since is None)
-    return n, first
+    return q.total, first
 
 
 def statistics(core: Core, control: Control, counts: DirCounts) -> StoreStatistics:

@@ -146,6 +146,7 @@ def _old_backlog(root: str, monkeypatch: pytest.MonkeyPatch) -> tuple[JobStore, 
     then = time.time() - 60
     for name in os.listdir(qdir):  # settled, as buckets of past seconds are
         os.utime(os.path.join(qdir, name), (then, then), follow_symlinks=False)
+    os.utime(qdir, (then, then))  # and no bucket came or went for a while
     return store, buckets
 
 
@@ -190,6 +191,9 @@ def test_a_deep_backlog_is_counted_with_a_stat_of_its_head_bucket_only_while_not
         assert store.statistics().pending == 357
         lease.release()  # back into the head bucket
         assert store.statistics().pending == 358
+        store.create({"new": 1})  # into a bucket of this second, made now
+        store.create({"new": 2})
+        assert store.statistics().pending == 360
 
 
 def test_counts_of_buckets_between_head_and_tail_are_corrected_by_the_next_full_count(
