@@ -62,7 +62,8 @@ class ById:
     def cancel(self, job_id: str, reason: str | None) -> JobState:
         """End a job ``cancelled``: at once if it is waiting; by request if it runs (its holder
         commits the cancel, or recovery does if the holder is gone). Returns the state the job
-        is in afterwards: cancelled, or active (the request is made)."""
+        is in afterwards: cancelled, or active (the request is made). InvalidState for a job
+        that has ended, or that a holder's commit ended while the request was being made."""
         text = "cancelled" if not reason else f"cancelled: {reason}"
         for _ in range(20):
             loc = self._core.tree.require(job_id)
@@ -75,8 +76,13 @@ class ById:
                     self._take_over(loc, job_id, "its holder is gone")  # it sees the request: the job ends cancelled
                 again = self._core.tree.locate(job_id)
                 if again is not None and again.state.is_final:
-                    self._control.clear_cancel(job_id)  # it ended meanwhile: the request came too late
-                    return again.state
+                    self._control.clear_cancel(job_id)
+                    if again.state is JobState.CANCELLED:
+                        return again.state  # honoured (by the holder, or by our take-over)
+                    # It ended otherwise, its commit having looked for a request before ours was
+                    # made: the request came too late, and the job is not cancelled. Said as for
+                    # any job that has ended (a bulk cancel counts it as skipped, not cancelled).
+                    raise InvalidState(f"job {job_id} ended {again.state.value} before the cancel reached it")
                 return JobState.ACTIVE
             claim = self._claim(loc, job_id)
             if claim is None:

@@ -88,6 +88,30 @@ def test_the_heartbeat_tells_a_holder_of_a_cancel(open_store: Callable[..., JobS
     assert operator.get(job.id).state is JobState.CANCELLED
 
 
+def test_a_cancel_that_a_holders_commit_beat_raises_invalid_state_and_leaves_no_request(
+        open_store: Callable[..., JobStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The holder's commit looked for a request before ours was made, and ended the job
+    fulfilled: the cancel came too late. It must say so, not return as if it had cancelled (a
+    bulk cancel counted such jobs as cancelled: a new user's trial, 7-13 in 1,300)."""
+    worker, operator = open_store(), open_store()
+    job = worker.create(1)
+    lease = worker.pull_work()
+    assert lease is not None
+    real = _control.Control.request_cancel
+
+    def after_the_commit(self: _control.Control, job_id: str, reason: str | None) -> None:
+        lease.fulfill("done first")
+        real(self, job_id, reason)
+
+    monkeypatch.setattr(_control.Control, "request_cancel", after_the_commit)
+    with pytest.raises(InvalidState, match="ended fulfilled before the cancel reached it"):
+        operator.cancel(job.id)
+    monkeypatch.undo()
+    got = operator.get(job.id)
+    assert got.state is JobState.FULFILLED and got.value == "done first"
+    assert not operator.cancel_requested(job.id)
+
+
 def test_a_cancelled_job_whose_holder_died_is_ended_by_recovery(open_store: Callable[..., JobStore]) -> None:
     worker, operator = open_store(), open_store()
     job = worker.create(1)
