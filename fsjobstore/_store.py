@@ -335,9 +335,8 @@ class JobStore:
         is asked to stop (its lease's ``cancel_requested`` turns true, ``on_cancel`` fires, the
         worker runtime aborts the handler) and ends ``cancelled`` whatever its holder commits.
         Notifications are delivered as for any final state. Returns the job's snapshot: state
-        ``cancelled``, or ``active`` with ``cancel_requested`` set. Raises :class:`InvalidState`
-        for a job that has already ended, or that its holder's commit ended while the request was
-        being made (the request came too late: the job keeps its outcome)."""
+        ``cancelled``, or ``active`` with ``cancel_requested`` set. :class:`InvalidState` for a job
+        that has ended, or that its holder's commit ended as the request was made (it keeps that)."""
         self._check_open()
         check_job_id(job_id)
         if reason is not None and not isinstance(reason, str):

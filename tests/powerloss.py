@@ -427,8 +427,8 @@ def _emptied_left(store: JobStore, report: Any) -> list[str]:
     dirs = [*queues, *(os.path.join(q, b) for q in queues for b in _ls_names(q) if os.path.isdir(os.path.join(q, b)))]
     dirs += [os.path.join(jobs, d) for d in ("scheduled", "active", "fulfilled", "failed", "cancelled")]
     problems = [f"recover() left an emptied job file: {os.path.relpath(os.path.join(d, n), store.path)}"
-                for d in dirs for n in _ls_names(d) if os.path.isfile(os.path.join(d, n))
-                and os.path.getsize(os.path.join(d, n)) == 0]
+                for d in dirs for n in _ls_names(d) if not n.startswith(".")  # a queue's marker is empty
+                and os.path.isfile(os.path.join(d, n)) and os.path.getsize(os.path.join(d, n)) == 0]
     if len(report.lost_ids) != report.lost_to_power_loss:
         problems.append(f"lost_ids {report.lost_ids} does not name the {report.lost_to_power_loss} lost job(s)")
     return problems
