@@ -108,8 +108,8 @@ def mark_changed(bucket: str, file_mode: int, quarantine: Callable[[str, str], b
     rest while the marker stays (``_stats``). A create into the current second costs one clock
     read here. Never raises: the change is made; a marker that could not be set only leaves the
     count of that bucket behind until the next full count (``_stats.FULL_EVERY``)."""
-    name = os.path.basename(bucket)
-    if not (len(name) > 8 and name[8:].isdigit()) or time.time() - int(name[8:]) - 1 <= FRESH_FOR:
+    second = bucket[-11:]  # <P>.<S>: the second, 11 digits (every create passes here: no os.path)
+    if not second.isdigit() or time.time() - int(second) - 1 <= FRESH_FOR:
         return
     marker = f"{os.path.dirname(bucket)}/{PENDING_MARKER}"
     try:
