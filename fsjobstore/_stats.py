@@ -80,7 +80,7 @@ class DirCounts:
         self._seen: dict[str, tuple[tuple[int, int, int], object]] | None = None
         # queue directory -> (its marker's stat, wall time of the last count, of the last full one)
         self._queues: dict[str, _QueueSeen] = {}
-        self.queues: dict[str, _Queue] = {}  # queue directory -> its buckets, this process only
+        self.listed: dict[str, _Queue] = {}  # queue directory -> its buckets, this process only
         self._changed = False
 
     def trusted_since(self, qdir: str, marker: tuple[int, int, int], settled: bool, now: float) -> float | None:
@@ -225,7 +225,7 @@ def _count_queue(qdir: str, marker: str, counts: DirCounts, present: set[str]) -
     msig, msettled = fs.dir_signature(marker)
     now = time.time()  # real wall time, as the creators' <SEQ>s and so the buckets' names
     since = counts.trusted_since(qdir, msig, msettled, now)
-    q = counts.queues.get(qdir)
+    q = counts.listed.get(qdir)
     if since is None or q is None or q.sig != qsig:
         q = _list_queue(qdir, qsig, counts)
     else:
@@ -239,9 +239,9 @@ def _count_queue(qdir: str, marker: str, counts: DirCounts, present: set[str]) -
             if j >= i:
                 _recount(q, j, counts)
     if qsettled:
-        counts.queues[qdir] = q
+        counts.listed[qdir] = q
     else:
-        counts.queues.pop(qdir, None)
+        counts.listed.pop(qdir, None)
     present.update(q.paths)
     counts.counted(qdir, msig, msettled, now, full=since is None)
     first = q.flat[1]
@@ -260,7 +260,8 @@ def statistics(core: Core, control: Control, counts: DirCounts) -> StoreStatisti
     oldest: int | None = None
     present: set[str] = set()
     for q in fs.scan_names(lay.pending):
-        n, first = _count_queue(lay.pending_dir(q), lay.pending_marker(lay.pending_dir(q)), counts, present)
+        qdir = lay.pending_dir(q)
+        n, first = _count_queue(qdir, lay.pending_marker(qdir), counts, present)
         by_queue[q] = n
         if first is not None and (oldest is None or first < oldest):
             oldest = first

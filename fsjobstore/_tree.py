@@ -284,7 +284,7 @@ class Tree:
         for tries_left in range(7, -1, -1):
             try:
                 fs.rename_into(src, dst, durable=self.durable if durable is None else durable)
-                _buckets.mark_changed(dst[:dst.rfind("/")], self.perms.file_mode, self.quarantine)
+                self.note_bucket_change(dst[:dst.rfind("/")])
                 return
             except OSError as exc:
                 # ESTALE: a network filesystem's answer for a bucket another host removed.

@@ -59,6 +59,17 @@ def _is_commit_file(path: str, *_: object) -> bool:
     return path.endswith(".commit")
 
 
+def requeue_and_crash_before_the_drop(worker: JobStore, recoverer: JobStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``worker`` claims the job and dies; ``recoverer`` requeues it and dies (Crash) after the
+    publish, before dropping its ``.commit``."""
+    assert worker.pull_work() is not None
+    die(worker)
+    crash(monkeypatch, _fsops, "unlink_quietly", _is_commit_file)
+    with pytest.raises(Crash):
+        recoverer.recover()
+    monkeypatch.undo()
+
+
 @pytest.fixture
 def pair(open_store: Callable[..., JobStore]) -> tuple[JobStore, JobStore]:
     return open_store(backoff=lambda a: 0.0), open_store(backoff=lambda a: 0.0)
@@ -189,12 +200,7 @@ def test_a_take_over_that_died_after_requeueing_is_not_requeued_again_once_the_j
 ) -> None:
     worker, recoverer, rescuer = (open_store(backoff=lambda a: 0.0) for _ in range(3))
     job = worker.create("x", retain=0)
-    assert worker.pull_work() is not None
-    die(worker)
-    crash(monkeypatch, _fsops, "unlink_quietly", _is_commit_file)  # after its requeue, before its drop
-    with pytest.raises(Crash):
-        recoverer.recover()
-    monkeypatch.undo()
+    requeue_and_crash_before_the_drop(worker, recoverer, monkeypatch)
     die(recoverer)
     lease = rescuer.pull_work()
     assert lease is not None and lease.id == job.id and lease.attempt == 2
@@ -212,12 +218,7 @@ def test_a_claim_beside_a_spent_commit_fence_is_taken_over_as_the_jobs_only_copy
     (a chaos run of the worker runtime in CI)."""
     worker, recoverer, claimer, rescuer = (open_store(backoff=lambda a: 0.0) for _ in range(4))
     job = worker.create("x")
-    assert worker.pull_work() is not None
-    die(worker)
-    crash(monkeypatch, _fsops, "unlink_quietly", _is_commit_file)  # after its requeue, before its drop
-    with pytest.raises(Crash):
-        recoverer.recover()
-    monkeypatch.undo()
+    requeue_and_crash_before_the_drop(worker, recoverer, monkeypatch)
     lease = claimer.pull_work()  # the recoverer is alive still: its spent ".commit" stays
     assert lease is not None and lease.id == job.id
     die(claimer)
