@@ -79,15 +79,16 @@ from ._stats import StoreStatistics
 from ._store import JobStore
 from ._verify import VerifyCheck, VerifyReport, verify
 from ._verify_peer import verify_across_hosts
+from ._waiting import Wakeups
 
 __version__ = "0.2.0"
 
 # The runtime sits above the store and imports it: loaded on first use (PEP 562), so that
 # ``import fsjobstore`` costs only the store. Type checkers see the names as plain imports.
 if TYPE_CHECKING:
-    from .worker import Deliverer, JobContext, RunSummary, Worker
+    from .worker import Deliverer, JobContext, JobEvent, RunSummary, Worker
 
-_LAZY = frozenset({"Deliverer", "JobContext", "RunSummary", "Worker"})
+_LAZY = frozenset({"Deliverer", "JobContext", "JobEvent", "RunSummary", "Worker"})
 
 
 def __getattr__(name: str) -> Any:
@@ -119,6 +120,7 @@ __all__ = [
     "Job",
     "JobCancelled",
     "JobContext",
+    "JobEvent",
     "JobExists",
     "JobFailed",
     "JobNotFound",
@@ -142,6 +144,7 @@ __all__ = [
     "VerifyCheck",
     "VerifyReport",
     "WaitTimeout",
+    "Wakeups",
     "WorkLease",
     "Worker",
     "WorkerFailing",

@@ -22,7 +22,8 @@ also means what a builtin means, it subclasses that builtin too, so ``except Key
     ├── StoreNotFound (FileNotFoundError)  no store at that path, and none may be made there
     ├── StoreFormatError                   the store was written by an incompatible format version
     ├── StoreClosed (RuntimeError)         the JobStore was closed
-    ├── WorkerFailing (RuntimeError)       a Worker's processes or threads keep dying at start
+    ├── WorkerFailing (RuntimeError)       a Worker's processes or threads keep dying at start, or
+    │                                      every thread is held by handlers past their time limit
     └── StorageError (OSError)             the filesystem failed a call: EIO, EROFS, EMFILE, ...
         └── StorageFull                    ENOSPC or EDQUOT
 
@@ -138,8 +139,9 @@ class StoreClosed(JobStoreError, RuntimeError):
 
 class WorkerFailing(JobStoreError, RuntimeError):
     """A :class:`~fsjobstore.Worker` stopped because its processes or threads kept failing
-    within moments of their start (their errors are in the log); nothing was lost: every job
-    they held was given back or recovered."""
+    within moments of their start (their errors are in the log), or (threads mode) because
+    every thread was held by a handler that ran on past its time limit (``max_hung``). Nothing
+    was lost: every job they held was given back, recovered, or timed out."""
 
 
 class StorageError(JobStoreError, OSError):

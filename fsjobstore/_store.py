@@ -1,12 +1,12 @@
 """JobStore: the public face of a store. Every method checks its arguments first (bad input
 raises before anything changes); most then delegate.
 
-What happens on disk lives one layer down: ``_create`` (new jobs), ``_work`` (claims, commits),
-``_direct`` (snapshots, fulfil, cancel, retry by id), ``_notify`` (targets, notifier leases),
-``_listing`` and ``_purge`` (finding and removing jobs), ``_recovery`` (repairs; take-overs in
-``_takeover``), ``_stats`` (counts), ``_heart`` (background threads), ``_waiting`` (the blocking
-waits of ``pull_work``, ``pull_notification`` and ``wait``), all sharing one ``_shared.Core``.
-``__init__`` assembles the settings and the parts; ``create`` builds the record for ``_create``.
+What happens on disk lives one layer down: ``_create`` (new jobs), ``_work`` (claims, commits), ``_direct``
+(snapshots, fulfil, cancel, retry by id), ``_notify`` (targets, notifier leases), ``_listing`` and ``_purge``
+(finding and removing jobs), ``_recovery`` (repairs; take-overs in ``_takeover``), ``_stats`` (counts), ``_heart``
+(background threads), ``_waiting`` (the waits of ``pull_work``, ``pull_notification`` and ``wait``, and the
+wake-ups event loops wait on), all sharing one ``_shared.Core``. ``__init__`` assembles the settings and the
+parts; ``create`` builds the record for ``_create``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from ._retention import index_strays
 from ._shared import Core, Settings
 from ._stats import DirCounts, StoreStatistics, statistics
 from ._verify import locks_prove_death
-from ._waiting import Waiting
+from ._waiting import Waiting, Wakeups
 from ._work import Work
 
 log = logging.getLogger("fsjobstore")
@@ -282,13 +282,8 @@ class JobStore:
         return record.snapshot(JobState(dest))
 
     # == claiming work =============================================================================
-    def pull_work(
-        self,
-        *,
-        queues: str | Sequence[str] | None = None,
-        timeout: float | None = 0,
-        on_compromised: OnCompromised | None = None,
-    ) -> WorkLease | None:
+    def pull_work(self, *, queues: str | Sequence[str] | None = None, timeout: float | None = 0,
+                  on_compromised: OnCompromised | None = None) -> WorkLease | None:
         """Lease one due job, or return None.
 
         ``queues``: a name or a list in priority order (all queues when None). ``timeout``: 0
@@ -413,12 +408,17 @@ class JobStore:
         self._check_open()
         return self._notifier.unqueue_all(check_job_id(job_id), targets)
 
-    def pull_notification(
-        self, *, timeout: float | None = 0, on_compromised: OnCompromised | None = None
-    ) -> NotificationLease | None:
+    def pull_notification(self, *, timeout: float | None = 0,
+                          on_compromised: OnCompromised | None = None) -> NotificationLease | None:
         """Lease one final job whose result is waiting to be delivered, or return None."""
         self._check_open()
         return self._waiting.pull(lambda: self._notifier.claim(on_compromised), timeout)
+
+    def wakeups(self, kind: str = "work") -> Wakeups:
+        """What an event loop waits on instead of a blocked thread (``fsjobstore.aio`` uses it):
+        ``"work"`` (for pulls of work and notifications) or ``"done"`` (jobs became final). Close it."""
+        self._check_open()
+        return Wakeups(self._core, kind)
 
     # == maintenance ===============================================================================
     def recover(self, *, deep: bool = True) -> RecoveryReport:

@@ -7,14 +7,19 @@ pass), and the wake-ups they sleep on (inotify through ``_wakeup``, other hosts'
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from . import _buckets
 from ._checks import number
 from ._doorbell import POLL as DOORBELL_POLL
 from ._doorbell import Listener
+from ._errors import InvalidRequest
 from ._heart import Heart
+from ._layout import FINAL_RE
 from ._shared import Core
 from ._wakeup import Waker
 
@@ -95,3 +100,78 @@ class Waiting:
                 return False
             self._sleep(waker, generation, min(remaining, core.settings.poll_interval), bell)
             core.check_open()
+
+
+class Wakeups:
+    """An event loop's wake-ups of one kind (``"work"``: something to pull may have arrived;
+    ``"done"``: jobs became final), for waiting without a thread per waiter (``fsjobstore.aio``).
+
+    Its own watcher (the store's sync waits keep theirs): :meth:`fileno` is an inotify descriptor
+    for the loop's reader, :meth:`take` reads what arrived without blocking. What inotify cannot
+    see (another host's work, or no inotify at all) is covered as in the sync waits: by the
+    doorbell, looked at every :attr:`interval` seconds, and by retrying at least every
+    ``poll_interval``.
+    """
+
+    def __init__(self, core: Core, kind: str) -> None:
+        if kind not in ("work", "done"):
+            raise InvalidRequest(f"wakeups kind must be 'work' or 'done', got {kind!r}")
+        self._core = core
+        lay = core.layout
+        self._ids: set[str] = set()
+        self._anything = False
+        if kind == "work":
+            self._waker = Waker(lay.jobs, core.pending.on_arrival, self._overflowed, skip=_buckets.past_bucket)
+        else:
+            self._waker = Waker((lay.fulfilled, lay.failed, lay.cancelled), self._finished, self._overflowed)
+        self._work = kind == "work"
+        if core.settings.watch:
+            self._waker.start()
+        self._seen = self._waker.generation
+        self._bell = core.doorbell.listener((kind,)) if core.doorbell.enabled else None
+        if self._bell is not None:
+            self._bell.rang()  # the first look only learns the names there are
+
+    def _finished(self, path: str) -> None:
+        m = FINAL_RE.match(os.path.basename(path))
+        if m is not None:
+            self._ids.add(m["id"])
+
+    def _overflowed(self) -> None:
+        self._anything = True  # events were lost: anything may have arrived
+        if self._work:
+            self._core.pending.invalidate()
+
+    def fileno(self) -> int | None:
+        """A descriptor that is readable when something arrived (then call :meth:`take`), or
+        None (watchdog's thread, or no watching: rely on :attr:`interval`)."""
+        return self._waker.fileno()
+
+    @property
+    def interval(self) -> float:
+        """Seconds between calls of :meth:`take` when nothing is readable: the doorbell's look,
+        watchdog's hand-over, else ``poll_interval``."""
+        if self._bell is not None:
+            return DOORBELL_POLL
+        return DOORBELL_POLL if self._waker.mechanism == "watchdog" else self._core.settings.poll_interval
+
+    def due_in(self) -> float:
+        """Seconds until the soonest scheduled job known is due (inf: none known)."""
+        return max(0.0, self._core.pending.next_due - self._core.wall()) if self._core.pending.next_due else math.inf
+
+    # RACE: with watchdog, _finished runs in its thread and may add an id between take()'s copy
+    # and its reset: that id is lost, and its waiter looks again after poll_interval anyway.
+    def take(self) -> tuple[bool, frozenset[str]]:
+        """What arrived since the last call, without blocking: ``(anything, ids)``. ``anything``
+        is True when something may have arrived that ids cannot name (new work, a ring from
+        another host, lost events); ``ids``: the jobs seen becoming final (kind ``"done"``)."""
+        self._waker.poll()
+        if self._bell is not None and self._bell.rang():
+            self._overflowed()
+        generation = self._waker.generation
+        anything = self._anything or (self._work and generation != self._seen)
+        ids, self._ids, self._anything, self._seen = frozenset(self._ids), set(), False, generation
+        return anything, ids
+
+    def close(self) -> None:
+        self._waker.stop()

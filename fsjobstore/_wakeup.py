@@ -177,9 +177,10 @@ class Waker:
                 self._generation += 1
                 self._cond.notify_all()
 
-    def _read_events(self) -> None:
-        """Read everything queued on the descriptor and dispatch it (no lock held)."""
-        overflow = False
+    def _read_events(self) -> bool:
+        """Read everything queued on the descriptor and dispatch it (no lock held); True if
+        anything was read."""
+        overflow = read = False
         while True:
             try:
                 buf = os.read(self._fd, 65536)
@@ -189,6 +190,7 @@ class Waker:
                 log.warning("reading inotify events failed: %s; pullers will poll", exc)
                 self.watching = False
                 break
+            read = True
             off = 0
             while off < len(buf):
                 wd, mask, _cookie, length = _HEADER.unpack_from(buf, off)
@@ -210,6 +212,20 @@ class Waker:
                         self._on_arrival(path)
         if overflow:
             self._on_overflow()
+        return read
+
+    def fileno(self) -> int | None:
+        """The inotify descriptor, readable when events wait (for an event loop's reader; then
+        call :meth:`poll`), or None when wake-ups come from watchdog's thread or not at all."""
+        return self._fd if self._fd >= 0 and self.watching else None
+
+    def poll(self) -> None:
+        """Read and dispatch what waits on the descriptor, without blocking: one caller at a
+        time (an event loop's reader), never beside a thread in :meth:`wait`."""
+        if self._fd >= 0 and not self._stopped and self._read_events():
+            with self._cond:
+                self._generation += 1
+                self._cond.notify_all()
 
     @property
     def mechanism(self) -> str:

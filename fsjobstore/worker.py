@@ -31,13 +31,15 @@ from typing import Any, Literal
 
 from . import InvalidRequest, JobStore, JobStoreError, check_queue_name
 from ._runtime._bell import Bell
-from ._runtime._board import Board
 from ._runtime._deliverer import Deliverer
+from ._runtime._gate import Gate
+from ._runtime._hooks import EVENTS, Hook, Hooks, JobEvent, check_event
+from ._runtime._pool import Pool
 from ._runtime._processes import ProcessPool
 from ._runtime._slot import Handler, JobContext, Tally, WorkerShutdown
 from ._runtime._threads import ThreadPool
 
-__all__ = ["Deliverer", "JobContext", "RunSummary", "Worker", "WorkerShutdown"]
+__all__ = ["EVENTS", "Deliverer", "JobContext", "JobEvent", "RunSummary", "Worker", "WorkerShutdown"]
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -92,38 +94,6 @@ def _number(value: object, what: str, *, low: float, high: float = math.inf, int
     return value
 
 
-class _Gate:
-    """The thread pool's gate: stop, pause and the job budget, shared by its slot threads."""
-
-    def __init__(self, budget: int | None) -> None:
-        self.stop = threading.Event()
-        self.pause = threading.Event()
-        self._budget = budget
-        self._lock = threading.Lock()
-
-    def stopping(self) -> bool:
-        return self.stop.is_set()
-
-    def paused(self) -> bool:
-        return self.pause.is_set()
-
-    def take(self) -> bool:
-        with self._lock:
-            if self._budget == 0:
-                return False
-            if self._budget is not None:
-                self._budget -= 1
-            return True
-
-    def give_back(self) -> None:
-        with self._lock:
-            if self._budget is not None:
-                self._budget += 1
-
-    def spent(self) -> bool:
-        return self._budget == 0
-
-
 class Worker:
     """Runs handlers for jobs of their queues, ``concurrency`` at a time.
 
@@ -140,15 +110,21 @@ class Worker:
     :param grace: seconds running jobs get to finish once the worker is told to stop; after it
         they are given back (released: no attempt counted).
     :param name: shown in :meth:`JobStore.workers` (default ``host:pid``).
+    :param max_hung: threads mode: how many threads may be left running handlers past their time
+        limit (a thread cannot be stopped) before slots stay empty until one returns (default: 8,
+        or ``concurrency`` if larger). With every slot held so, :meth:`run` raises
+        :class:`WorkerFailing`.
     """
 
     def __init__(self, store: JobStore, handlers: Mapping[str, Handler] | None = None, *, concurrency: int = 1,
                  mode: Mode = "processes", queues: Sequence[str] | None = None, grace: float = 30.0,
-                 name: str | None = None) -> None:
+                 name: str | None = None, max_hung: int | None = None) -> None:
         _number(concurrency, "concurrency", low=1, high=1024, integer=True)
         if mode not in ("processes", "threads"):
             raise InvalidRequest(f"mode must be 'processes' or 'threads', got {mode!r}")
         _number(grace, "grace (seconds)", low=0, high=1e9)
+        self.max_hung: int = max(8, concurrency) if max_hung is None else _number(
+            max_hung, "max_hung", low=0, high=1_000_000, integer=True)
         self.store = store
         self.concurrency = concurrency
         self.mode: Mode = mode
@@ -164,6 +140,7 @@ class Worker:
         self._stop = threading.Event()
         self._stop_now = threading.Event()
         self._bell = Bell()
+        self._hooks = Hooks()
 
     # -- handlers --------------------------------------------------------------------------------
     def handler(self, queue: str) -> Callable[[Handler], Handler]:
@@ -181,6 +158,32 @@ class Worker:
     @property
     def handlers(self) -> Mapping[str, Handler]:
         return dict(self._handlers)
+
+    # -- hooks -----------------------------------------------------------------------------------
+    @property
+    def hooks(self) -> list[tuple[str, Hook]]:
+        """``(event, hook)`` pairs: by event, each event's hooks in the order they were registered."""
+        return self._hooks.pairs()
+
+    def on(self, event: str, fn: Hook | None = None) -> Any:
+        """Call ``fn(event)`` (a :class:`JobEvent`) at ``event`` of every job this worker runs:
+        ``"started"``; one of ``"fulfilled"``, ``"retried"``, ``"failed"``, ``"cancelled"``,
+        ``"timed_out"``, ``"lost"``, ``"given_back"`` as each attempt ends; then ``"finished"``
+        for each of those. ``worker.on("failed", fn)``, or as a decorator ``@worker.on("failed")``.
+
+        A hook runs after the outcome is committed (``"started"``: before the handler) and cannot
+        change it; one that raises is logged and passed over. Where hooks run (a child process,
+        a thread, the supervisor): see the README's "Hooks"."""
+        if fn is not None:
+            self._hooks.add(event, fn)
+            return fn
+
+        def register(f: Hook) -> Hook:
+            self._hooks.add(event, f)
+            return f
+
+        check_event(event)  # a misspelt event fails at the decorator's line, not when it is applied
+        return register
 
     # -- control ---------------------------------------------------------------------------------
     def pause(self) -> None:
@@ -249,17 +252,8 @@ class Worker:
     def _run(self, queues: list[str], count: int | None, duration: float | None, burst: bool,
              started: float) -> str:
         self._started_at = time.time()
-        if self.mode == "threads":
-            gate = _Gate(count)
-            self._gate = gate
-            pool: ThreadPool | ProcessPool = ThreadPool(self.store, self._handlers, queues, gate, self.concurrency,
-                                                        burst=burst, ring=self._bell.ring)
-        else:
-            board = Board(self.concurrency, count)
-            self._board = board
-            pool = ProcessPool(self.store, self._handlers, queues, board, self.concurrency, burst=burst,
-                               ring=self._bell.ring)
-        self._pool = pool
+        gate = self._gate = Gate(count)
+        pool = self._pool = self._make_pool(queues, gate, burst)
         self._apply_pause()  # before any slot starts: a worker paused before run() takes nothing
         unit = self.mode if self.concurrency > 1 else {"processes": "process", "threads": "thread"}[self.mode]
         log.info("worker %s: %d %s on queues %s of %s", self.name, self.concurrency, unit, ", ".join(queues),
@@ -267,7 +261,6 @@ class Worker:
         stopped_by = ""
         stop_began: float | None = None
         next_publish = 0.0
-        next_recover = time.monotonic() + self.store.lease_duration / 2
         idle_rounds = 0  # burst rounds in a row that did no job
         round_start = 0  # jobs ended when the current round began
         try:
@@ -294,103 +287,55 @@ class Worker:
                 if self._stop.is_set() and stop_began is None:
                     stop_began = now
                     stopped_by = stopped_by or "stop"
-                    self._begin_stop()
+                    log.info("worker %s stopping: no new jobs; running ones get %.0fs", self.name, self.grace)
+                    gate.set_stop()
                 if stop_began is not None and (self._stop_now.is_set() or now - stop_began > self.grace):
-                    self._give_back()
+                    pool.give_back()
                     break
-                self._tick(stopping=stop_began is not None)
+                pool.tick()
                 if not pool.alive():
                     continue  # every slot has finished (a burst, a spent count): no reason to wait
-                if self.mode == "processes" and now >= next_recover:
-                    # What the store's heartbeat thread would do; this process runs none.
-                    self.store.recover(deep=False)
-                    next_recover = now + self.store.lease_duration / 2
                 if now >= next_publish:
                     self._publish()
                     next_publish = now + 1.0
                 # Sleep until something rings or the soonest thing we know of is due.
                 due = [pool.next_tick(now), next_publish - now]
-                if self.mode == "processes":
-                    due.append(next_recover - now)
                 if duration is not None and stop_began is None:
                     due.append(started + duration - now)
                 if stop_began is not None:
                     due.append(stop_began + self.grace - now)
                 self._bell.wait(min(due), pool.wait_fds())
         finally:
-            if self.mode == "processes" and pool.alive():
-                self._finish_processes()
+            pool.close()
             self._retract()
         if self._signalled:
             return "signal"
         if stopped_by:
             return stopped_by
-        return "count" if count is not None and self._budget_spent() else "burst"
+        return "count" if count is not None and gate.spent() else "burst"
+
+    def _make_pool(self, queues: list[str], gate: Gate, burst: bool) -> Pool:
+        """The one place the mode is looked at: past it, the worker drives any :class:`Pool` alike."""
+        given = (self.store, self._handlers, queues, gate, self._hooks, self.concurrency)
+        if self.mode == "threads":
+            return ThreadPool(*given, burst=burst, ring=self._bell.ring, max_hung=self.max_hung)
+        return ProcessPool(*given, burst=burst, ring=self._bell.ring)
 
     def _more_due(self, queues: list[str], count: int | None) -> bool:
         """Whether a job of our queues is due and may be taken (its queue not paused, budget left)."""
-        if count is not None and self._budget_spent():
+        if count is not None and self._gate.spent():
             return False
         stats = self.store.statistics()  # (its paused: the same read as store.paused())
         return any(stats.pending_by_queue.get(q, 0) > 0 for q in queues if q not in stats.paused)
 
-    def _tick(self, *, stopping: bool) -> None:
-        if isinstance(self._pool, ThreadPool):
-            self._pool.tick()
-        else:
-            self._pool.tick(stopping=stopping)
-
     def _apply_pause(self) -> None:
-        if isinstance(self._pool, ThreadPool):
-            (self._gate.pause.set if self._paused.is_set() else self._gate.pause.clear)()
-        else:
-            self._board.set_paused(self._paused.is_set())
-
-    def _budget_spent(self) -> bool:
-        return self._gate.spent() if isinstance(self._pool, ThreadPool) else not self._board_has_budget()
-
-    def _board_has_budget(self) -> bool:
-        if self._board.take():
-            self._board.give_back()
-            return True
-        return False
-
-    def _begin_stop(self) -> None:
-        log.info("worker %s stopping: no new jobs; running ones get %.0fs", self.name, self.grace)
-        if isinstance(self._pool, ThreadPool):
-            self._gate.stop.set()
-        else:
-            self._board.set_stop()
-
-    def _give_back(self) -> None:
-        if isinstance(self._pool, ThreadPool):
-            self._pool.release_running()
-        else:
-            self._finish_processes()
-
-    def _finish_processes(self) -> None:
-        """SIGTERM: each child gives its job back and exits; the stubborn are killed, and their
-        claims recovered."""
-        assert isinstance(self._pool, ProcessPool)
-        self._board.set_stop()
-        self._pool.signal_busy(signal.SIGTERM)
-        deadline = time.monotonic() + 5.0
-        while self._pool.alive() and time.monotonic() < deadline:
-            self._pool.tick(stopping=True)
-            time.sleep(0.02)
-        if self._pool.alive():
-            log.warning("worker processes did not stop within 5 s of SIGTERM: killing them")
-            self._pool.kill_all()
+        self._gate.set_paused(self._paused.is_set())
 
     # -- the registry ------------------------------------------------------------------------------
     def _publish(self) -> None:
         t = RunSummary._of(self._pool.tally(), 0.0, "")
         done, failed = t.fulfilled + t.cancelled, t.failed + t.retried + t.timed_out
-        if isinstance(self._pool, ThreadPool):
-            current = [{"id": lease.id, "queue": lease.queue, "attempt": lease.attempt, "started_at": at}
-                       for lease, at in self._pool.running()]
-        else:
-            current = self._pool.running()
+        current = self._pool.running()
         try:
             self.store.publish_worker({
                 "name": self.name, "queues": self._queues if self._queues is not None else list(self._handlers),

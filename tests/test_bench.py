@@ -229,3 +229,15 @@ def test_the_claim_order_bench_finds_one_claimer_exactly_in_order(tmp_path: Path
     assert rate > 0 and (median, p99, worst) == (0, 0, 0)
     _, _, _, worst = claim_order.measure(60, 3, str(tmp_path))  # several: roughly, and every job once
     assert worst >= 0
+
+
+def test_the_hooks_benchmark_runs_and_checks_every_hook_call(tmp_path: Path) -> None:
+    import subprocess
+
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "hooks.py")
+    done = subprocess.run([sys.executable, bench, "--jobs", "30", "--rounds", "1", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines[1:]] == ["threads", "processes"] and "ratio" in lines[1]
+    assert os.listdir(tmp_path) == []  # its scratch is removed

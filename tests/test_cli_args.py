@@ -205,6 +205,31 @@ def test_handlers_naming_a_worker_run_with_its_concurrency_mode_and_grace_unless
     assert "worker mine: 1 process on queues default" in mixed.stderr
 
 
+def test_handlers_naming_a_worker_run_its_hooks_too(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    with JobStore(root) as store:
+        store.create(1)
+        store.create(2)
+    said = tmp_path / "said.txt"
+    write_module(tmp_path, "hooked", f"""
+        from fsjobstore import JobStore, Worker
+
+        worker = Worker(JobStore({root!r}), mode="threads")
+
+        @worker.handler("default")
+        def handle(job):
+            return job.request
+
+        @worker.on("finished")
+        def tell(event):
+            with open({str(said)!r}, "a") as fh:
+                fh.write(f"{{event.outcome}} {{event.job_id}}\\n")
+    """)
+    done = cli("worker", root, "--handlers", "hooked:worker", "--burst", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [line.split()[0] for line in said.read_text().splitlines()] == ["fulfilled", "fulfilled"]
+
+
 # -- 4 and 7. store options: --no-fsync and --no-lock-takeover ------------------------------------------
 
 def test_notify_refuses_no_fsync_on_a_durable_store_as_worker_does(tmp_path: Path) -> None:

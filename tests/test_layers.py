@@ -1,7 +1,7 @@
 """The house rules that keep the layers apart, checked on the source itself.
 
-The runtime (``fsjobstore.worker``, ``fsjobstore._runtime``) and the command line
-(``fsjobstore._cli``) are built on the public API only, as a user's code would be; the public
+The runtime (``fsjobstore.worker``, ``fsjobstore._runtime``), asyncio (``fsjobstore.aio``) and the
+command line (``fsjobstore._cli``) are built on the public API only, as a user's code would be; the public
 API is exactly ``fsjobstore.__all__``; no module grows past what one sitting can read.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import fsjobstore
 
 PACKAGE = Path(fsjobstore.__file__).parent
-UPPER = ("worker", "_runtime", "_cli")  # the layers above the store: theirs to import from each other
+UPPER = ("worker", "aio", "_runtime", "_cli")  # the layers above the store: theirs to import from each other
 
 
 def _module_name(path: Path) -> str:
@@ -43,7 +43,7 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
 
 
 def upper_layer_files() -> list[Path]:
-    files = [PACKAGE / "worker.py"]
+    files = [PACKAGE / "worker.py", PACKAGE / "aio.py"]
     for sub in ("_runtime", "_cli"):
         files += sorted((PACKAGE / sub).glob("*.py"))
     return files
@@ -92,11 +92,13 @@ def test_the_public_api_is_exactly_all() -> None:
         "FORMAT_VERSION", "MAX_PRIORITY", "MIN_PRIORITY", "AttemptError", "CorruptJob", "Deliverer",
         "InvalidJobId", "InvalidName",
         "InvalidQueueName", "InvalidRequest",
-        "InvalidState", "Job", "JobCancelled", "JobContext", "JobExists", "JobFailed", "JobNotFound", "JobState",
+        "InvalidState", "Job", "JobCancelled", "JobContext", "JobEvent", "JobExists", "JobFailed", "JobNotFound",
+        "JobState",
         "JobStore", "JobStoreError", "LeaseLost", "LogLine", "NotificationLease", "Progress", "RecoveryReport",
         "RunSummary",
         "StorageError", "StorageFull", "StoreClosed", "StoreFormatError", "StoreNotFound", "StoreStatistics",
-        "UntrustedStore", "ValueTooLarge", "VerifyCheck", "VerifyReport", "WaitTimeout", "WorkLease", "Worker",
+        "UntrustedStore", "ValueTooLarge", "VerifyCheck", "VerifyReport", "WaitTimeout", "Wakeups", "WorkLease",
+        "Worker",
         "WorkerFailing", "WorkerInfo", "__version__", "check_queue_name", "default_backoff", "verify",
         "verify_across_hosts",
     }, "the public API changed: update this list (and the README's API table) on purpose"

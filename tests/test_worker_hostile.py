@@ -14,8 +14,9 @@ import pytest
 import worker_tasks as tasks
 
 from fsjobstore import JobState, Worker
-from fsjobstore._runtime._board import Board
-from fsjobstore._runtime._processes import ProcessPool, fork_child
+from fsjobstore._runtime._gate import Gate
+from fsjobstore._runtime._hooks import Hooks
+from fsjobstore._runtime._processes import ProcessPool, Unended, fork_child
 from fsjobstore._runtime._slot import OUTCOMES
 
 MODES = ["threads", "processes"]
@@ -151,14 +152,14 @@ def test_a_killed_childs_job_is_told_only_once_another_recoverer_has_ended_its_c
     job = store.create({}, queue="q", max_attempts=1)
     lease = store.pull_work(queues="q")
     assert lease is not None and lease.id == job.id
-    pool = ProcessPool(store, {}, ["q"], Board(1, None), 1, burst=True, ring=lambda: None)
-    pool._crashed.append((job.id, "q", 1, False, time.monotonic()))
+    pool = ProcessPool(store, {}, ["q"], Gate(None), Hooks(), 1, burst=True, ring=lambda: None)
+    pool._crashed.append(Unended(job.id, "q", 1, None, time.monotonic(), time.monotonic()))
     with caplog.at_level(logging.INFO, logger="fsjobstore.worker"):
-        pool.tick(stopping=False)
+        pool.tick()
         assert pool.alive() and 0 < pool.next_tick(time.monotonic()) <= 0.05  # looked at again soon
         assert not [r for r in caplog.records if job.id in r.getMessage()]
         lease.fail("killed", retry=True)  # the other recoverer ends the claim: no attempt left
-        pool.tick(stopping=False)
+        pool.tick()
     said = [r.getMessage() for r in caplog.records if job.id in r.getMessage()]
     assert said == [f"job {job.id} queue=q attempt=1 ended failed"]
     assert pool.tally().counts[OUTCOMES.index("failed")] == 1 and not pool.alive()

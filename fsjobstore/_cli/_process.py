@@ -33,9 +33,9 @@ def add(subparsers: Any) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--handler", metavar="MODULE:FUNCTION", help="the handler for the --queue(s)")
     which.add_argument("--handlers", metavar="MODULE:OBJECT",
-                       help="a dict {queue: function} in your module, or a Worker: then its handlers, and its "
-                            "concurrency, mode, grace and name unless the options below are given (not its "
-                            "queues=: narrow them with --queue)")
+                       help="a dict {queue: function} in your module, or a Worker: then its handlers and hooks, "
+                            "and its concurrency, mode, grace and name unless the options below are given (not "
+                            "its queues=: narrow them with --queue)")
     p.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
                    help="a queue to serve (repeat it; default with --handler: 'default'); with --handlers "
                         "it narrows and orders their queues")
@@ -159,6 +159,7 @@ def worker(args: argparse.Namespace) -> int:
     base, source = dict(WORKER_DEFAULTS), "default"
     handlers: dict[str, Any]
     name = args.name
+    loaded: Worker | None = None
     if args.handler:
         fn = load(args.handler)
         if not callable(fn):
@@ -168,6 +169,7 @@ def worker(args: argparse.Namespace) -> int:
     else:
         obj = load(args.handlers)
         if isinstance(obj, Worker):
+            loaded = obj
             handlers = dict(obj.handlers)
             base = {"concurrency": obj.concurrency, "mode": obj.mode, "grace": obj.grace}
             source = f"the Worker {args.handlers}"
@@ -185,7 +187,9 @@ def worker(args: argparse.Namespace) -> int:
             if given[key] is not None else f"{key} {shown[key]} (from {source})" for key in used))
     with JobStore(args.dir, create=False, lease_duration=args.lease_duration, **store_options(args)) as store:
         run = Worker(store, handlers, concurrency=used["concurrency"], mode=used["mode"], queues=queues,
-                     grace=used["grace"], name=name)
+                     grace=used["grace"], name=name, max_hung=loaded.max_hung if loaded else None)
+        for event, hook in loaded.hooks if loaded else ():  # a Worker's hooks come with it
+            run.on(event, hook)
         run.run(count=args.max_jobs, duration=args.max_seconds, burst=args.burst)
     return OK
 

@@ -28,30 +28,16 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
+from typing import NamedTuple
 
 from .. import JobStore, WorkLease
 from ._board import Board
+from ._gate import Gate
+from ._hooks import OF_OUTCOME, Hooks, JobEvent, say
 from ._restarts import Restarts
-from ._slot import CANCEL_POLL, Handler, Tally, WorkerShutdown, fate, say_fate, serve
+from ._slot import CANCEL_POLL, Handler, Tally, WorkerShutdown, fate, serve
 
 log = logging.getLogger("fsjobstore.worker")
-
-
-class _ChildGate:
-    def __init__(self, board: Board) -> None:
-        self._board = board
-
-    def stopping(self) -> bool:
-        return self._board.stopping()
-
-    def paused(self) -> bool:
-        return self._board.paused()
-
-    def take(self) -> bool:
-        return self._board.take()
-
-    def give_back(self) -> None:
-        self._board.give_back()
 
 
 class _ChildReport:
@@ -75,9 +61,12 @@ class _ChildReport:
         self._write(lease)
         self._ring()
 
-    def finished(self, outcome: str) -> None:
-        self._tally.add(outcome)
+    def finished(self, event: JobEvent) -> None:
+        self._tally.count(event)
         self._board.write(self._index, busy=False, pid=self._pid, counts=self._tally.as_tuple())
+
+    def dropped(self) -> bool:
+        return False  # a child past its time limit is killed, never left behind
 
     def _write(self, lease: WorkLease) -> None:
         self._board.write(self._index, busy=True, pid=self._pid, counts=self._tally.as_tuple(),
@@ -137,8 +126,9 @@ def fork_child(body: Callable[[], None]) -> int:
     return pid
 
 
-def _child(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str], board: Board, index: int,
-           burst: bool, parent: int, ring: Callable[[], None], unblocked: set[int | signal.Signals]) -> None:
+def _child(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str], gate: Gate, hooks: Hooks,
+           board: Board, index: int, burst: bool, parent: int, ring: Callable[[], None],
+           unblocked: set[int | signal.Signals]) -> None:
     """The body of a child process; never returns. Starts with every signal blocked."""
 
     def shutdown(signum: int, frame: FrameType | None) -> None:
@@ -153,7 +143,7 @@ def _child(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[st
     _die_with(parent)
     code = 0
     try:
-        serve(store, handlers, queues, _ChildGate(board), _ChildReport(board, index, ring), burst=burst)
+        serve(store, handlers, queues, gate, _ChildReport(board, index, ring), hooks, burst=burst)
     except WorkerShutdown:
         pass
     except BaseException:
@@ -168,24 +158,38 @@ def _child(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[st
             os._exit(code)
 
 
+class Unended(NamedTuple):
+    """The attempt of a child killed or dead mid-job, told once recovery has ended its claim."""
+
+    job_id: str
+    queue: str
+    attempt: int
+    killed: str | None  # our kill's outcome ("timed-out", "cancelled"), or None: it died
+    since: float  # monotonic: when it was reaped
+    started: float  # monotonic: when the attempt began
+
+
 class ProcessPool:
-    def __init__(self, store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str], board: Board,
-                 concurrency: int, *, burst: bool, ring: Callable[[], None]) -> None:
+    def __init__(self, store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str], gate: Gate,
+                 hooks: Hooks, concurrency: int, *, burst: bool, ring: Callable[[], None]) -> None:
         self._store = store
         self._handlers = handlers
         self._queues = queues
-        self._board = board
+        self._gate = gate
+        self._hooks = hooks
+        self._board = Board(concurrency)
         self._burst = burst
         self._ring = ring
         self._pids: list[int | None] = [None] * concurrency
         self._pidfds: dict[int, int] = {}  # slot -> a descriptor readable once its child exits
-        self._killed: dict[int, tuple[str, str]] = {}  # slot -> (outcome, job id)
-        self._extra = Tally()  # attempts of killed children, which could not count them
-        # (job id, queue, attempt, counted already, since) of children killed or dead mid-job:
-        # told once recovery has ended their claim
-        self._crashed: list[tuple[str, str, int, bool, float]] = []
+        self._killed: dict[int, str] = {}  # slot -> our kill's outcome
+        self._extra = Tally()  # attempts of killed or dead children, which could not count them
+        self._crashed: list[Unended] = []
         self._restarts = Restarts()
         self._next_cancel_look = 0.0
+        # The supervisor claims nothing, so its store runs no heartbeat thread: it recovers the
+        # claims of dead processes itself, as that thread would.
+        self._next_recover = time.monotonic() + store.lease_duration / 2
 
     def start(self) -> None:
         for i in range(len(self._pids)):
@@ -200,8 +204,8 @@ class ProcessPool:
         self._board.write(index, busy=False, pid=0, counts=self._board.read(index).counts)
         parent = os.getpid()
         unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the mask to restore in the child
-        pid = fork_child(lambda: _child(self._store, self._handlers, self._queues, self._board, index,
-                                        self._burst, parent, self._ring, unblocked))
+        pid = fork_child(lambda: _child(self._store, self._handlers, self._queues, self._gate, self._hooks,
+                                        self._board, index, self._burst, parent, self._ring, unblocked))
         self._pids[index] = pid
         with contextlib.suppress(OSError):  # no pidfd (an old kernel): the supervisor polls instead
             self._pidfds[index] = os.pidfd_open(pid)
@@ -220,6 +224,7 @@ class ProcessPool:
         """Seconds until the supervisor must look again if nothing rings: the nearest deadline of a
         running job, a restart due, or the next look at cancel requests while jobs run."""
         due: list[float] = [self._restarts.next_due() - now] if self._restarts.waiting() else []
+        due.append(self._next_recover - now)
         if self._crashed:
             due.append(UNENDED_LOOK)
         if len(self._pidfds) < sum(pid is not None for pid in self._pids):
@@ -233,11 +238,13 @@ class ProcessPool:
                 due.append(view.deadline - now)
         return max(0.0, min(due, default=3600.0))
 
-    def tick(self, *, stopping: bool) -> None:
-        """Reap children, kill the ones that overran or whose job was cancelled, start new ones.
-        Raises WorkerFailing when children keep dying at start (see _restarts)."""
+    def tick(self) -> None:
+        """Reap children, kill the ones that overran or whose job was cancelled, start new ones,
+        recover dead processes' claims every half lease. Raises WorkerFailing when children keep
+        dying at start (see _restarts)."""
         now = time.monotonic()
-        recover = False
+        stopping = self._gate.stopping()
+        recover = now >= self._next_recover
         look_at_cancels = now >= self._next_cancel_look
         if look_at_cancels:
             self._next_cancel_look = now + CANCEL_POLL
@@ -266,7 +273,7 @@ class ProcessPool:
             # sequence count again right before the kill, and a move in the instant after that
             # costs the new job one attempt, like any crash (it is recovered and runs again).
             if outcome is not None and self._board.read(i).seq == view.seq:
-                self._killed[i] = (outcome, view.job_id)
+                self._killed[i] = outcome
                 os.kill(pid, signal.SIGKILL)
                 log.info("job %s queue=%s attempt=%d %s: %s; its process is killed", view.job_id, view.queue,
                          view.attempt, outcome, why)
@@ -274,6 +281,7 @@ class ProcessPool:
             # The claims of killed or crashed children: retried, failed or cancelled. Not deep: a
             # child's death is no power cut, and a deep pass reads every job file of the store.
             self._store.recover(deep=False)
+            self._next_recover = now + self._store.lease_duration / 2
             self._count_crashed(now)
 
     def _count_crashed(self, now: float) -> None:
@@ -289,32 +297,37 @@ class ProcessPool:
         next tick, for up to a lease; past that (the recoverer died too), it is told as
         retrying, which recovery will make true or end as failed."""
         left = []
-        for job_id, queue, attempt, counted, since in self._crashed:
-            outcome = fate(self._store, job_id, attempt) or "lost"  # unreadable: recovery has said why in the log
-            if outcome == "running":
-                if now - since < self._store.lease_duration:
-                    left.append((job_id, queue, attempt, counted, since))
+        for dead in self._crashed:
+            # None: unreadable (recovery has said why in the log), or purged meanwhile
+            then = fate(self._store, dead.job_id, dead.attempt) or "lost"
+            if then == "running":
+                if now - dead.since < self._store.lease_duration:
+                    left.append(dead)
                     continue
                 log.warning("job %s: its claim was not ended within %.0fs of its process's end; "
-                            "recovery ends it later", job_id, now - since)
-                outcome = "retrying"
-            if not counted:
-                self._extra.add(outcome if outcome in ("fulfilled", "failed", "cancelled", "retrying") else "lost")
-            say_fate(job_id, queue, attempt, outcome)
+                            "recovery ends it later", dead.job_id, now - dead.since)
+                then = "retrying"
+            # Ours killed it: counted as why (a time-out, a cancel). It died: as its job went on.
+            outcome = dead.killed or (then if then in ("fulfilled", "failed", "cancelled", "retrying") else "lost")
+            name = OF_OUTCOME[outcome]
+            why = {"timed-out": "ran past its time limit", "cancelled": "was cancelled while it ran"}.get(
+                dead.killed or "", "its process died")
+            event = JobEvent(name, dead.job_id, dead.queue, dead.attempt, name, now - dead.started, why, then)
+            say(event)
+            self._extra.count(event)
+            self._hooks.emit(event)
         self._crashed = left
 
     def _exited(self, index: int, status: int, stopping: bool) -> bool:
         killed = self._killed.pop(index, None)
         view = self._board.read(index)
         clean = os.waitstatus_to_exitcode(status) == 0 and killed is None
-        if killed is not None:
-            self._extra.add(killed[0])
-            self._crashed.append((killed[1], view.queue, view.attempt, True, time.monotonic()))
-        elif not clean:
+        if not clean and killed is None:
             log.warning("worker process %d exited with %s%s; its job is recovered", view.pid or -1,
                         os.waitstatus_to_exitcode(status), f" while running job {view.job_id}" if view.busy else "")
-            if view.busy:
-                self._crashed.append((view.job_id, view.queue, view.attempt, False, time.monotonic()))
+        if killed is not None or (not clean and view.busy):
+            self._crashed.append(Unended(view.job_id, view.queue, view.attempt, killed, time.monotonic(),
+                                         view.started))
         # A child exits cleanly only when told to (stop), when the run's budget is spent, or in a
         # burst when nothing is due: none of those wants a new one. A kill (ours) wants one at
         # once; a crash wants one after a delay that grows while children keep crashing at start.
@@ -339,14 +352,31 @@ class ProcessPool:
             total = total + Tally(self._board.read(i).counts)
         return total
 
-    def signal_busy(self, sig: int) -> None:
+    def give_back(self) -> None:
+        """SIGTERM: each child gives its job back and exits; the stubborn are killed, and their
+        claims recovered."""
+        self._gate.set_stop()
+        self._signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + 5.0
+        while self.alive() and time.monotonic() < deadline:
+            self.tick()
+            time.sleep(0.02)
+        if self.alive():
+            log.warning("worker processes did not stop within 5 s of SIGTERM: killing them")
+            self._kill_all()
+
+    def close(self) -> None:
+        if self.alive():
+            self.give_back()
+
+    def _signal_all(self, sig: int) -> None:
         for pid in self._pids:
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
 
-    def kill_all(self) -> None:
-        self.signal_busy(signal.SIGKILL)
+    def _kill_all(self) -> None:
+        self._signal_all(signal.SIGKILL)
         for i, pid in enumerate(self._pids):
             if pid is not None:
                 os.waitpid(pid, 0)
@@ -354,5 +384,5 @@ class ProcessPool:
         for fd in self._pidfds.values():
             os.close(fd)
         self._pidfds.clear()
+        self._crashed.clear()  # told no more: the run is ending, and recovery ends their claims
         self._store.recover(deep=False)
-

@@ -1,8 +1,8 @@
-"""One slot of a worker: pull a job, run its handler, commit what happened, say so in the log.
+"""One slot of a worker: pull a job, run its handler, commit what happened, tell it.
 
-Threads and child processes both run :func:`serve`; they differ only in how they are told to
-stop and in where they report what they are doing (a :class:`Reporter`). This module, like all
-of the runtime, uses fsjobstore's public API only.
+Every pool runs :func:`serve` in each of its slots (a thread, a child process); they differ only
+in where a slot says what it is doing (a :class:`Reporter`). This module, like all of the
+runtime, uses fsjobstore's public API only.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from .. import InvalidRequest, JobCancelled, JobStore, LeaseLost, WorkLease
+from ._gate import Gate
+from ._hooks import OF_OUTCOME, Hooks, JobEvent, say
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -76,27 +78,20 @@ class JobContext:
 
 
 class Reporter(Protocol):
-    """Where a slot says what it is doing (a thread pool's table, or shared memory)."""
+    """Where a slot says what it is doing (a thread pool's table, or the board of process mode),
+    and where its counters are."""
 
     def started(self, lease: WorkLease) -> None: ...
     def touched(self, lease: WorkLease) -> None: ...
-    def finished(self, outcome: str) -> None: ...
-
-
-class Gate(Protocol):
-    """What a slot asks before each pull."""
-
-    def stopping(self) -> bool: ...
-    def paused(self) -> bool: ...
-    def take(self) -> bool: ...  # one job of the run's budget (count=...); False when spent
-    def give_back(self) -> None: ...
+    def finished(self, event: JobEvent) -> None: ...  # count event.outcome
+    def dropped(self) -> bool: ...  # this slot was left behind (a hung thread): take no more jobs
 
 
 def serve(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str], gate: Gate,
-          reporter: Reporter, *, burst: bool, poll: float = 0.5,
+          reporter: Reporter, hooks: Hooks, *, burst: bool, poll: float = 0.5,
           on_lease: Callable[[WorkLease], None] = lambda lease: None) -> None:
     """Run jobs until the gate says stop, the budget is spent, or (``burst``) nothing is due."""
-    while not gate.stopping():
+    while not (gate.stopping() or reporter.dropped()):
         if gate.paused():
             time.sleep(min(poll, 0.2))
             continue
@@ -113,11 +108,13 @@ def serve(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str
             gate.give_back()
             return
         on_lease(lease)
-        run_one(lease, handlers[lease.queue], reporter)
+        run_one(lease, handlers[lease.queue], reporter, hooks)
 
 
 OUTCOMES = ("fulfilled", "retrying", "failed", "cancelled", "timed-out", "lost", "released")
 """What :func:`run_one` returns: how one attempt ended (RunSummary counts each)."""
+
+OUTCOME_OF = {event: outcome for outcome, event in OF_OUTCOME.items()}
 
 CANCEL_POLL = 0.1  # seconds between a pool's looks at the cancel requests of running jobs
 
@@ -144,12 +141,6 @@ def fate(store: JobStore, job_id: str, attempt: int) -> str | None:
     return "retrying" if state in ("pending", "scheduled") else state
 
 
-def say_fate(job_id: str, queue: str, attempt: int, outcome: str) -> None:
-    """The log line that tells it, in both pools."""
-    log.info("job %s queue=%s attempt=%d ended %s", job_id, queue, attempt,
-             {"retrying": "and is retrying", "lost": "and is lost"}.get(outcome, outcome))
-
-
 class Tally:
     """How many attempts ended with each outcome, in :data:`OUTCOMES`' order."""
 
@@ -158,6 +149,10 @@ class Tally:
 
     def add(self, outcome: str, n: int = 1) -> None:
         self.counts[OUTCOMES.index(outcome)] += n
+
+    def count(self, event: JobEvent) -> None:
+        """Count an ending event (its ``outcome``, one of the hooks' ENDINGS)."""
+        self.add(OUTCOME_OF[event.outcome or ""])
 
     def __add__(self, other: Tally) -> Tally:
         return Tally([a + b for a, b in zip(self.counts, other.counts, strict=True)])
@@ -170,9 +165,10 @@ class Tally:
         return sum(self.counts)
 
 
-def run_one(lease: WorkLease, handler: Handler, reporter: Reporter) -> str:
-    """Run ``handler`` on one leased job, commit the outcome, log one line; returns the outcome,
-    one of :data:`OUTCOMES`.
+def run_one(lease: WorkLease, handler: Handler, reporter: Reporter, hooks: Hooks) -> str:
+    """Run ``handler`` on one leased job, commit the outcome, tell it (the log line, the
+    reporter's counters, then the hooks: ``_hooks``); returns the outcome, one of
+    :data:`OUTCOMES`.
 
     Anything the handler raises is a failed attempt, ``BaseException`` included: a handler's
     ``sys.exit()`` or ``KeyboardInterrupt`` must not end the slot with its job given back
@@ -181,9 +177,11 @@ def run_one(lease: WorkLease, handler: Handler, reporter: Reporter) -> str:
     reporter.started(lease)
     started = time.monotonic()
     pid = os.getpid()
-    outcome, why = "lost", ""
+    outcome, error = "lost", None
     try:
         try:
+            if hooks:
+                hooks.emit(JobEvent("started", lease.id, lease.queue, lease.attempt))
             value = handler(JobContext(lease, lambda: reporter.touched(lease)))
         except WorkerShutdown:
             outcome = _release(lease)
@@ -192,14 +190,17 @@ def run_one(lease: WorkLease, handler: Handler, reporter: Reporter) -> str:
             _forked_by_handler(pid)
             _drop_own_frame(exc)
             outcome = _fail(lease, exc)
-            why = f": {_said(exc)}"
+            error = _said(exc)
         else:
             _forked_by_handler(pid)
             outcome = _fulfil(lease, value)
     finally:
-        log.info("job %s queue=%s attempt=%d %s (ran %.3fs)%s", lease.id, lease.queue, lease.attempt, outcome,
-                 time.monotonic() - started, why)
-        reporter.finished(outcome)
+        name = OF_OUTCOME[outcome]
+        event = JobEvent(name, lease.id, lease.queue, lease.attempt, name, time.monotonic() - started, error)
+        say(event)
+        reporter.finished(event)
+        if hooks and not reporter.dropped():  # a dropped slot's attempt was told when it was left
+            hooks.emit(event)
     return outcome
 
 

@@ -5,6 +5,12 @@ timed out through its lease (a failed attempt; the handler's late commit is fenc
 thread is replaced, since a thread cannot be stopped; one whose cancel was requested has its
 ``on_cancel`` fired, and stops when its handler looks (cooperative). Stopping: no new pulls;
 running jobs get ``grace`` seconds, then their leases are released (no attempt counted).
+
+A thread left running a handler past its time limit costs a thread until the handler returns,
+if ever. At most ``max_hung`` such threads are left: a time-out past that leaves its slot
+empty until one of them ends (the worker runs on with fewer slots, and says so), and once no
+slot is left to run jobs, ``run()`` raises :class:`WorkerFailing` rather than sit idle for
+good: a restarted process has none of those threads (processes mode kills such handlers).
 """
 
 from __future__ import annotations
@@ -14,51 +20,61 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from .. import JobStore, WorkLease
+from .. import JobStore, WorkerFailing, WorkLease
+from ._gate import Gate
+from ._hooks import Hooks, JobEvent, say
 from ._restarts import Restarts
-from ._slot import CANCEL_POLL, Gate, Handler, Tally, fate, say_fate, serve
+from ._slot import CANCEL_POLL, Handler, Tally, fate, serve
 
 log = logging.getLogger("fsjobstore.worker")
 
 
 class _Slot:
-    """One slot's thread and what it is running now (read by the monitor)."""
+    """One slot's thread and what it is running now (read by the monitor); its own Reporter."""
 
     def __init__(self, index: int, ring: Callable[[], None]) -> None:
         self.index = index
         self.ring = ring  # wakes the monitor: a job started (a deadline to watch) or a thread ended
         self.crashed = False  # its thread ended on an unexpected error (not a stop or a burst's end)
         self.thread: threading.Thread | None = None
+        self.returned = False  # its thread is past serve(): set before it rings, so the tick it wakes sees it
         self.lease: WorkLease | None = None
-        self.started = 0.0
+        self.began = 0.0  # wall time its current job started
         self.tally = Tally()
         self.abandoned = False  # its handler overran its limit and still runs: the slot moved on
 
-    def started_job(self, lease: WorkLease) -> None:
-        self.lease, self.started = lease, time.time()
+    def started(self, lease: WorkLease) -> None:
+        self.lease, self.began = lease, time.time()
         self.ring()
 
     def touched(self, lease: WorkLease) -> None:
         self.ring()  # the monitor reads lease.deadline itself, and must wake for a nearer one
 
-    def finished(self, outcome: str) -> None:
+    def finished(self, event: JobEvent) -> None:
         self.lease = None
         if self.abandoned:
             return  # counted as timed out when it was left behind
-        self.tally.add(outcome)
+        self.tally.count(event)
+
+    def dropped(self) -> bool:
+        return self.abandoned
 
 
 class ThreadPool:
     def __init__(self, store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str], gate: Gate,
-                 concurrency: int, *, burst: bool, ring: Callable[[], None]) -> None:
+                 hooks: Hooks, concurrency: int, *, burst: bool, ring: Callable[[], None],
+                 max_hung: int | None = None) -> None:
         self._store = store
         self._handlers = handlers
         self._queues = queues
         self._gate = gate
+        self._hooks = hooks
         self._burst = burst
         self._ring = ring
         self._slots = [_Slot(i, ring) for i in range(concurrency)]
         self._abandoned: list[_Slot] = []
+        self._max_hung = max(8, concurrency) if max_hung is None else max_hung
+        self._held: list[int] = []  # slots left empty: max_hung threads still run overdue handlers
         self._restarts = Restarts()
         self._next_cancel_look = 0.0
 
@@ -67,16 +83,16 @@ class ThreadPool:
             self._start(slot)
 
     def _start(self, slot: _Slot) -> None:
-        reporter = _Report(slot)
-        gate = _SlotGate(self._gate, slot)
+        slot.returned = False
 
         def body() -> None:
             try:
-                serve(self._store, self._handlers, self._queues, gate, reporter, burst=self._burst)
+                serve(self._store, self._handlers, self._queues, self._gate, slot, self._hooks, burst=self._burst)
             except Exception:
                 log.exception("a worker thread failed; it is replaced")
                 slot.crashed = True
             finally:
+                slot.returned = True
                 slot.ring()
 
         slot.thread = threading.Thread(target=body, name=f"fsjobstore-worker-{slot.index}", daemon=True)
@@ -85,17 +101,24 @@ class ThreadPool:
 
     def alive(self) -> bool:
         # A crashed slot the next tick has not seen yet still counts: it is to be started again.
+        # So does a held one, except in a burst (which ends with what it could do).
         return any((s.thread is not None and s.thread.is_alive()) or s.crashed for s in self._slots) \
-            or self._restarts.waiting()
+            or self._restarts.waiting() or (bool(self._held) and not self._burst and not self._gate.stopping())
 
     def tick(self) -> None:
         """One look at every slot: time limits, cancel requests, threads that died. Raises
-        WorkerFailing when threads keep dying at start (see _restarts)."""
+        WorkerFailing when threads keep dying at start (see _restarts), or when every slot is
+        held by hung handlers (the module docstring)."""
         stopping = self._gate.stopping()
         if stopping:  # nothing is started again
             for slot in self._slots:
                 slot.crashed = False
+            self._held.clear()
         for i in self._restarts.look(self.tally().ended(), stopping=stopping):
+            self._start(self._slots[i])
+        while self._held and self._hung() <= self._max_hung:
+            i = self._held.pop(0)
+            log.info("a handler left running past its time limit has returned: worker thread %d starts again", i)
             self._start(self._slots[i])
         now = time.monotonic()
         look_at_cancels = now >= self._next_cancel_look
@@ -107,13 +130,14 @@ class ThreadPool:
                 deadline = lease.deadline
                 if deadline is not None and now > deadline and lease.time_out():
                     # The same words as process mode's, but for what happens to the handler.
+                    ran = time.time() - slot.began
                     log.info("job %s queue=%s attempt=%d timed-out: ran past its time limit (%.1fs); its "
                              "thread cannot be stopped and is left to finish, fenced (processes mode kills)",
-                             lease.id, lease.queue, lease.attempt, time.time() - slot.started)
-                    outcome = fate(self._store, lease.id, lease.attempt)
-                    if outcome is not None:  # never "running": time_out() has ended the claim
-                        say_fate(lease.id, lease.queue, lease.attempt, outcome)
-                    self._replace(i, slot)
+                             lease.id, lease.queue, lease.attempt, ran)
+                    # Never "running": time_out() has ended the claim. None: unreadable (purged).
+                    then = fate(self._store, lease.id, lease.attempt) or "lost"
+                    self._replace(i, slot, JobEvent("timed_out", lease.id, lease.queue, lease.attempt, "timed_out",
+                                                    ran, "ran past its time limit", then))
                     continue
                 if look_at_cancels:
                     lease.cancel_requested  # noqa: B018  (fires on_cancel once; the handler looks)
@@ -121,16 +145,34 @@ class ThreadPool:
                 slot.crashed = False  # scheduled once: the flag is set again only by a new thread's crash
                 self._restarts.died(i, "worker threads")  # a thread that died on an unexpected error
 
-    def _replace(self, i: int, slot: _Slot) -> None:
-        slot.tally.add("timed-out")
+    def _replace(self, i: int, slot: _Slot, event: JobEvent) -> None:
         slot.abandoned = True
         self._abandoned.append(slot)
+        say(event)
+        slot.tally.count(event)
+        self._hooks.emit(event)
         fresh = _Slot(slot.index, self._ring)
         self._slots[i] = fresh
-        self._start(fresh)
+        if self._hung() <= self._max_hung:
+            self._start(fresh)
+            return
+        self._held.append(i)
+        working = len(self._slots) - len(self._held)
+        log.warning("%d worker threads still run handlers past their time limit (max_hung=%d): worker thread %d "
+                    "waits until one returns; %d of %d threads take jobs", self._hung(), self._max_hung, i,
+                    working, len(self._slots))
+        if not working:
+            raise WorkerFailing(f"every worker thread is held: {self._hung()} handlers run on past their time "
+                                "limit and a thread cannot be stopped; restart the worker, or run such handlers "
+                                "with mode='processes', which kills them")
 
-    def running(self) -> list[tuple[WorkLease, float]]:
-        return [(s.lease, s.started) for s in self._slots if s.lease is not None]
+    def _hung(self) -> int:
+        """Threads left running a handler past its time limit that have not returned yet."""
+        return sum(not s.returned for s in self._abandoned)
+
+    def running(self) -> list[dict[str, object]]:
+        return [{"id": s.lease.id, "queue": s.lease.queue, "attempt": s.lease.attempt, "started_at": s.began}
+                for s in self._slots if s.lease is not None]
 
     def tally(self) -> Tally:
         total = Tally()
@@ -153,49 +195,22 @@ class ThreadPool:
                     due.append(lease.deadline - now)
         return max(0.0, min(due, default=3600.0))
 
-    def release_running(self) -> None:
+    def give_back(self) -> None:
         """Grace is over: give back every job still running (the handlers run on, fenced)."""
         for slot in self._slots:
             lease = slot.lease
             if lease is not None and not lease.finished:
                 try:
                     lease.release()
-                    slot.tally.add("released")
-                    slot.abandoned = True  # its handler runs on, fenced: its end is not counted again
-                    log.info("job %s queue=%s attempt=%d released: given back at shutdown", lease.id,
-                             lease.queue, lease.attempt)
                 except Exception as exc:  # ended meanwhile, or a storage fault: recovery has it
                     log.debug("releasing %s at shutdown: %s", lease.id, exc)
+                    continue
+                slot.abandoned = True  # its handler runs on, fenced: its end is not counted again
+                event = JobEvent("given_back", lease.id, lease.queue, lease.attempt, "given_back",
+                                 time.time() - slot.began, "given back at shutdown")
+                say(event)
+                slot.tally.count(event)
+                self._hooks.emit(event)
 
-class _SlotGate:
-    """The run's gate, closed for a slot whose thread was left behind on a timed-out job."""
-
-    def __init__(self, gate: Gate, slot: _Slot) -> None:
-        self._gate = gate
-        self._slot = slot
-
-    def stopping(self) -> bool:
-        return self._slot.abandoned or self._gate.stopping()
-
-    def paused(self) -> bool:
-        return self._gate.paused()
-
-    def take(self) -> bool:
-        return self._gate.take()
-
-    def give_back(self) -> None:
-        self._gate.give_back()
-
-
-class _Report:
-    def __init__(self, slot: _Slot) -> None:
-        self._slot = slot
-
-    def started(self, lease: WorkLease) -> None:
-        self._slot.started_job(lease)
-
-    def touched(self, lease: WorkLease) -> None:
-        self._slot.touched(lease)
-
-    def finished(self, outcome: str) -> None:
-        self._slot.finished(outcome)
+    def close(self) -> None:
+        """Nothing to end: the slots have returned, or run on fenced (daemon threads)."""

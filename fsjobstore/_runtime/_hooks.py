@@ -1,0 +1,125 @@
+"""Hooks: user code told about each job a worker runs (``Worker.on``), the way dramatiq's
+middleware, huey's signals and Celery's signals are.
+
+Every attempt makes one :class:`JobEvent` when it starts and one when it ends. The ending event is
+told first to the runtime's own log line (:func:`say`), then to the pool's counters (what
+:class:`RunSummary` adds up), then to the user's hooks, in the order they were registered: for
+the outcome's own name (``"fulfilled"``, ``"retried"``, ...), then for ``"finished"``. So a hook
+can neither change what the log and the counts say, nor the job: it runs after the outcome was
+committed (or, for ``"started"``, before the handler, which runs whatever the hook does).
+
+A hook that raises is logged (with its traceback the first time, one line after that) and
+passed over; the job, the other hooks and the worker go on. ``SystemExit`` and
+``KeyboardInterrupt`` from a hook are caught the same way: hook code is user code. A hook that
+hangs holds the slot it runs in, as a handler with no time limit would: keep hooks short (hand
+slow reporting to a queue or a thread of your own).
+
+Where hooks run: in the thread or child process that ran the job; in process mode an attempt the
+supervisor ended (its child killed past its time limit or on a cancel request, or dead) is told
+in the supervisor, once recovery has ended the claim; in thread mode a time-out is told in the
+thread that called ``Worker.run``, as are jobs given back when the grace period ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from .. import InvalidRequest
+
+log = logging.getLogger("fsjobstore.worker")
+
+ENDINGS = ("fulfilled", "retried", "failed", "cancelled", "timed_out", "lost", "given_back")
+"""The events of an ended attempt: exactly one per attempt, as :class:`RunSummary` counts them."""
+
+EVENTS = ("started", *ENDINGS, "finished")
+"""What :meth:`Worker.on` accepts; ``"finished"`` is told after each of :data:`ENDINGS`."""
+
+# The runtime's own outcome words (_slot.OUTCOMES) and the events that tell them.
+OF_OUTCOME = {"fulfilled": "fulfilled", "retrying": "retried", "failed": "failed", "cancelled": "cancelled",
+              "timed-out": "timed_out", "lost": "lost", "released": "given_back"}
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """What a hook is called with.
+
+    ``event``: the name the hook was registered for (``"finished"`` hooks get ``"finished"``;
+    ``outcome`` says how). ``outcome``: one of :data:`ENDINGS`, or None for ``"started"``.
+    ``duration``: seconds the attempt ran (None for ``"started"``). ``error``: what the handler
+    raised (``"Type: message"``), or why the attempt ended otherwise; None for a fulfilled one.
+    ``then``: for an attempt the worker ended from outside (``timed_out``, a killed or dead
+    child), what the job does next (``"retrying"``, ``"failed"``, ...), else None. For the
+    request, the value or the logs: ``store.get(event.job_id)``.
+    """
+
+    event: str
+    job_id: str
+    queue: str
+    attempt: int
+    outcome: str | None = None
+    duration: float | None = None
+    error: str | None = None
+    then: str | None = None
+
+
+Hook = Callable[[JobEvent], object]
+
+
+def check_event(event: object) -> str:
+    if event not in EVENTS:
+        raise InvalidRequest(f"no hook event {event!r}: use one of {', '.join(EVENTS)}")
+    return str(event)
+
+
+class Hooks:
+    """The user's hooks of one worker, by event. Registered before ``run()``; a forked child
+    gets a copy, a thread shares them."""
+
+    def __init__(self) -> None:
+        self._by_event: dict[str, list[Hook]] = {name: [] for name in EVENTS}
+        self._told: set[int] = set()  # hooks whose first error was logged with its traceback
+
+    def add(self, event: str, fn: Hook) -> None:
+        if not callable(fn):
+            raise InvalidRequest(f"the hook for {event!r} is not callable: {fn!r}")
+        self._by_event[check_event(event)].append(fn)
+
+    def pairs(self) -> list[tuple[str, Hook]]:
+        return [(name, fn) for name, fns in self._by_event.items() for fn in fns]
+
+    def __bool__(self) -> bool:
+        return any(self._by_event.values())
+
+    def emit(self, event: JobEvent) -> None:
+        """Call the hooks of ``event.event``, then, for an ending, those of ``"finished"``."""
+        self._call(event)
+        if event.event in ENDINGS and self._by_event["finished"]:
+            self._call(replace(event, event="finished"))
+
+    def _call(self, event: JobEvent) -> None:
+        for fn in self._by_event[event.event]:
+            try:
+                fn(event)
+            # Hook code is user code (module docstring). Not BaseException: the worker's own stop
+            # of a child (WorkerShutdown, raised by SIGTERM) must go through.
+            except (Exception, SystemExit, KeyboardInterrupt) as exc:
+                first = id(fn) not in self._told
+                self._told.add(id(fn))
+                log.error("hook %s for %s of job %s raised %s: %s; the job is not affected",
+                          getattr(fn, "__qualname__", repr(fn)), event.event, event.job_id,
+                          type(exc).__name__, exc, exc_info=exc if first else None)
+
+
+def say(event: JobEvent) -> None:
+    """The runtime's own line for an ended attempt, in both pools."""
+    if event.then is not None:  # ended from outside the handler: say how the job goes on
+        then = {"retrying": "and is retrying", "lost": "and is lost"}.get(event.then, event.then)
+        log.info("job %s queue=%s attempt=%d ended %s", event.job_id, event.queue, event.attempt, then)
+        return
+    word = {"retried": "retrying", "timed_out": "timed-out", "given_back": "released"}.get(
+        event.outcome or "", event.outcome)
+    why = f": {event.error}" if event.error else ""
+    log.info("job %s queue=%s attempt=%d %s (ran %.3fs)%s", event.job_id, event.queue, event.attempt, word,
+             event.duration or 0.0, why)
