@@ -61,13 +61,13 @@ class _Watch:
 
     def __init__(self, store: JobStore, kind: str) -> None:
         self._wakeups = store.wakeups(kind)
-        self._loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
         self._waiters: dict[asyncio.Future[None], str | None] = {}  # -> the job id it waits for (done)
         self._ticker: asyncio.Task[None] | None = None
         self.generation = 0  # counts wake-ups for anyone: a waiter that saw it change looks again
         self._fd = self._wakeups.fileno()
         if self._fd is not None:
-            self._loop.add_reader(self._fd, self._look)
+            self.loop.add_reader(self._fd, self._look)
         self._poll = store.poll_interval
 
     def _look(self) -> None:
@@ -92,23 +92,24 @@ class _Watch:
         generation ``seen`` was read."""
         if self.generation != seen or pause <= 0:
             return
-        fut: asyncio.Future[None] = self._loop.create_future()
+        fut: asyncio.Future[None] = self.loop.create_future()
         self._waiters[fut] = job_id
         if self._ticker is None and self._wakeups.interval < self._poll:
-            self._ticker = self._loop.create_task(self._tick())
+            self._ticker = self.loop.create_task(self._tick())
         try:
             await asyncio.wait([fut], timeout=pause)
         finally:
             del self._waiters[fut]
 
     def close(self) -> None:
-        if self._fd is not None:
-            self._loop.remove_reader(self._fd)
-        if self._ticker is not None:
-            self._ticker.cancel()
-        for fut in self._waiters:
-            if not fut.done():
-                fut.set_result(None)
+        if not self.loop.is_closed():  # a closed loop forgot its readers and tasks already
+            if self._fd is not None:
+                self.loop.remove_reader(self._fd)
+            if self._ticker is not None:
+                self._ticker.cancel()
+            for fut in self._waiters:
+                if not fut.done():
+                    fut.set_result(None)
         self._wakeups.close()
 
 
@@ -117,7 +118,8 @@ class AsyncJobStore:
 
     ``AsyncJobStore(path, **options)`` opens a store as ``JobStore(path, **options)`` does;
     ``AsyncJobStore(store)`` wraps one you opened (closing the wrapper then leaves it open).
-    Use it from one event loop; ``.store`` is the blocking store underneath.
+    Use it from one event loop at a time (``asyncio.run`` again is fine); ``.store`` is the
+    blocking store underneath.
     """
 
     def __init__(self, store: JobStore | str, **options: Any) -> None:
@@ -137,6 +139,11 @@ class AsyncJobStore:
 
     def _watch(self, kind: str) -> _Watch:
         watch = self._watches.get(kind)
+        if watch is not None and watch.loop is not asyncio.get_running_loop():
+            # Made on a loop that is gone (asyncio.run again) or another one: its reader and its
+            # waiters belong there. Used from a new loop, it starts anew.
+            watch.close()
+            watch = None
         if watch is None:
             watch = self._watches[kind] = _Watch(self.store, kind)
         return watch

@@ -16,6 +16,7 @@ Built on fsjobstore's public API only, like any user's code would be (a test che
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -30,6 +31,7 @@ from types import FrameType
 from typing import Any, Literal
 
 from . import InvalidRequest, JobStore, JobStoreError, check_queue_name
+from ._runtime._asyncio import AsyncPool
 from ._runtime._bell import Bell
 from ._runtime._deliverer import Deliverer
 from ._runtime._gate import Gate
@@ -43,7 +45,7 @@ __all__ = ["EVENTS", "Deliverer", "JobContext", "JobEvent", "RunSummary", "Worke
 
 log = logging.getLogger("fsjobstore.worker")
 
-Mode = Literal["processes", "threads"]
+Mode = Literal["processes", "threads", "asyncio"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +104,12 @@ class Worker:
         :class:`JobContext` and returns the job's value (bytes, or any JSON), or raises: a failed
         attempt, retried with the store's backoff while attempts remain.
     :param concurrency: jobs run at once.
-    :param mode: ``"processes"`` (the default: CPU-bound handlers, and time limits that kill) or
+    :param mode: ``"processes"`` (the default: CPU-bound handlers, and time limits that kill),
         ``"threads"`` (I/O-bound handlers; a handler past its limit is failed and fenced, but
-        runs on, since a thread cannot be stopped). Processes are forked (Linux).
+        runs on, since a thread cannot be stopped) or ``"asyncio"`` (``async def`` handlers,
+        ``concurrency`` of them as tasks on one event loop; one past its limit is cancelled).
+        Processes are forked (Linux). An ``async def`` handler in the other modes runs on an
+        event loop of its own per job.
     :param queues: which queues to take jobs from, in priority order (default: every queue with
         a handler, in the order they were registered).
     :param grace: seconds running jobs get to finish once the worker is told to stop; after it
@@ -120,8 +125,8 @@ class Worker:
                  mode: Mode = "processes", queues: Sequence[str] | None = None, grace: float = 30.0,
                  name: str | None = None, max_hung: int | None = None) -> None:
         _number(concurrency, "concurrency", low=1, high=1024, integer=True)
-        if mode not in ("processes", "threads"):
-            raise InvalidRequest(f"mode must be 'processes' or 'threads', got {mode!r}")
+        if mode not in ("processes", "threads", "asyncio"):
+            raise InvalidRequest(f"mode must be 'processes', 'threads' or 'asyncio', got {mode!r}")
         _number(grace, "grace (seconds)", low=0, high=1e9)
         self.max_hung: int = max(8, concurrency) if max_hung is None else _number(
             max_hung, "max_hung", low=0, high=1_000_000, integer=True)
@@ -220,6 +225,10 @@ class Worker:
         missing = [q for q in queues if q not in self._handlers]
         if missing:
             raise InvalidRequest(f"no handler for queue(s) {', '.join(missing)}")
+        blocking = [q for q in queues if not inspect.iscoroutinefunction(self._handlers[q])]
+        if self.mode == "asyncio" and blocking:
+            raise InvalidRequest(f"mode 'asyncio' runs async def handlers on one event loop; the handler of "
+                                 f"queue(s) {', '.join(blocking)} is not one (use mode 'threads' or 'processes')")
         self._stop.clear()
         self._stop_now.clear()
         started = time.monotonic()
@@ -255,7 +264,9 @@ class Worker:
         gate = self._gate = Gate(count)
         pool = self._pool = self._make_pool(queues, gate, burst)
         self._apply_pause()  # before any slot starts: a worker paused before run() takes nothing
-        unit = self.mode if self.concurrency > 1 else {"processes": "process", "threads": "thread"}[self.mode]
+        one, many = {"processes": ("process", "processes"), "threads": ("thread", "threads"),
+                     "asyncio": ("task", "tasks")}[self.mode]
+        unit = many if self.concurrency > 1 else one
         log.info("worker %s: %d %s on queues %s of %s", self.name, self.concurrency, unit, ", ".join(queues),
                  self.store.path)
         stopped_by = ""
@@ -319,6 +330,8 @@ class Worker:
         given = (self.store, self._handlers, queues, gate, self._hooks, self.concurrency)
         if self.mode == "threads":
             return ThreadPool(*given, burst=burst, ring=self._bell.ring, max_hung=self.max_hung)
+        if self.mode == "asyncio":
+            return AsyncPool(*given, burst=burst, ring=self._bell.ring)
         return ProcessPool(*given, burst=burst, ring=self._bell.ring)
 
     def _more_due(self, queues: list[str], count: int | None) -> bool:

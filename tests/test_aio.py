@@ -154,3 +154,18 @@ def test_a_wait_cancelled_by_its_caller_leaves_the_others_waiting(root: str) -> 
             assert (await wb).value == "b done"
 
     asyncio.run(main())
+
+
+def test_one_store_serves_one_event_loop_after_another(root: str) -> None:
+    store = AsyncJobStore(root, durable=False, poll_interval=30.0)
+
+    async def one_round(n: int) -> None:
+        job = await store.create(n)
+        waiting = asyncio.create_task(store.wait(job.id, timeout=10))
+        await asyncio.sleep(0.1)
+        await store.fulfill(job.id, n * 10)
+        assert (await waiting).value == n * 10
+
+    asyncio.run(one_round(1))
+    asyncio.run(one_round(2))  # a new loop: the watch made on the first one is made anew
+    asyncio.run(store.aclose())

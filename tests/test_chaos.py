@@ -27,7 +27,7 @@ def test_a_short_chaos_run_loses_nothing_and_commits_nothing_twice(tmp_path: Pat
     assert report["fulfilled"] == 1000
 
 
-@pytest.mark.parametrize("runtime", ["processes", "threads"])
+@pytest.mark.parametrize("runtime", ["processes", "threads", "asyncio"])
 def test_a_short_chaos_run_through_the_worker_runtime_loses_nothing(tmp_path: Path, runtime: str) -> None:
     report = chaos.run(jobs=300, workers=3, kills=30, lease=1.0, seed=5, workdir=str(tmp_path), runtime=runtime)
     assert report["kills"] >= 30 and report["created_ok"] == 300

@@ -46,6 +46,8 @@ def add(subparsers: Any) -> None:
                       help="run handlers in threads, not child processes")
     mode.add_argument("--processes", dest="mode", action="store_const", const="processes",
                       help="run handlers in child processes (the default; overrides a Worker's mode)")
+    mode.add_argument("--asyncio", dest="mode", action="store_const", const="asyncio",
+                      help="run async def handlers as tasks on one event loop")
     p.add_argument("--burst", action="store_true", help="stop as soon as no job is due (for cron)")
     p.add_argument("--max-jobs", type=number(low=1, high=SECONDS_MAX, integer=True), default=None, metavar="N",
                    help="stop after N jobs")

@@ -7,10 +7,13 @@ runtime, uses fsjobstore's public API only.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from types import CodeType
 from typing import Any, Protocol
 
 from .. import InvalidRequest, JobCancelled, JobStore, LeaseLost, WorkLease
@@ -183,17 +186,19 @@ def run_one(lease: WorkLease, handler: Handler, reporter: Reporter, hooks: Hooks
             if hooks:
                 hooks.emit(JobEvent("started", lease.id, lease.queue, lease.attempt))
             value = handler(JobContext(lease, lambda: reporter.touched(lease)))
+            if inspect.iscoroutine(value):  # an async def handler, outside asyncio mode: its own loop
+                value = asyncio.run(value)
         except WorkerShutdown:
             outcome = _release(lease)
             raise
         except BaseException as exc:  # handler code is untrusted: see the docstring
             _forked_by_handler(pid)
-            _drop_own_frame(exc)
-            outcome = _fail(lease, exc)
-            error = _said(exc)
+            drop_own_frame(exc)
+            outcome = commit_failure(lease, exc)
+            error = described(exc)
         else:
             _forked_by_handler(pid)
-            outcome = _fulfil(lease, value)
+            outcome = commit_value(lease, value)
     finally:
         name = OF_OUTCOME[outcome]
         event = JobEvent(name, lease.id, lease.queue, lease.attempt, name, time.monotonic() - started, error)
@@ -204,7 +209,7 @@ def run_one(lease: WorkLease, handler: Handler, reporter: Reporter, hooks: Hooks
     return outcome
 
 
-def _said(exc: BaseException) -> str:
+def described(exc: BaseException) -> str:
     """``Type: message``, or the type alone when there is no message (a bare KeyboardInterrupt)."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -218,10 +223,11 @@ def _forked_by_handler(pid: int) -> None:
         os._exit(0)
 
 
-def _drop_own_frame(exc: BaseException) -> None:
-    """The stored traceback starts at the handler, not at this module's call of it."""
+def drop_own_frame(exc: BaseException, caller: CodeType | None = None) -> None:
+    """The stored traceback starts at the handler, not at the runtime's call of it (``caller``:
+    the code that called it, default :func:`run_one`)."""
     tb = exc.__traceback__
-    if tb is not None and tb.tb_frame.f_code is run_one.__code__ and tb.tb_next is not None:
+    if tb is not None and tb.tb_frame.f_code is (caller or run_one.__code__) and tb.tb_next is not None:
         exc.__traceback__ = tb.tb_next
 
 
@@ -233,7 +239,7 @@ def _ended(lease: WorkLease) -> str | None:
     return "lost" if lost is None or lost.reason != "timeout" else "timed-out"
 
 
-def _fulfil(lease: WorkLease, value: Any) -> str:
+def commit_value(lease: WorkLease, value: Any) -> str:
     if lease.finished:  # the handler committed it itself, or it timed out meanwhile
         return _ended(lease) or "fulfilled"
     try:
@@ -247,13 +253,13 @@ def _fulfil(lease: WorkLease, value: Any) -> str:
         # The handler returned something that cannot be stored (a set, a datetime, too big):
         # a bug in the handler, which running it again will not cure, so the job fails for good.
         why = f"the handler's return value cannot be stored: {exc}"
-        outcome = _fail(lease, why, retry=False)
+        outcome = commit_failure(lease, why, retry=False)
         if outcome == "failed":
             log.warning("job %s: %s", lease.id, why)
         return outcome
 
 
-def _fail(lease: WorkLease, exc: BaseException | str, *, retry: bool = True) -> str:
+def commit_failure(lease: WorkLease, exc: BaseException | str, *, retry: bool = True) -> str:
     if isinstance(exc, JobCancelled) and lease.cancel_requested:
         exc = JobCancelled("the handler stopped on a cancel request")
     ended = _ended(lease)

@@ -106,8 +106,26 @@ def runtime_worker(root: str, history: str, lease: float, work: float, mode: str
             return
         _record(fh, "ok", "fulfill", n, job.id, job.token)
 
+    async def async_handler(job: JobContext) -> None:  # the same, as a task on the asyncio pool's loop
+        import asyncio
+
+        fh = files.get(os.getpid())
+        if fh is None:
+            fh = files[os.getpid()] = open(f"{history}.{os.getpid()}.history", "a")  # noqa: SIM115
+        n = job.request["n"]
+        _record(fh, "ok", "claim", n, job.id, job.token)
+        await asyncio.sleep(random.uniform(0, work))
+        _record(fh, "invoke", "fulfill", n, job.id, job.token)
+        try:
+            job.lease.fulfill(job.token)
+        except LeaseLost as exc:
+            _record(fh, "fail", "fulfill", n, job.id, job.token, exc.reason)
+            return
+        _record(fh, "ok", "fulfill", n, job.id, job.token)
+
     with JobStore(root, lease_duration=lease, backoff=lambda attempt: 0.0) as store:
-        worker = Worker(store, {"default": handler}, concurrency=2, mode=mode, grace=lease)  # type: ignore[arg-type]
+        chosen = async_handler if mode == "asyncio" else handler
+        worker = Worker(store, {"default": chosen}, concurrency=2, mode=mode, grace=lease)  # type: ignore[arg-type]
 
         def watch() -> None:
             while not os.path.exists(stop_file):
@@ -324,7 +342,7 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=1000)
     parser.add_argument("--lease", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--runtime", choices=["processes", "threads"], default=None,
+    parser.add_argument("--runtime", choices=["processes", "threads", "asyncio"], default=None,
                         help="workers are fsjobstore.Worker runs in this mode (default: plain pull loops)")
     parser.add_argument("--retention", action="store_true",
                         help="odd-numbered jobs are made with retain=0: removed while the chaos runs")
