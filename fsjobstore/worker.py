@@ -318,6 +318,7 @@ class Worker:
                 self._bell.wait(min(due), pool.wait_fds())
         finally:
             pool.close()
+            self._hooks.flush(max(5.0, self.grace))  # what the hook thread was given is told before run() returns
             self._retract()
         if self._signalled:
             return "signal"

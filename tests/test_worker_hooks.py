@@ -17,6 +17,7 @@ import pytest
 import worker_tasks as tasks
 
 from fsjobstore import InvalidRequest, JobState, Worker, WorkerFailing
+from fsjobstore._runtime import _threads
 from fsjobstore.worker import EVENTS, JobEvent
 
 MODES = ["threads", "processes"]
@@ -169,10 +170,53 @@ def test_threads_mode_holds_a_slot_once_max_hung_handlers_overran_and_starts_it_
     assert all(store.get(j.id).state is JobState.FULFILLED for j in quick)
 
 
-def test_threads_mode_fails_the_run_when_every_slot_is_held_by_hung_handlers(open_store: Any) -> None:
+def test_threads_mode_fails_the_run_when_every_slot_stays_held_by_hung_handlers(
+        open_store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_threads, "ALL_HELD_FOR", 0.5)
     store = open_store(backoff=lambda attempt: 0.0, lease_duration=5.0)
     jobs = [store.create({}, queue="hang", timeout=0.2, max_attempts=1) for _ in range(2)]
     worker = Worker(store, {"hang": tasks.hang}, mode="threads", max_hung=1)
-    with pytest.raises(WorkerFailing, match="every worker thread is held: 2 handlers run on past their time limit"):
-        _bounded_run(worker)
+    started = time.monotonic()
+    with pytest.raises(WorkerFailing, match="every worker thread has been held for 0.5s: 2 handlers run on"):
+        _bounded_run(worker, burst=False)
+    assert time.monotonic() - started >= 0.5 + 0.4  # two time-outs, then the wait for one to return
     assert [store.get(j.id).state for j in jobs] == [JobState.FAILED, JobState.FAILED]
+
+
+def test_a_held_slot_that_gets_its_thread_back_in_time_keeps_the_worker_running(
+        open_store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_threads, "ALL_HELD_FOR", 5.0)
+    store = open_store(backoff=lambda attempt: 0.0)
+    store.create({"seconds": 1.0}, queue="slow", timeout=0.2, max_attempts=1)
+    later = store.create({"n": 1}, queue="echo")
+    worker = Worker(store, {"slow": tasks.slow, "echo": tasks.echo}, mode="threads", max_hung=0,
+                    queues=["slow", "echo"])
+    summary = _bounded_run(worker, burst=False, duration=2.5)
+    assert summary.timed_out == 1 and summary.fulfilled == 1 and summary.stopped_by == "duration"
+    assert store.get(later.id).state is JobState.FULFILLED
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_slow_hook_told_by_the_supervisor_does_not_delay_the_next_time_limit(
+        open_store: Any, mode: str, caplog: pytest.LogCaptureFixture) -> None:
+    # From a new user's trial: a timed_out hook that slept 4 s made the next job's time-out 4.5 s late.
+    store = open_store(backoff=lambda attempt: 0.0, lease_duration=5.0)
+    first = store.create({}, queue="hang", timeout=0.3, max_attempts=1)
+    second = store.create({}, queue="hang", timeout=1.0, max_attempts=1)
+    worker = Worker(store, {"hang": tasks.hang}, mode=mode, concurrency=2)
+    told: list[str] = []
+
+    @worker.on("timed_out")
+    def slow(event: JobEvent) -> None:
+        time.sleep(3.0)
+        told.append(event.job_id)
+
+    with caplog.at_level(logging.INFO, logger="fsjobstore.worker"):
+        _bounded_run(worker)
+    ran = {}
+    for r in caplog.records:
+        m = r.getMessage()
+        if "timed-out: ran past its time limit (ran " in m:
+            ran[m.split()[1]] = float(m.split("(ran ")[1].split("s)")[0])
+    assert set(ran) == {first.id, second.id} and ran[second.id] < 2.5, ran
+    assert sorted(told) == sorted([first.id, second.id])  # both told before run() returned

@@ -188,6 +188,9 @@ def worker(args: argparse.Namespace) -> int:
             f"{key} {shown[key]} ({'--' + key if key != 'mode' else '--' + used[key]} given)"
             if given[key] is not None else f"{key} {shown[key]} (from {source})" for key in used))
     with JobStore(args.dir, create=False, lease_duration=args.lease_duration, **store_options(args)) as store:
+        if loaded is not None and os.path.realpath(loaded.store.path) != os.path.realpath(store.path):
+            log.info("the Worker %s was made on the store %s; its jobs come from %s (DIR)", args.handlers,
+                     loaded.store.path, store.path)
         run = Worker(store, handlers, concurrency=used["concurrency"], mode=used["mode"], queues=queues,
                      grace=used["grace"], name=name, max_hung=loaded.max_hung if loaded else None)
         for event, hook in loaded.hooks if loaded else ():  # a Worker's hooks come with it

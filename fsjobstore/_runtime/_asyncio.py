@@ -28,7 +28,17 @@ from ..aio import AsyncJobStore
 from ._gate import Gate
 from ._hooks import OF_OUTCOME, Hooks, JobEvent, say
 from ._restarts import Restarts
-from ._slot import CANCEL_POLL, Handler, JobContext, Tally, commit_failure, commit_value, described, drop_own_frame
+from ._slot import (
+    CANCEL_POLL,
+    ENDED_BECAUSE,
+    Handler,
+    JobContext,
+    Tally,
+    commit_failure,
+    commit_value,
+    described,
+    drop_own_frame,
+)
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -111,8 +121,7 @@ class AsyncPool:
         self._ring()  # the supervisor watches a new deadline
         error = None
         try:
-            if self._hooks:
-                self._hooks.emit(JobEvent("started", lease.id, lease.queue, lease.attempt))
+            self._hooks.later(JobEvent("started", lease.id, lease.queue, lease.attempt))
             work: Awaitable[Any] = self._handlers[lease.queue](JobContext(lease, self._ring))
             slot.task = asyncio.ensure_future(work)
             try:
@@ -125,7 +134,7 @@ class AsyncPool:
             why: BaseException = JobCancelled("the handler was cancelled on a cancel request") \
                 if slot.why == "cancel" else exc
             outcome = await astore.run(commit_failure, lease, why)
-            error = "cancelled on a cancel request" if slot.why == "cancel" else "ran past its time limit"
+            error = ENDED_BECAUSE["cancelled" if slot.why == "cancel" else "timed_out"]
         except BaseException as exc:  # handler code is untrusted, as in _slot.run_one
             drop_own_frame(exc, AsyncPool._run_one.__code__)
             outcome = await astore.run(commit_failure, lease, exc)
@@ -140,7 +149,7 @@ class AsyncPool:
         event = JobEvent(name, lease.id, lease.queue, lease.attempt, name, time.monotonic() - started, error)
         say(event)
         self._tally.count(event)
-        self._hooks.emit(event)
+        self._hooks.later(event)
 
     # -- the supervisor's side --------------------------------------------------------------------
     def alive(self) -> bool:
@@ -165,7 +174,7 @@ class AsyncPool:
                 continue
             deadline = lease.deadline
             if deadline is not None and now > deadline and lease.time_out():
-                log.info("job %s queue=%s attempt=%d timed-out: ran past its time limit (%.1fs); its task is "
+                log.info("job %s queue=%s attempt=%d timed-out: ran past its time limit (ran %.1fs); its task is "
                          "cancelled", lease.id, lease.queue, lease.attempt, time.time() - slot.began)
                 self._cancel(slot, "timeout")
             elif look_at_cancels and lease.cancel_requested:
@@ -207,7 +216,7 @@ class AsyncPool:
                              time.time() - slot.began, "given back at shutdown")
             say(event)
             self._tally.count(event)
-            self._hooks.emit(event)
+            self._hooks.later(event)
 
     def close(self) -> None:
         """Let the loop's thread end (its slots see the stop), for up to a few seconds."""

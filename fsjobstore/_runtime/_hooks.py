@@ -10,23 +10,30 @@ committed (or, for ``"started"``, before the handler, which runs whatever the ho
 
 A hook that raises is logged (with its traceback the first time, one line after that) and
 passed over; the job, the other hooks and the worker go on. ``SystemExit`` and
-``KeyboardInterrupt`` from a hook are caught the same way: hook code is user code. A hook that
-hangs holds the slot it runs in, as a handler with no time limit would: keep hooks short (hand
-slow reporting to a queue or a thread of your own).
+``KeyboardInterrupt`` from a hook are caught the same way: hook code is user code.
 
-Where hooks run: in the thread or child process that ran the job; in process mode an attempt the
-supervisor ended (its child killed past its time limit or on a cancel request, or dead) is told
-in the supervisor, once recovery has ended the claim; in thread mode a time-out is told in the
-thread that called ``Worker.run``, as are jobs given back when the grace period ends.
+Where hooks run: in the thread or child process that ran the job, where a slow hook holds that
+slot as a slow handler would. What the supervisor tells (in process mode an attempt it ended: a
+child killed past its time limit or on a cancel request, or dead, once recovery has ended the
+claim; in thread mode a time-out, and jobs given back when the grace period ends) and every
+event of asyncio mode go to one hook thread of the worker's process, in order (:meth:`Hooks.later`):
+a slow hook there delays the hooks after it, never the supervisor's watch of time limits and
+signals, nor asyncio mode's event loop.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import queue
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from .. import InvalidRequest
+
+_START = threading.Lock()
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -80,6 +87,9 @@ class Hooks:
     def __init__(self) -> None:
         self._by_event: dict[str, list[Hook]] = {name: [] for name in EVENTS}
         self._told: set[int] = set()  # hooks whose first error was logged with its traceback
+        self._queue: queue.Queue[JobEvent] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._pid = 0  # the process whose hook thread _thread is (a forked child has none)
 
     def add(self, event: str, fn: Hook) -> None:
         if not callable(fn):
@@ -91,6 +101,32 @@ class Hooks:
 
     def __bool__(self) -> bool:
         return any(self._by_event.values())
+
+    def later(self, event: JobEvent) -> None:
+        """:meth:`emit` on the hook thread (started on first use), in the order given."""
+        if not self:
+            return
+        with _START:
+            if self._thread is None or self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._thread = threading.Thread(target=self._drain, name="fsjobstore-hooks", daemon=True)
+                self._thread.start()
+        self._queue.put(event)
+
+    def _drain(self) -> None:
+        while True:
+            event = self._queue.get()
+            try:
+                self.emit(event)
+            finally:
+                self._queue.task_done()
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait (up to ``timeout`` s) until the hook thread has told what it was given: a run
+        tells its last events before it returns."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def emit(self, event: JobEvent) -> None:
         """Call the hooks of ``event.event``, then, for an ending, those of ``"finished"``."""

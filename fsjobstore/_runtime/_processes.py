@@ -35,7 +35,7 @@ from ._board import Board
 from ._gate import Gate
 from ._hooks import OF_OUTCOME, Hooks, JobEvent, say
 from ._restarts import Restarts
-from ._slot import CANCEL_POLL, Handler, Tally, WorkerShutdown, fate, serve
+from ._slot import CANCEL_POLL, ENDED_BECAUSE, Handler, Tally, WorkerShutdown, fate, serve
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -266,7 +266,7 @@ class ProcessPool:
                 continue
             outcome = why = None
             if view.deadline and now > view.deadline:
-                outcome, why = "timed-out", f"ran past its time limit ({now - view.started:.1f}s)"
+                outcome, why = "timed-out", f"ran past its time limit (ran {now - view.started:.1f}s)"
             elif look_at_cancels and self._store.cancel_requested(view.job_id):
                 outcome, why = "cancelled", "was cancelled while it ran"
             # RACE: the child may have moved to another job since we read its slot; we check its
@@ -310,12 +310,11 @@ class ProcessPool:
             # Ours killed it: counted as why (a time-out, a cancel). It died: as its job went on.
             outcome = dead.killed or (then if then in ("fulfilled", "failed", "cancelled", "retrying") else "lost")
             name = OF_OUTCOME[outcome]
-            why = {"timed-out": "ran past its time limit", "cancelled": "was cancelled while it ran"}.get(
-                dead.killed or "", "its process died")
+            why = ENDED_BECAUSE.get(name if dead.killed else "", "its process died")
             event = JobEvent(name, dead.job_id, dead.queue, dead.attempt, name, now - dead.started, why, then)
             say(event)
             self._extra.count(event)
-            self._hooks.emit(event)
+            self._hooks.later(event)
         self._crashed = left
 
     def _exited(self, index: int, status: int, stopping: bool) -> bool:

@@ -117,6 +117,10 @@ def serve(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str
 OUTCOMES = ("fulfilled", "retrying", "failed", "cancelled", "timed-out", "lost", "released")
 """What :func:`run_one` returns: how one attempt ended (RunSummary counts each)."""
 
+ENDED_BECAUSE = {"cancelled": "was cancelled while it ran", "timed_out": "ran past its time limit"}
+"""The ``error`` of an attempt ended by a cancel request or its time limit rather than by what
+its handler raised (every pool says the same)."""
+
 OUTCOME_OF = {event: outcome for outcome, event in OF_OUTCOME.items()}
 
 CANCEL_POLL = 0.1  # seconds between a pool's looks at the cancel requests of running jobs
@@ -201,6 +205,9 @@ def run_one(lease: WorkLease, handler: Handler, reporter: Reporter, hooks: Hooks
             outcome = commit_value(lease, value)
     finally:
         name = OF_OUTCOME[outcome]
+        # Ended by a cancel request or the time limit while the handler returned: say why, as
+        # the pools that end an attempt from outside do.
+        error = error or ENDED_BECAUSE.get(name)
         event = JobEvent(name, lease.id, lease.queue, lease.attempt, name, time.monotonic() - started, error)
         say(event)
         reporter.finished(event)

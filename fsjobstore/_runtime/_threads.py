@@ -7,10 +7,11 @@ thread is replaced, since a thread cannot be stopped; one whose cancel was reque
 running jobs get ``grace`` seconds, then their leases are released (no attempt counted).
 
 A thread left running a handler past its time limit costs a thread until the handler returns,
-if ever. At most ``max_hung`` such threads are left: a time-out past that leaves its slot
-empty until one of them ends (the worker runs on with fewer slots, and says so), and once no
-slot is left to run jobs, ``run()`` raises :class:`WorkerFailing` rather than sit idle for
-good: a restarted process has none of those threads (processes mode kills such handlers).
+if ever. While more than ``max_hung`` such threads run, a slot whose handler overran is left
+empty until one of them returns (the worker runs on with fewer slots, and says so), so the
+worker never has more than ``concurrency + max_hung`` threads; once no slot has taken a job for
+``ALL_HELD_FOR`` seconds, ``run()`` raises :class:`WorkerFailing` rather than sit idle for good:
+a restarted process has none of those threads (processes mode kills such handlers).
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from .. import JobStore, WorkerFailing, WorkLease
 from ._gate import Gate
 from ._hooks import Hooks, JobEvent, say
 from ._restarts import Restarts
-from ._slot import CANCEL_POLL, Handler, Tally, fate, serve
+from ._slot import CANCEL_POLL, ENDED_BECAUSE, Handler, Tally, fate, serve
 
 log = logging.getLogger("fsjobstore.worker")
+
+ALL_HELD_FOR = 60.0  # seconds every slot may stay held before run() gives up (WorkerFailing)
 
 
 class _Slot:
@@ -75,6 +78,7 @@ class ThreadPool:
         self._abandoned: list[_Slot] = []
         self._max_hung = max(8, concurrency) if max_hung is None else max_hung
         self._held: list[int] = []  # slots left empty: max_hung threads still run overdue handlers
+        self._all_held_since: float | None = None  # monotonic: since when no slot takes jobs
         self._restarts = Restarts()
         self._next_cancel_look = 0.0
 
@@ -120,6 +124,12 @@ class ThreadPool:
             i = self._held.pop(0)
             log.info("a handler left running past its time limit has returned: worker thread %d starts again", i)
             self._start(self._slots[i])
+            self._all_held_since = None
+        since = self._all_held_since
+        if since is not None and self._held and time.monotonic() - since > ALL_HELD_FOR:
+            raise WorkerFailing(f"every worker thread has been held for {ALL_HELD_FOR:g}s: {self._hung()} handlers "
+                                "run on past their time limit and a thread cannot be stopped; restart the worker, "
+                                "or run such handlers with mode='processes', which kills them")
         now = time.monotonic()
         look_at_cancels = now >= self._next_cancel_look
         if look_at_cancels:
@@ -131,13 +141,13 @@ class ThreadPool:
                 if deadline is not None and now > deadline and lease.time_out():
                     # The same words as process mode's, but for what happens to the handler.
                     ran = time.time() - slot.began
-                    log.info("job %s queue=%s attempt=%d timed-out: ran past its time limit (%.1fs); its "
+                    log.info("job %s queue=%s attempt=%d timed-out: ran past its time limit (ran %.1fs); its "
                              "thread cannot be stopped and is left to finish, fenced (processes mode kills)",
                              lease.id, lease.queue, lease.attempt, ran)
                     # Never "running": time_out() has ended the claim. None: unreadable (purged).
                     then = fate(self._store, lease.id, lease.attempt) or "lost"
                     self._replace(i, slot, JobEvent("timed_out", lease.id, lease.queue, lease.attempt, "timed_out",
-                                                    ran, "ran past its time limit", then))
+                                                    ran, ENDED_BECAUSE["timed_out"], then))
                     continue
                 if look_at_cancels:
                     lease.cancel_requested  # noqa: B018  (fires on_cancel once; the handler looks)
@@ -150,7 +160,7 @@ class ThreadPool:
         self._abandoned.append(slot)
         say(event)
         slot.tally.count(event)
-        self._hooks.emit(event)
+        self._hooks.later(event)
         fresh = _Slot(slot.index, self._ring)
         self._slots[i] = fresh
         if self._hung() <= self._max_hung:
@@ -159,12 +169,11 @@ class ThreadPool:
         self._held.append(i)
         working = len(self._slots) - len(self._held)
         log.warning("%d worker threads still run handlers past their time limit (max_hung=%d): worker thread %d "
-                    "waits until one returns; %d of %d threads take jobs", self._hung(), self._max_hung, i,
-                    working, len(self._slots))
-        if not working:
-            raise WorkerFailing(f"every worker thread is held: {self._hung()} handlers run on past their time "
-                                "limit and a thread cannot be stopped; restart the worker, or run such handlers "
-                                "with mode='processes', which kills them")
+                    "waits until one returns; %d of %d threads take jobs%s", self._hung(), self._max_hung, i,
+                    working, len(self._slots), "" if working else
+                    f" (the worker stops with WorkerFailing if none returns within {ALL_HELD_FOR:g}s)")
+        if not working and self._all_held_since is None:
+            self._all_held_since = time.monotonic()
 
     def _hung(self) -> int:
         """Threads left running a handler past its time limit that have not returned yet."""
@@ -187,6 +196,8 @@ class ThreadPool:
         """Seconds until the monitor must look again if nothing rings: the nearest deadline of a
         running job, a restart due, or the next look at cancel requests while jobs run."""
         due: list[float] = [self._restarts.next_due() - now] if self._restarts.waiting() else []
+        if self._all_held_since is not None:
+            due.append(self._all_held_since + ALL_HELD_FOR - now)
         for slot in self._slots:
             lease = slot.lease
             if lease is not None and not lease.finished:
@@ -210,7 +221,7 @@ class ThreadPool:
                                  time.time() - slot.began, "given back at shutdown")
                 say(event)
                 slot.tally.count(event)
-                self._hooks.emit(event)
+                self._hooks.later(event)
 
     def close(self) -> None:
         """Nothing to end: the slots have returned, or run on fenced (daemon threads)."""
