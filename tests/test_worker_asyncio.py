@@ -10,18 +10,10 @@ import time
 from typing import Any
 
 import pytest
+import worker_tasks as tasks
 
 from fsjobstore import InvalidRequest, JobContext, JobState, Worker
 from fsjobstore.worker import JobEvent
-
-
-def _bounded_run(worker: Worker, limit: float = 30.0, **run: Any) -> Any:
-    timer = threading.Timer(limit, lambda: worker.stop(now=True))
-    timer.start()
-    try:
-        return worker.run(**({"burst": True} | run))
-    finally:
-        timer.cancel()
 
 
 async def nap(job: JobContext) -> Any:
@@ -54,7 +46,7 @@ def test_async_handlers_run_concurrently_on_one_event_loop_with_progress_and_log
     jobs = [store.create({"seconds": 1.0}, queue="nap") for _ in range(20)]
     worker = Worker(store, {"nap": nap}, mode="asyncio", concurrency=20)
     started = time.monotonic()
-    summary = _bounded_run(worker)
+    summary = tasks.bounded_run(worker)
     took = time.monotonic() - started
     assert summary.fulfilled == 20 and summary.attempts == 20
     assert took < 10, took  # 20 one-second naps, one at a time, would take 20 s
@@ -68,7 +60,7 @@ def test_an_async_handler_past_its_time_limit_is_cancelled_and_retried(open_stor
     store = open_store(backoff=lambda attempt: 0.0)
     job = store.create({}, queue="hang", timeout=0.5, max_attempts=2)
     quick = store.create({"seconds": 0.1}, queue="nap")
-    summary = _bounded_run(Worker(store, {"hang": hang_once, "nap": nap}, mode="asyncio", concurrency=2))
+    summary = tasks.bounded_run(Worker(store, {"hang": hang_once, "nap": nap}, mode="asyncio", concurrency=2))
     assert summary.timed_out == 1 and summary.fulfilled == 2, summary
     final = store.get(job.id)
     assert final.state is JobState.FULFILLED and final.value == "second time" and final.attempts == 2
@@ -78,7 +70,7 @@ def test_an_async_handler_past_its_time_limit_is_cancelled_and_retried(open_stor
 def test_a_handler_that_blocks_the_loop_is_still_timed_out_on_time_by_the_supervisor(open_store: Any) -> None:
     store = open_store(backoff=lambda attempt: 0.0)
     job = store.create({}, queue="block", timeout=0.3, max_attempts=2)
-    summary = _bounded_run(Worker(store, {"block": block_the_loop}, mode="asyncio"))
+    summary = tasks.bounded_run(Worker(store, {"block": block_the_loop}, mode="asyncio"))
     final = store.get(job.id)
     assert summary.timed_out == 1 and final.state is JobState.FULFILLED and final.attempts == 2
 
@@ -96,7 +88,7 @@ def test_a_cancel_request_cancels_the_running_task_and_ends_the_job_cancelled(op
 
     threading.Thread(target=cancel_when_running).start()
     started = time.monotonic()
-    summary = _bounded_run(worker)
+    summary = tasks.bounded_run(worker)
     assert summary.cancelled == 1 and time.monotonic() - started < 10
     assert store.get(job.id).state is JobState.CANCELLED
 
@@ -115,7 +107,7 @@ def test_hooks_and_failures_in_the_asyncio_pool(open_store: Any) -> None:
         seen.append((event.event, event.job_id, event.error))
         raise RuntimeError("a broken hook")
 
-    summary = _bounded_run(worker)
+    summary = tasks.bounded_run(worker)
     assert summary.fulfilled == 1 and summary.failed == 1
     assert sorted(seen) == sorted([("started", ok.id, None), ("finished", ok.id, "fulfilled"),
                                    ("started", bad.id, None), ("failed", bad.id, "ValueError: async boom"),
@@ -147,6 +139,6 @@ def test_asyncio_mode_refuses_a_handler_that_is_not_async_and_other_modes_run_as
         Worker(store, {"nap": nap}, mode="async")  # type: ignore[arg-type]
     for mode in ("threads", "processes"):
         job = store.create({"seconds": 0.05}, queue="nap")
-        summary = _bounded_run(Worker(store, {"nap": nap}, mode=mode))  # type: ignore[arg-type]
+        summary = tasks.bounded_run(Worker(store, {"nap": nap}, mode=mode))  # type: ignore[arg-type]
         assert summary.fulfilled == 1, (mode, summary)
         assert store.get(job.id).value["slept"] == 0.05  # the coroutine ran: its value, not a coroutine

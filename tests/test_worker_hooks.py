@@ -23,14 +23,6 @@ from fsjobstore.worker import EVENTS, JobEvent
 MODES = ["threads", "processes"]
 
 
-def _bounded_run(worker: Worker, limit: float = 30.0, **run: Any) -> Any:
-    timer = threading.Timer(limit, lambda: worker.stop(now=True))
-    timer.start()
-    try:
-        return worker.run(**({"burst": True} | run))
-    finally:
-        timer.cancel()
-
 
 def _recorder(path: Path) -> Callable[[JobEvent], None]:
     """A hook that appends each event it gets, with the pid it ran in (one write per line, so
@@ -65,7 +57,7 @@ def test_every_attempt_is_told_once_to_its_outcomes_hooks_and_once_to_finished(
     worker = Worker(store, {"echo": tasks.echo, "flaky": tasks.flaky, "hang": tasks.hang}, mode=mode, concurrency=2)
     for name in EVENTS:
         worker.on(name, _recorder(seen))
-    summary = _bounded_run(worker)
+    summary = tasks.bounded_run(worker)
     events = _events(seen)
     ends = [e for e in events if e["event"] not in ("started", "finished")]
     # One ending per attempt, under the name RunSummary counts it by.
@@ -117,7 +109,7 @@ def test_a_hook_that_raises_or_exits_neither_fails_the_job_nor_stops_the_worker(
     worker.on("fulfilled", leave)
     worker.on("finished")(boom)  # the decorator form
     with caplog.at_level(logging.INFO, logger="fsjobstore.worker"):
-        summary = _bounded_run(worker)
+        summary = tasks.bounded_run(worker)
     assert summary.fulfilled == 4 and summary.attempts == 4
     assert all(store.get(j.id).state is JobState.FULFILLED for j in jobs)
     if mode == "threads":  # a child's log lines are not captured here
@@ -162,7 +154,7 @@ def test_threads_mode_holds_a_slot_once_max_hung_handlers_overran_and_starts_it_
     worker = Worker(store, {"slow": tasks.slow, "echo": tasks.echo}, mode="threads", concurrency=2, max_hung=0,
                     queues=["slow", "echo"])
     with caplog.at_level(logging.INFO, logger="fsjobstore.worker"):
-        summary = _bounded_run(worker, burst=False, duration=3.0)
+        summary = tasks.bounded_run(worker, burst=False, duration=3.0)
     said = [r.getMessage() for r in caplog.records]
     assert any("waits until one returns; 1 of 2 threads take jobs" in m for m in said), said
     assert any("has returned: worker thread" in m and "starts again" in m for m in said), said
@@ -177,8 +169,8 @@ def test_threads_mode_fails_the_run_when_every_slot_stays_held_by_hung_handlers(
     jobs = [store.create({}, queue="hang", timeout=0.2, max_attempts=1) for _ in range(2)]
     worker = Worker(store, {"hang": tasks.hang}, mode="threads", max_hung=1)
     started = time.monotonic()
-    with pytest.raises(WorkerFailing, match="every worker thread has been held for 0.5s: 2 handlers run on"):
-        _bounded_run(worker, burst=False)
+    with pytest.raises(WorkerFailing, match=r"every worker thread has been held for 0\.5s: 2 handlers run on"):
+        tasks.bounded_run(worker, burst=False)
     assert time.monotonic() - started >= 0.5 + 0.4  # two time-outs, then the wait for one to return
     assert [store.get(j.id).state for j in jobs] == [JobState.FAILED, JobState.FAILED]
 
@@ -191,7 +183,7 @@ def test_a_held_slot_that_gets_its_thread_back_in_time_keeps_the_worker_running(
     later = store.create({"n": 1}, queue="echo")
     worker = Worker(store, {"slow": tasks.slow, "echo": tasks.echo}, mode="threads", max_hung=0,
                     queues=["slow", "echo"])
-    summary = _bounded_run(worker, burst=False, duration=2.5)
+    summary = tasks.bounded_run(worker, burst=False, duration=2.5)
     assert summary.timed_out == 1 and summary.fulfilled == 1 and summary.stopped_by == "duration"
     assert store.get(later.id).state is JobState.FULFILLED
 
@@ -212,7 +204,7 @@ def test_a_slow_hook_told_by_the_supervisor_does_not_delay_the_next_time_limit(
         told.append(event.job_id)
 
     with caplog.at_level(logging.INFO, logger="fsjobstore.worker"):
-        _bounded_run(worker)
+        tasks.bounded_run(worker)
     ran = {}
     for r in caplog.records:
         m = r.getMessage()

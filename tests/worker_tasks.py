@@ -7,10 +7,22 @@ Each request is a dict; handlers that record what they did append a line to the 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
-from fsjobstore import JobContext
+from fsjobstore import JobContext, Worker
+
+
+def bounded_run(worker: Worker, limit: float = 30.0, **run: Any) -> Any:
+    """``worker.run(burst=True, **run)``, stopped after ``limit`` s: a run that a bug would keep
+    going forever fails the test on its assertions rather than hanging it."""
+    timer = threading.Timer(limit, lambda: worker.stop(now=True))
+    timer.start()
+    try:
+        return worker.run(**({"burst": True} | run))
+    finally:
+        timer.cancel()
 
 
 def note(job: JobContext, text: str) -> None:

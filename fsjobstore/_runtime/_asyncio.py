@@ -38,6 +38,8 @@ from ._slot import (
     commit_value,
     described,
     drop_own_frame,
+    give_back_running,
+    next_look,
 )
 
 log = logging.getLogger("fsjobstore.worker")
@@ -64,6 +66,9 @@ class AsyncPool:
         self._ring = ring
         self._slots = [_Slot() for _ in range(concurrency)]
         self._tally = Tally()
+        # Who tells an attempt that ends as grace runs out: the slot (it ended it) or give_back
+        # (it released it). Each decides under this lock, after its own change to the lease.
+        self._told = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._crashed = False
@@ -143,8 +148,9 @@ class AsyncPool:
             outcome = await astore.run(commit_value, lease, value)
         finally:
             slot.lease = None
-        if slot.given_back:
-            return
+        with self._told:  # after our commit: a give-back now finds the lease ended, and leaves it to us
+            if slot.given_back:
+                return
         name = OF_OUTCOME[outcome]
         event = JobEvent(name, lease.id, lease.queue, lease.attempt, name, time.monotonic() - started, error)
         say(event)
@@ -187,14 +193,8 @@ class AsyncPool:
             loop.call_soon_threadsafe(task.cancel)
 
     def next_tick(self, now: float) -> float:
-        due: list[float] = [self._restarts.next_due() - now] if self._restarts.waiting() else []
-        for slot in self._slots:
-            lease = slot.lease
-            if lease is not None and not lease.finished:
-                due.append(self._next_cancel_look - now)
-                if lease.deadline is not None:
-                    due.append(lease.deadline - now)
-        return max(0.0, min(due, default=3600.0))
+        due = [self._restarts.next_due() - now] if self._restarts.waiting() else []
+        return next_look((slot.lease for slot in self._slots), now, self._next_cancel_look, due)
 
     def wait_fds(self) -> list[int]:
         return []  # the loop rings the supervisor itself
@@ -202,21 +202,11 @@ class AsyncPool:
     def give_back(self) -> None:
         """Grace is over: release every job still running and cancel its task."""
         for slot in self._slots:
-            lease = slot.lease
-            if lease is None or lease.finished:
-                continue
-            try:
-                lease.release()
-            except Exception as exc:  # ended meanwhile, or a storage fault: recovery has it
-                log.debug("releasing %s at shutdown: %s", lease.id, exc)
-                continue
-            slot.given_back = True
+            with self._told:
+                if not give_back_running(slot.lease, slot.began, self._tally, self._hooks):
+                    continue  # ended meanwhile: its slot tells it
+                slot.given_back = True  # told here: the slot's own end tells nothing more
             self._cancel(slot, "shutdown")
-            event = JobEvent("given_back", lease.id, lease.queue, lease.attempt, "given_back",
-                             time.time() - slot.began, "given back at shutdown")
-            say(event)
-            self._tally.count(event)
-            self._hooks.later(event)
 
     def close(self) -> None:
         """Let the loop's thread end (its slots see the stop), for up to a few seconds."""

@@ -12,7 +12,7 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import CodeType
 from typing import Any, Protocol
 
@@ -146,6 +146,37 @@ def fate(store: JobStore, job_id: str, attempt: int) -> str | None:
     if state == "active":
         return "running"  # this attempt's claim is not ended yet (another recoverer is mid-way)
     return "retrying" if state in ("pending", "scheduled") else state
+
+
+def next_look(leases: Iterable[WorkLease | None], now: float, cancel_look: float, due: list[float]) -> float:
+    """Seconds until a pool that watches its slots' leases in this process (threads, asyncio)
+    must look again if nothing rings: the nearest of ``due`` (other reasons, in seconds from
+    now), the deadline of a running job, and the next look at cancel requests while jobs run."""
+    for lease in leases:
+        if lease is not None and not lease.finished:
+            due.append(cancel_look - now)
+            if lease.deadline is not None:
+                due.append(lease.deadline - now)
+    return max(0.0, min(due, default=3600.0))
+
+
+def give_back_running(lease: WorkLease | None, began: float, tally: Tally, hooks: Hooks) -> bool:
+    """Release a job still running when the grace period ends (no attempt counted) and tell
+    it (the log line, ``tally``, the hook thread); False if it had ended or cannot be released
+    (a storage fault: recovery has it). ``began``: wall time its attempt started."""
+    if lease is None or lease.finished:
+        return False
+    try:
+        lease.release()
+    except Exception as exc:
+        log.debug("releasing %s at shutdown: %s", lease.id, exc)
+        return False
+    event = JobEvent("given_back", lease.id, lease.queue, lease.attempt, "given_back", time.time() - began,
+                     "given back at shutdown")
+    say(event)
+    tally.count(event)
+    hooks.later(event)
+    return True
 
 
 class Tally:

@@ -25,7 +25,7 @@ from .. import JobStore, WorkerFailing, WorkLease
 from ._gate import Gate
 from ._hooks import Hooks, JobEvent, say
 from ._restarts import Restarts
-from ._slot import CANCEL_POLL, ENDED_BECAUSE, Handler, Tally, fate, serve
+from ._slot import CANCEL_POLL, ENDED_BECAUSE, Handler, Tally, fate, give_back_running, next_look, serve
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -195,33 +195,16 @@ class ThreadPool:
     def next_tick(self, now: float) -> float:
         """Seconds until the monitor must look again if nothing rings: the nearest deadline of a
         running job, a restart due, or the next look at cancel requests while jobs run."""
-        due: list[float] = [self._restarts.next_due() - now] if self._restarts.waiting() else []
+        due = [self._restarts.next_due() - now] if self._restarts.waiting() else []
         if self._all_held_since is not None:
             due.append(self._all_held_since + ALL_HELD_FOR - now)
-        for slot in self._slots:
-            lease = slot.lease
-            if lease is not None and not lease.finished:
-                due.append(self._next_cancel_look - now)
-                if lease.deadline is not None:
-                    due.append(lease.deadline - now)
-        return max(0.0, min(due, default=3600.0))
+        return next_look((slot.lease for slot in self._slots), now, self._next_cancel_look, due)
 
     def give_back(self) -> None:
         """Grace is over: give back every job still running (the handlers run on, fenced)."""
         for slot in self._slots:
-            lease = slot.lease
-            if lease is not None and not lease.finished:
-                try:
-                    lease.release()
-                except Exception as exc:  # ended meanwhile, or a storage fault: recovery has it
-                    log.debug("releasing %s at shutdown: %s", lease.id, exc)
-                    continue
+            if give_back_running(slot.lease, slot.began, slot.tally, self._hooks):
                 slot.abandoned = True  # its handler runs on, fenced: its end is not counted again
-                event = JobEvent("given_back", lease.id, lease.queue, lease.attempt, "given_back",
-                                 time.time() - slot.began, "given back at shutdown")
-                say(event)
-                slot.tally.count(event)
-                self._hooks.later(event)
 
     def close(self) -> None:
         """Nothing to end: the slots have returned, or run on fenced (daemon threads)."""

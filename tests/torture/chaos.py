@@ -91,13 +91,15 @@ def runtime_worker(root: str, history: str, lease: float, work: float, mode: str
     stop_file = os.path.join(os.path.dirname(history), "stop")
     files: dict[int, Any] = {}
 
-    def handler(job: JobContext) -> None:
+    def claimed(job: JobContext) -> Any:
         fh = files.get(os.getpid())
         if fh is None:  # one history file per process: the children of a supervisor too
             fh = files[os.getpid()] = open(f"{history}.{os.getpid()}.history", "a")  # noqa: SIM115
+        _record(fh, "ok", "claim", job.request["n"], job.id, job.token)
+        return fh
+
+    def fulfil(fh: Any, job: JobContext) -> None:
         n = job.request["n"]
-        _record(fh, "ok", "claim", n, job.id, job.token)
-        time.sleep(random.uniform(0, work))
         _record(fh, "invoke", "fulfill", n, job.id, job.token)
         try:
             job.lease.fulfill(job.token)
@@ -105,23 +107,18 @@ def runtime_worker(root: str, history: str, lease: float, work: float, mode: str
             _record(fh, "fail", "fulfill", n, job.id, job.token, exc.reason)
             return
         _record(fh, "ok", "fulfill", n, job.id, job.token)
+
+    def handler(job: JobContext) -> None:
+        fh = claimed(job)
+        time.sleep(random.uniform(0, work))
+        fulfil(fh, job)
 
     async def async_handler(job: JobContext) -> None:  # the same, as a task on the asyncio pool's loop
         import asyncio
 
-        fh = files.get(os.getpid())
-        if fh is None:
-            fh = files[os.getpid()] = open(f"{history}.{os.getpid()}.history", "a")  # noqa: SIM115
-        n = job.request["n"]
-        _record(fh, "ok", "claim", n, job.id, job.token)
+        fh = claimed(job)
         await asyncio.sleep(random.uniform(0, work))
-        _record(fh, "invoke", "fulfill", n, job.id, job.token)
-        try:
-            job.lease.fulfill(job.token)
-        except LeaseLost as exc:
-            _record(fh, "fail", "fulfill", n, job.id, job.token, exc.reason)
-            return
-        _record(fh, "ok", "fulfill", n, job.id, job.token)
+        fulfil(fh, job)
 
     with JobStore(root, lease_duration=lease, backoff=lambda attempt: 0.0) as store:
         chosen = async_handler if mode == "asyncio" else handler
