@@ -169,3 +169,25 @@ def test_one_store_serves_one_event_loop_after_another(root: str) -> None:
     asyncio.run(one_round(1))
     asyncio.run(one_round(2))  # a new loop: the watch made on the first one is made anew
     asyncio.run(store.aclose())
+
+
+def _create_ringing(root: str, delay: float) -> None:
+    time.sleep(delay)
+    with JobStore(root, durable=False, doorbell=True) as store:
+        store.create("rung", queue="q")
+        time.sleep(0.3)  # a ring is a rename in control/doorbell: let the waiter list it first
+
+
+def test_without_inotify_a_doorbell_ring_wakes_an_async_pull_as_from_another_host(root: str) -> None:
+    # watch=False stands for a network filesystem, where inotify sees nothing another host does.
+    async def main() -> None:
+        async with AsyncJobStore(root, durable=False, watch=False, doorbell=True, poll_interval=30.0) as store:
+            proc = multiprocessing.get_context("fork").Process(target=_create_ringing, args=(root, 0.5))
+            proc.start()
+            t = time.monotonic()
+            lease = await store.pull_work(queues="q", timeout=20)
+            woke = time.monotonic() - t
+            proc.join(10)
+            assert lease is not None and lease.request == "rung" and woke < 5, woke
+
+    asyncio.run(main())
