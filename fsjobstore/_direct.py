@@ -211,6 +211,7 @@ class ById:
             return None
         if loc.state is JobState.PENDING:
             core.tree.note_bucket_change(os.path.dirname(loc.path))
+            core.pending.gone(loc.path)
         claim = self._work.claim_from_active(active, job_id, _queue_of(loc), token, None, give_back=loc.path)
         if claim is None:
             again = core.tree.locate(job_id)

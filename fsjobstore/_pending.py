@@ -153,6 +153,15 @@ class QueueIndex:
             bisect.insort(self._names, name)
             self._known.add(name)
 
+    def discard(self, name: str) -> None:
+        """Forget ``<bucket>/<name>``: this process moved that job out of pending itself."""
+        with self._mutex:
+            if name in self._known:
+                self._known.discard(name)
+                i = bisect.bisect_left(self._names, name)
+                if i < len(self._names) and self._names[i] == name:
+                    del self._names[i]
+
     def peek(self) -> str | None:
         with self._mutex:
             self._maybe_refill()
@@ -346,6 +355,19 @@ class Pending:
             m = SCHEDULED_RE.match(name)
             if m:
                 self.note_due(int(m["due"]) / 1_000_000)
+
+    def gone(self, path: str) -> None:
+        """This process moved ``pending/<queue>/<bucket>/<name>`` away (a claim by id, a purge):
+        its own index forgets the name. Left there, the next claim would fail on it and take it
+        for a race lost to another process, and drop the names behind it of its priority until
+        the next listing (hypothesis found a higher-priority job passed over that way)."""
+        parent, name = os.path.split(path)
+        qdir, bucket = os.path.split(parent)
+        if os.path.dirname(qdir) == self._layout.pending:
+            with self._mutex:
+                index = self._indexes.get(os.path.basename(qdir))
+            if index is not None:
+                index.discard(f"{bucket}/{name}")
 
     def promote_due(self) -> None:
         """Move scheduled jobs whose time has come into pending (a rename each)."""

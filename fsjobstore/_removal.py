@@ -49,6 +49,7 @@ def remove_job(core: Core, path: str, job_id: str, *, drop_targets: bool, entry:
         return False
     if path.startswith(core.layout.pending + "/"):
         core.tree.note_bucket_change(os.path.dirname(path))
+        core.pending.gone(path)
     try:
         if not drop_targets and notification_due(core, job_id):
             # RACE: a target was queued between the caller's look and our fence. Put the job

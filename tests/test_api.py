@@ -781,3 +781,27 @@ def test_lease_and_snapshot_attributes_are_documented() -> None:
     for name in ("state", "waiting", "attempts", "value"):
         assert f"{name}\n" in note, name
     assert JobStore.statistics.__doc__ and Job.to_dict.__doc__
+
+
+@pytest.mark.parametrize("how", ["fulfill", "cancel", "purge"])
+def test_a_pending_job_this_process_removes_by_id_does_not_make_its_next_claim_pass_over_its_priority(
+        root: str, how: str) -> None:
+    # Hypothesis (test_model, CI at 1485e86): the removed job's name stayed in this process's
+    # index; the next claim failed on it, took that for a race lost to another process, and
+    # dropped the names behind it of its priority: a job of priority -1 waited behind priority 0.
+    wall = FakeWall()
+    with JobStore(root, durable=False, wall_clock=wall, watch=False, poll_interval=3600.0) as store:
+        store.create(0, job_id="first")
+        assert store.pull_work().id == "first"  # type: ignore[union-attr]  (the index is listed now)
+        store.create(1, job_id="normal")
+        wall.advance(1.0)
+        store.create(2, priority=-1, job_id="urgent-a")
+        store.create(3, priority=-1, job_id="urgent-b")
+        if how == "fulfill":
+            store.fulfill("urgent-a", "done elsewhere")
+        elif how == "cancel":
+            store.cancel("urgent-a")
+        else:
+            assert store.purge(states="pending", match="urgent-a") == 1
+        lease = store.pull_work()
+        assert lease is not None and lease.id == "urgent-b"
