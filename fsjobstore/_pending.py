@@ -339,20 +339,27 @@ class Pending:
         with self._sched_mutex:
             self.next_due = min(self.next_due, due)
 
-    def on_arrival(self, path: str) -> None:
-        """A file appeared under jobs/ (reported by the waker)."""
+    def _pending_name(self, path: str) -> tuple[str, str] | None:
+        """``(queue, "<bucket>/<name>")`` of ``pending/<queue>/<bucket>/<name>``, else None."""
         parent, name = os.path.split(path)
         qdir, bucket = os.path.split(parent)
-        if os.path.dirname(qdir) == self._layout.pending:  # pending/<queue>/<bucket>/<name>
-            queue = os.path.basename(qdir)
+        if os.path.dirname(qdir) != self._layout.pending:
+            return None
+        return os.path.basename(qdir), f"{bucket}/{name}"
+
+    def on_arrival(self, path: str) -> None:
+        """A file appeared under jobs/ (reported by the waker)."""
+        found = self._pending_name(path)
+        if found is not None:
+            queue, rel = found
             with self._mutex:
                 index = self._indexes.get(queue)
                 if index is None:
                     self._queues_listed_at = float("-inf")
             if index is not None:
-                index.add(f"{bucket}/{name}")
-        elif parent == self._layout.scheduled:
-            m = SCHEDULED_RE.match(name)
+                index.add(rel)
+        elif os.path.dirname(path) == self._layout.scheduled:
+            m = SCHEDULED_RE.match(os.path.basename(path))
             if m:
                 self.note_due(int(m["due"]) / 1_000_000)
 
@@ -361,13 +368,12 @@ class Pending:
         its own index forgets the name. Left there, the next claim would fail on it and take it
         for a race lost to another process, and drop the names behind it of its priority until
         the next listing (hypothesis found a higher-priority job passed over that way)."""
-        parent, name = os.path.split(path)
-        qdir, bucket = os.path.split(parent)
-        if os.path.dirname(qdir) == self._layout.pending:
+        found = self._pending_name(path)
+        if found is not None:
             with self._mutex:
-                index = self._indexes.get(os.path.basename(qdir))
+                index = self._indexes.get(found[0])
             if index is not None:
-                index.discard(f"{bucket}/{name}")
+                index.discard(found[1])
 
     def promote_due(self) -> None:
         """Move scheduled jobs whose time has come into pending (a rename each)."""

@@ -7,7 +7,6 @@ pass), and the wake-ups they sleep on (inotify through ``_wakeup``, other hosts'
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable
@@ -24,6 +23,12 @@ from ._shared import Core
 from ._wakeup import Waker
 
 T = TypeVar("T")
+
+
+def due_in(core: Core) -> float:
+    """Seconds until the soonest scheduled job known is due: how long a waiting pull may sleep
+    for it (inf: none; at least 1 ms, so a job due now is not looked for in a busy loop)."""
+    return max(0.001, core.pending.next_due - core.wall())
 
 
 class Waiting:
@@ -54,7 +59,7 @@ class Waiting:
                 # hop per event it causes itself. Start, then look again before sleeping.
                 core.start_waker()
                 continue
-            pause = min(remaining, core.settings.poll_interval, max(0.001, core.pending.next_due - core.wall()))
+            pause = min(remaining, core.settings.poll_interval, due_in(core))
             self._sleep(waker, generation, pause, bell)
             core.check_open()
 
@@ -156,8 +161,8 @@ class Wakeups:
         return DOORBELL_POLL if self._waker.mechanism == "watchdog" else self._core.settings.poll_interval
 
     def due_in(self) -> float:
-        """Seconds until the soonest scheduled job known is due (inf: none known)."""
-        return max(0.0, self._core.pending.next_due - self._core.wall()) if self._core.pending.next_due else math.inf
+        """Seconds until the soonest scheduled job known is due (inf: none)."""
+        return due_in(self._core)
 
     # RACE: with watchdog, _finished runs in its thread and may add an id between take()'s copy
     # and its reset: that id is lost, and its waiter looks again after poll_interval anyway.

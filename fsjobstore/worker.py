@@ -184,8 +184,7 @@ class Worker:
             return fn
 
         def register(f: Hook) -> Hook:
-            self._hooks.add(event, f)
-            return f
+            return self.on(event, f)  # type: ignore[no-any-return]
 
         check_event(event)  # a misspelt event fails at the decorator's line, not when it is applied
         return register

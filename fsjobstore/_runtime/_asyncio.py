@@ -26,7 +26,7 @@ from typing import Any
 from .. import JobCancelled, JobStore, WorkLease
 from ..aio import AsyncJobStore
 from ._gate import Gate
-from ._hooks import OF_OUTCOME, Hooks, JobEvent, say
+from ._hooks import OF_OUTCOME, Hooks, JobEvent
 from ._restarts import Restarts
 from ._slot import (
     CANCEL_POLL,
@@ -40,6 +40,7 @@ from ._slot import (
     drop_own_frame,
     give_back_running,
     next_look,
+    tell,
 )
 
 log = logging.getLogger("fsjobstore.worker")
@@ -152,10 +153,8 @@ class AsyncPool:
             if slot.given_back:
                 return
         name = OF_OUTCOME[outcome]
-        event = JobEvent(name, lease.id, lease.queue, lease.attempt, name, time.monotonic() - started, error)
-        say(event)
-        self._tally.count(event)
-        self._hooks.later(event)
+        tell(JobEvent(name, lease.id, lease.queue, lease.attempt, name, time.monotonic() - started, error),
+             self._tally, self._hooks)
 
     # -- the supervisor's side --------------------------------------------------------------------
     def alive(self) -> bool:

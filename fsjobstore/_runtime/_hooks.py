@@ -46,6 +46,7 @@ EVENTS = ("started", *ENDINGS, "finished")
 # The runtime's own outcome words (_slot.OUTCOMES) and the events that tell them.
 OF_OUTCOME = {"fulfilled": "fulfilled", "retrying": "retried", "failed": "failed", "cancelled": "cancelled",
               "timed-out": "timed_out", "lost": "lost", "released": "given_back"}
+OUTCOME_OF = {event: outcome for outcome, event in OF_OUTCOME.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +155,7 @@ def say(event: JobEvent) -> None:
         then = {"retrying": "and is retrying", "lost": "and is lost"}.get(event.then, event.then)
         log.info("job %s queue=%s attempt=%d ended %s", event.job_id, event.queue, event.attempt, then)
         return
-    word = {"retried": "retrying", "timed_out": "timed-out", "given_back": "released"}.get(
-        event.outcome or "", event.outcome)
+    word = OUTCOME_OF[event.outcome or ""]
     why = f": {event.error}" if event.error else ""
     log.info("job %s queue=%s attempt=%d %s (ran %.3fs)%s", event.job_id, event.queue, event.attempt, word,
              event.duration or 0.0, why)

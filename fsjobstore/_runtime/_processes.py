@@ -33,9 +33,9 @@ from typing import NamedTuple
 from .. import JobStore, WorkLease
 from ._board import Board
 from ._gate import Gate
-from ._hooks import OF_OUTCOME, Hooks, JobEvent, say
+from ._hooks import OF_OUTCOME, Hooks, JobEvent
 from ._restarts import Restarts
-from ._slot import CANCEL_POLL, ENDED_BECAUSE, Handler, Tally, WorkerShutdown, fate, serve
+from ._slot import CANCEL_POLL, ENDED_BECAUSE, Handler, Tally, WorkerShutdown, fate, serve, tell
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -311,10 +311,8 @@ class ProcessPool:
             outcome = dead.killed or (then if then in ("fulfilled", "failed", "cancelled", "retrying") else "lost")
             name = OF_OUTCOME[outcome]
             why = ENDED_BECAUSE.get(name if dead.killed else "", "its process died")
-            event = JobEvent(name, dead.job_id, dead.queue, dead.attempt, name, now - dead.started, why, then)
-            say(event)
-            self._extra.count(event)
-            self._hooks.later(event)
+            tell(JobEvent(name, dead.job_id, dead.queue, dead.attempt, name, now - dead.started, why, then),
+                 self._extra, self._hooks)
         self._crashed = left
 
     def _exited(self, index: int, status: int, stopping: bool) -> bool:

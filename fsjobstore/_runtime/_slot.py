@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from .. import InvalidRequest, JobCancelled, JobStore, LeaseLost, WorkLease
 from ._gate import Gate
-from ._hooks import OF_OUTCOME, Hooks, JobEvent, say
+from ._hooks import OF_OUTCOME, OUTCOME_OF, Hooks, JobEvent, say
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -121,8 +121,6 @@ ENDED_BECAUSE = {"cancelled": "was cancelled while it ran", "timed_out": "ran pa
 """The ``error`` of an attempt ended by a cancel request or its time limit rather than by what
 its handler raised (every pool says the same)."""
 
-OUTCOME_OF = {event: outcome for outcome, event in OF_OUTCOME.items()}
-
 CANCEL_POLL = 0.1  # seconds between a pool's looks at the cancel requests of running jobs
 
 
@@ -171,12 +169,17 @@ def give_back_running(lease: WorkLease | None, began: float, tally: Tally, hooks
     except Exception as exc:
         log.debug("releasing %s at shutdown: %s", lease.id, exc)
         return False
-    event = JobEvent("given_back", lease.id, lease.queue, lease.attempt, "given_back", time.time() - began,
-                     "given back at shutdown")
+    tell(JobEvent("given_back", lease.id, lease.queue, lease.attempt, "given_back", time.time() - began,
+                  "given back at shutdown"), tally, hooks)
+    return True
+
+
+def tell(event: JobEvent, tally: Tally, hooks: Hooks) -> None:
+    """Tell an attempt that ended outside a slot's :func:`run_one` (the supervisor's time-out or
+    kill, a give-back, the asyncio pool): the log line, then ``tally``, then the hook thread."""
     say(event)
     tally.count(event)
     hooks.later(event)
-    return True
 
 
 class Tally:

@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .. import JobStore, WorkerFailing, WorkLease
 from ._gate import Gate
-from ._hooks import Hooks, JobEvent, say
+from ._hooks import Hooks, JobEvent
 from ._restarts import Restarts
-from ._slot import CANCEL_POLL, ENDED_BECAUSE, Handler, Tally, fate, give_back_running, next_look, serve
+from ._slot import CANCEL_POLL, ENDED_BECAUSE, Handler, Tally, fate, give_back_running, next_look, serve, tell
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -65,8 +65,7 @@ class _Slot:
 
 class ThreadPool:
     def __init__(self, store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str], gate: Gate,
-                 hooks: Hooks, concurrency: int, *, burst: bool, ring: Callable[[], None],
-                 max_hung: int | None = None) -> None:
+                 hooks: Hooks, concurrency: int, *, burst: bool, ring: Callable[[], None], max_hung: int) -> None:
         self._store = store
         self._handlers = handlers
         self._queues = queues
@@ -76,7 +75,7 @@ class ThreadPool:
         self._ring = ring
         self._slots = [_Slot(i, ring) for i in range(concurrency)]
         self._abandoned: list[_Slot] = []
-        self._max_hung = max(8, concurrency) if max_hung is None else max_hung
+        self._max_hung = max_hung  # Worker's default: max(8, concurrency)
         self._held: list[int] = []  # slots left empty: max_hung threads still run overdue handlers
         self._all_held_since: float | None = None  # monotonic: since when no slot takes jobs
         self._restarts = Restarts()
@@ -158,9 +157,7 @@ class ThreadPool:
     def _replace(self, i: int, slot: _Slot, event: JobEvent) -> None:
         slot.abandoned = True
         self._abandoned.append(slot)
-        say(event)
-        slot.tally.count(event)
-        self._hooks.later(event)
+        tell(event, slot.tally, self._hooks)
         fresh = _Slot(slot.index, self._ring)
         self._slots[i] = fresh
         if self._hung() <= self._max_hung:
