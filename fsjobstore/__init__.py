@@ -77,6 +77,7 @@ from ._recovery import RecoveryReport
 from ._registry import WorkerInfo
 from ._stats import StoreStatistics
 from ._store import JobStore
+from ._ticks import ScheduleInfo, tick_of
 from ._verify import VerifyCheck, VerifyReport, verify
 from ._verify_peer import verify_across_hosts
 from ._waiting import Wakeups
@@ -86,16 +87,17 @@ __version__ = "0.2.0"
 # The runtime sits above the store and imports it: loaded on first use (PEP 562), so that
 # ``import fsjobstore`` costs only the store. Type checkers see the names as plain imports.
 if TYPE_CHECKING:
+    from .schedule import Schedule
     from .worker import Deliverer, JobContext, JobEvent, RunSummary, Worker
 
-_LAZY = frozenset({"Deliverer", "JobContext", "JobEvent", "RunSummary", "Worker"})
+_LAZY = frozenset({"Deliverer", "JobContext", "JobEvent", "RunSummary", "Schedule", "Worker"})
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from . import worker
+        import importlib
 
-        value = getattr(worker, name)
+        value = getattr(importlib.import_module(".schedule" if name == "Schedule" else ".worker", __name__), name)
         globals()[name] = value  # later lookups no longer come here
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -133,6 +135,8 @@ __all__ = [
     "Progress",
     "RecoveryReport",
     "RunSummary",
+    "Schedule",
+    "ScheduleInfo",
     "StorageError",
     "StorageFull",
     "StoreClosed",
@@ -152,6 +156,7 @@ __all__ = [
     "__version__",
     "check_queue_name",
     "default_backoff",
+    "tick_of",
     "verify",
     "verify_across_hosts",
 ]

@@ -15,20 +15,51 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._errors import JobExists, StorageError
-from ._layout import GENERATED_ID_RE
+from ._checks import check_timeout, due_time, integer, retain_seconds
+from ._codec import canonical, check_job_id, check_queue_name
+from ._errors import JobExists, StorageError, ValueTooLarge
+from ._layout import GENERATED_ID_RE, MAX_PRIORITY, MIN_PRIORITY, generated_id
 from ._records import Record
 from ._shared import Core
 
 log = logging.getLogger("fsjobstore")
 
 
-def publish_new(core: Core, record: Record, *, explicit: bool) -> str:
+def new_record(core: Core, request: Any, *, queue: str, priority: int, max_attempts: int | None, job_id: str | None,
+               timeout: float | None, retain: float | timedelta | str | None, default_timeout: float | None,
+               default_retain: float, delay: float | timedelta | None = None,
+               run_at: float | datetime | None = None) -> Record:
+    """The record of a new job, every argument checked (``JobStore.create`` documents them):
+    bad input raises here, before anything is written."""
+    settings = core.settings
+    queue = check_queue_name(queue)
+    priority = integer(priority, "priority", at_least=MIN_PRIORITY, at_most=MAX_PRIORITY)
+    attempts_cap = settings.max_attempts if max_attempts is None else integer(
+        max_attempts, "max_attempts", at_least=1, at_most=1_000_000)
+    seq = core.next_seq()  # a generated id begins with its seq
+    job_id = generated_id(seq) if job_id is None else check_job_id(job_id)
+    # What is returned is what was stored: a reader of the file gets exactly this request.
+    request_bytes, request = canonical(request, what="request")
+    if len(request_bytes) > settings.max_request_bytes:
+        raise ValueTooLarge(f"request is {len(request_bytes)} bytes; max_request_bytes is {settings.max_request_bytes}")
+    limit = default_timeout if timeout is None else check_timeout(timeout, "timeout")
+    kept = retain_seconds(retain)
+    now = core.wall()
+    return Record(id=job_id, queue=queue, priority=priority, request=request, created_at=now, seq=seq,
+                  max_attempts=attempts_cap, not_before=due_time(now, delay, run_at), timeout=limit,
+                  retain=default_retain if kept is None else kept, request_json=request_bytes)
+
+
+def publish_new(core: Core, record: Record, *, explicit: bool, still_due: Callable[[], bool] | None = None) -> str:
     """Write ``record`` and publish it into pending or scheduled; returns that state's name.
-    Returns only once the job is durable (in a durable store)."""
+    Returns only once the job is durable (in a durable store). ``still_due`` (a periodic tick,
+    ``_ticks.make``): asked once the id is reserved; False gives it back and raises JobExists."""
     lay = core.layout
     dest = "scheduled" if record.not_before is not None and record.not_before > record.created_at else "pending"
     token = core.new_token()
@@ -56,6 +87,8 @@ def publish_new(core: Core, record: Record, *, explicit: bool) -> str:
                 # link and a directory fsync); one chosen by hand in the same shape may be a
                 # job's generated id. Give the reservation back and refuse.
                 raise JobExists(f"a job with id {record.id!r} already exists in this store")
+            if still_due is not None and not still_due():
+                raise JobExists(f"tick job {record.id!r} was made already (and removed since)")
         core.tree.publish(tmp, record, dest)
     except Exception as exc:
         if isinstance(exc, StorageError) and exc.applied:

@@ -75,6 +75,7 @@ class Layout:
     paused: str = field(init=False)
     doorbell: str = field(init=False)
     cancels: str = field(init=False)
+    schedules: str = field(init=False)  # periodic schedules and their ticks (made when first used)
     deadlines: str = field(init=False)
     runs: str = field(init=False)  # progress and logs of each claim
     workers: str = field(init=False)
@@ -97,6 +98,7 @@ class Layout:
         for sub in ("paused", "deadlines", "doorbell"):
             put(sub, os.path.join(self.control, sub))
         put("cancels", os.path.join(self.control, "cancel"))
+        put("schedules", os.path.join(self.control, "schedules"))
 
     def all_dirs(self) -> tuple[str, ...]:
         """Every directory of the skeleton, parents first."""
@@ -147,6 +149,12 @@ class Layout:
 
     def id_marker(self, job_id: str) -> str:
         return f"{self.ids}/{job_id}"  # an f-string: a commit asks this twice (os.path.join is ~1 us)
+
+    def schedule_path(self, name: str) -> str:
+        return os.path.join(self.schedules, f"{name}.json")
+
+    def ticks_dir(self, name: str) -> str:
+        return os.path.join(self.schedules, name)
 
     def paused_path(self, queue: str) -> str:
         return os.path.join(self.paused, queue)

@@ -1,6 +1,8 @@
 """Removing a job and every file of it: the one primitive retention and purge share (FORMAT.md,
 "Transitions", *remove*).
 
+0. A periodic tick's job (``tick-<schedule>-<epoch>``) first has its tick recorded
+   (``_ticks.note_removed``), so the id this frees cannot make that tick a second time.
 1. The fence: the job's file is renamed to ``tmp/<token>.gone.<id>.json``. Whoever wins that
    rename owns the removal; a loser sees ENOENT (the job was claimed, retried or removed by
    someone else) and skips it. From here on the job is in no state: no lookup finds it.
@@ -29,6 +31,7 @@ from . import _syscalls as sc
 from ._layout import FINISHED_RE, bucket_field, micros
 from ._notify import has_targets
 from ._shared import Core
+from ._ticks import note_removed
 
 log = logging.getLogger("fsjobstore")
 
@@ -41,6 +44,7 @@ def remove_job(core: Core, path: str, job_id: str, *, drop_targets: bool, entry:
     and the job turned out to have a notification due after the fence: it is put back, since a
     target queued meanwhile must still be delivered. ``entry`` is the job's finished-index
     entry, if the caller knows it (found from the job's record otherwise)."""
+    note_removed(core, job_id)  # a periodic tick's job: its tick is recorded before its id is freed
     token = core.new_token()
     gone = core.layout.gone_tmp_path(token, job_id)
     try:

@@ -5,8 +5,8 @@ What happens on disk lives one layer down: ``_create`` (new jobs), ``_work`` (cl
 (snapshots, fulfil, cancel, retry by id), ``_notify`` (targets, notifier leases), ``_listing`` and ``_purge``
 (finding and removing jobs), ``_recovery`` (repairs; take-overs in ``_takeover``), ``_stats`` (counts), ``_heart``
 (background threads), ``_waiting`` (the waits of ``pull_work``, ``pull_notification`` and ``wait``, and the
-wake-ups event loops wait on), all sharing one ``_shared.Core``. ``__init__`` assembles the settings and the
-parts; ``create`` builds the record for ``_create``.
+wake-ups event loops wait on), ``_ticks`` (periodic ticks), all sharing one ``_shared.Core``. ``__init__``
+assembles the settings and the parts.
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import _listing, _purge
+from . import _listing, _purge, _ticks
 from . import _registry as registry
 from . import _syscalls as sc
 from ._checks import (
     check_timeout,
     default_backoff,
-    due_time,
     integer,
     job_file_cap,
     lease_timing,
@@ -35,23 +34,23 @@ from ._checks import (
     result_value,
     retain_seconds,
 )
-from ._codec import canonical, check_job_id, check_queue_name
+from ._codec import check_job_id, check_queue_name
 from ._control import Control
-from ._create import publish_new
+from ._create import new_record, publish_new
 from ._direct import ById
-from ._errors import InvalidRequest, ValueTooLarge, WaitTimeout
+from ._errors import InvalidRequest, WaitTimeout
 from ._heart import Heart
 from ._job import Job, JobState
-from ._layout import MAX_PRIORITY, MIN_PRIORITY, Layout, generated_id
+from ._layout import Layout
 from ._leases import NotificationLease, OnCompromised, WorkLease
 from ._notify import Notifier
 from ._opening import open_skeleton
-from ._records import Record
 from ._recovery import RecoveryReport, recover
 from ._registry import WorkerInfo
 from ._retention import index_strays
 from ._shared import Core, Settings
 from ._stats import DirCounts, StoreStatistics, statistics
+from ._ticks import MAX_TICK, ScheduleInfo, check_schedule_name, check_spec, tick_id
 from ._verify import locks_prove_death
 from ._waiting import Waiting, Wakeups
 from ._work import Work
@@ -230,19 +229,9 @@ class JobStore:
         self._heart.after_fork()
 
     # == creating ==================================================================================
-    def create(
-        self,
-        request: Any,
-        *,
-        queue: str = "default",
-        priority: int = 0,
-        delay: float | timedelta | None = None,
-        run_at: float | datetime | None = None,
-        max_attempts: int | None = None,
-        job_id: str | None = None,
-        timeout: float | None = None,
-        retain: float | timedelta | str | None = None,
-    ) -> Job:
+    def create(self, request: Any, *, queue: str = "default", priority: int = 0, delay: float | timedelta | None = None,
+               run_at: float | datetime | None = None, max_attempts: int | None = None, job_id: str | None = None,
+               timeout: float | None = None, retain: float | timedelta | str | None = None) -> Job:
         """Store a new job and return its snapshot once it is durable.
 
         ``priority``: lower runs sooner (-999,999 .. 999,999); equal priorities run in creation
@@ -257,29 +246,40 @@ class JobStore:
         ``retain``. A removed job's id may be used again.
         """
         self._check_open()
-        core = self._core
-        settings = core.settings
-        queue = check_queue_name(queue)
-        priority = integer(priority, "priority", at_least=MIN_PRIORITY, at_most=MAX_PRIORITY)
-        attempts_cap = settings.max_attempts if max_attempts is None else integer(
-            max_attempts, "max_attempts", at_least=1, at_most=1_000_000)
-        explicit, seq = job_id is not None, core.next_seq()  # a generated id begins with its seq
-        job_id = check_job_id(job_id) if explicit else generated_id(seq)
-        # What is returned is what was stored: a reader of the file gets exactly this request.
-        request_bytes, request = canonical(request, what="request")
-        if len(request_bytes) > settings.max_request_bytes:
-            raise ValueTooLarge(
-                f"request is {len(request_bytes)} bytes; max_request_bytes is {settings.max_request_bytes}")
-        limit = self.default_timeout if timeout is None else check_timeout(timeout, "timeout")
-        kept = retain_seconds(retain)
-        now = core.wall()
-        not_before = due_time(now, delay, run_at)
-        record = Record(id=job_id, queue=queue, priority=priority, request=request, created_at=now,
-                        seq=seq, max_attempts=attempts_cap, not_before=not_before,
-                        timeout=limit, retain=self._retain if kept is None else kept,
-                        request_json=request_bytes)
-        dest = publish_new(core, record, explicit=explicit)
-        return record.snapshot(JobState(dest))
+        record = new_record(self._core, request, queue=queue, priority=priority, delay=delay, run_at=run_at,
+                            max_attempts=max_attempts, job_id=job_id, timeout=timeout, retain=retain,
+                            default_timeout=self.default_timeout, default_retain=self._retain)
+        return record.snapshot(JobState(publish_new(self._core, record, explicit=job_id is not None)))
+
+    # == periodic ticks (_ticks; which tick is due is fsjobstore.schedule's business) ==============
+    def make_tick(self, schedule: str, at: int, request: Any = None, *, queue: str = "default", priority: int = 0,
+                  max_attempts: int | None = None, timeout: float | None = None,
+                  retain: float | timedelta | str | None = None) -> Job | None:
+        """Make the job (id ``tick-<schedule>-<at>``) of tick ``at`` (epoch seconds) of ``schedule``
+        once, however many schedulers try, on any host; None if it or a later tick was made."""
+        self._check_open()
+        name, at = check_schedule_name(schedule), integer(at, "at (epoch seconds)", at_least=0, at_most=MAX_TICK)
+        record = new_record(self._core, request, queue=queue, priority=priority, max_attempts=max_attempts,
+                            job_id=tick_id(name, at), timeout=timeout, retain=retain,
+                            default_timeout=self.default_timeout, default_retain=self._retain)
+        return _ticks.make(self._core, name, at, lambda still_due: record.snapshot(
+            JobState(publish_new(self._core, record, explicit=True, still_due=still_due))))
+
+    def declare_schedule(self, schedule: str, *, spec: str, queue: str = "default", request: Any = None,
+                         priority: int = 0, max_attempts: int | None = None, timeout: float | None = None,
+                         retain: float | timedelta | str | None = None) -> ScheduleInfo:
+        """Say that ``schedule`` ticks by ``spec``, making jobs as :meth:`make_tick` is told (every
+        option checked here); no tick before its first declaration is made. What the store knows."""
+        self._check_open()
+        name = check_schedule_name(schedule)
+        new_record(self._core, request, queue=queue, priority=priority, max_attempts=max_attempts, job_id=None,
+                   timeout=timeout, retain=retain, default_timeout=None, default_retain=0)
+        return _ticks.declare(self._core, name, spec=check_spec(spec), queue=queue)
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule declared in this store, by name, with its newest tick."""
+        self._check_open()
+        return _ticks.read_all(self._core)
 
     # == claiming work =============================================================================
     def pull_work(self, *, queues: str | Sequence[str] | None = None, timeout: float | None = 0,

@@ -40,6 +40,7 @@ from ._runtime._pool import Pool
 from ._runtime._processes import ProcessPool
 from ._runtime._slot import Handler, JobContext, Tally, WorkerShutdown
 from ._runtime._threads import ThreadPool
+from .schedule import Periodic, Schedule
 
 __all__ = ["EVENTS", "Deliverer", "JobContext", "JobEvent", "RunSummary", "Worker", "WorkerShutdown"]
 
@@ -146,6 +147,7 @@ class Worker:
         self._stop_now = threading.Event()
         self._bell = Bell()
         self._hooks = Hooks()
+        self.schedule = Schedule()  # periodic jobs this worker makes while it runs (every(), cron())
 
     # -- handlers --------------------------------------------------------------------------------
     def handler(self, queue: str) -> Callable[[Handler], Handler]:
@@ -189,6 +191,18 @@ class Worker:
         check_event(event)  # a misspelt event fails at the decorator's line, not when it is applied
         return register
 
+    # -- periodic jobs ---------------------------------------------------------------------------
+    def every(self, interval: Any, **options: Any) -> Periodic:
+        """Make a job every ``interval`` while this worker runs: :meth:`Schedule.every
+        <fsjobstore.schedule.Schedule.every>` (``queue=``, ``request=``, ``name=``, ...). Each tick
+        is made once however many workers and schedulers run the same schedule."""
+        return self.schedule.every(interval, **options)
+
+    def cron(self, expr: str, **options: Any) -> Periodic:
+        """Make a job at each moment of the cron expression ``expr`` while this worker runs:
+        :meth:`Schedule.cron <fsjobstore.schedule.Schedule.cron>` (``tz=``, ``queue=``, ...)."""
+        return self.schedule.cron(expr, **options)
+
     # -- control ---------------------------------------------------------------------------------
     def pause(self) -> None:
         """Take no new jobs until :meth:`resume` (running ones go on). SIGUSR1 does it too."""
@@ -228,6 +242,10 @@ class Worker:
         if self.mode == "asyncio" and blocking:
             raise InvalidRequest(f"mode 'asyncio' runs async def handlers on one event loop; the handler of "
                                  f"queue(s) {', '.join(blocking)} is not one (use mode 'threads' or 'processes')")
+        self.schedule.declare(self.store)  # a schedule's bad job options raise here, before anything runs
+        for p in self.schedule:
+            if p.queue not in queues:
+                log.warning("schedule %s makes jobs in queue %s, which this worker does not serve", p.name, p.queue)
         self._stop.clear()
         self._stop_now.clear()
         started = time.monotonic()
@@ -273,6 +291,7 @@ class Worker:
         next_publish = 0.0
         idle_rounds = 0  # burst rounds in a row that did no job
         round_start = 0  # jobs ended when the current round began
+        next_ticks = self._ticks(time.monotonic(), 0.0)  # due ticks first: a burst then runs their jobs
         try:
             pool.start()
             while True:
@@ -303,13 +322,14 @@ class Worker:
                     pool.give_back()
                     break
                 pool.tick()
+                next_ticks = self._ticks(now, next_ticks)
                 if not pool.alive():
                     continue  # every slot has finished (a burst, a spent count): no reason to wait
                 if now >= next_publish:
                     self._publish()
                     next_publish = now + 1.0
                 # Sleep until something rings or the soonest thing we know of is due.
-                due = [pool.next_tick(now), next_publish - now]
+                due = [pool.next_tick(now), next_publish - now, next_ticks - now]
                 if duration is not None and stop_began is None:
                     due.append(started + duration - now)
                 if stop_began is not None:
@@ -324,6 +344,13 @@ class Worker:
         if stopped_by:
             return stopped_by
         return "count" if count is not None and gate.spent() else "burst"
+
+    def _ticks(self, now: float, due: float) -> float:
+        """Make the periodic ticks due (a pass of :attr:`schedule`) once ``now`` reaches ``due``;
+        when to look next (monotonic). Its failures are logged by the pass, never raised."""
+        if now < due or not len(self.schedule):
+            return due if len(self.schedule) else math.inf
+        return now + min(self.schedule.run_pending(self.store), 60.0)
 
     def _make_pool(self, queues: list[str], gate: Gate, burst: bool) -> Pool:
         """The one place the mode is looked at: past it, the worker drives any :class:`Pool` alike."""

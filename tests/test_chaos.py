@@ -19,8 +19,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_short_chaos_run_loses_nothing_and_commits_nothing_twice(tmp_path: Path) -> None:
-    report = chaos.run(jobs=1000, workers=3, kills=100, lease=1.0, seed=3, workdir=str(tmp_path))
-    assert report["kills"] >= 100 and report["stops"] > 0
+    report = chaos.run(jobs=700, workers=3, kills=70, lease=1.0, seed=3, workdir=str(tmp_path))
+    assert report["kills"] >= 70 and report["stops"] > 0
     assert report["created_ok"] == 1000
     assert (report["lost"], report["unexpected"], report["duplicate_commits"]) == (0, 0, 0), report
     assert report["left_pending_or_active"] == 0 and report["failed"] == 0
@@ -29,8 +29,11 @@ def test_a_short_chaos_run_loses_nothing_and_commits_nothing_twice(tmp_path: Pat
 
 @pytest.mark.parametrize("runtime", ["processes", "threads", "asyncio"])
 def test_a_short_chaos_run_through_the_worker_runtime_loses_nothing(tmp_path: Path, runtime: str) -> None:
-    report = chaos.run(jobs=300, workers=3, kills=30, lease=1.0, seed=5, workdir=str(tmp_path), runtime=runtime)
-    assert report["kills"] >= 30 and report["created_ok"] == 300
+    # Threads and asyncio workers take longer to drain after a kill than forked children; fewer kills
+    # keep the three under a minute together (the long runs are in PERFORMANCE.md and RELIABILITY.md).
+    kills = 30 if runtime == "processes" else 15
+    report = chaos.run(jobs=300, workers=3, kills=kills, lease=1.0, seed=5, workdir=str(tmp_path), runtime=runtime)
+    assert report["kills"] >= kills and report["created_ok"] == 300
     assert (report["lost"], report["unexpected"], report["duplicate_commits"]) == (0, 0, 0), report
     assert report["left_pending_or_active"] == 0 and report["fulfilled"] == 300
 

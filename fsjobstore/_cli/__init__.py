@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     import argparse
 
     from .. import __version__ as version
-    from . import _jobs, _ops, _process, _status
+    from . import _jobs, _ops, _process, _schedules, _status
     from ._args import ENV_DIR, EXIT_CODES, Parser
 
     parser = Parser(
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     _ops.add(subparsers)
     _status.add(subparsers)
     _process.add(subparsers)
+    _schedules.add(subparsers)
     return parser
 
 

@@ -58,7 +58,7 @@ def add(subparsers: Any) -> None:
     p.add_argument("--name", default=None, help="the name `fsjobstore workers` shows (default host:pid)")
     _lease_duration(p)
     no_lock_takeover(p)
-    _log_level(p)
+    log_level(p)
 
     p = subcommand(subparsers, "notify", notify, help="deliver results to the targets that asked for them",
                    example="fsjobstore notify ./jobs --handler myapp.hooks:deliver --burst",
@@ -70,7 +70,7 @@ def add(subparsers: Any) -> None:
     p.add_argument("--burst", action="store_true", help="stop as soon as nothing is due")
     _lease_duration(p)
     no_lock_takeover(p)
-    _log_level(p)
+    log_level(p)
 
 
 def _lease_duration(p: argparse.ArgumentParser) -> None:
@@ -81,11 +81,10 @@ def _lease_duration(p: argparse.ArgumentParser) -> None:
                         f"--peer` reports, MULTIHOST.md)")
 
 
-def _log_level(p: argparse.ArgumentParser) -> None:
+def log_level(p: argparse.ArgumentParser, default: str = "default INFO: one line per job") -> None:
     p.add_argument("--log-level", default="INFO", type=str.upper,
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                   help="default INFO: one line per job; DEBUG adds tracebacks (of a handler module that "
-                        "cannot be imported, say)")
+                   help=f"{default}; DEBUG adds tracebacks (of a module that cannot be imported, say)")
 
 
 def load(spec: str) -> Any:
@@ -148,7 +147,7 @@ def _where(exc: BaseException) -> str:
     return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
 
 
-def _configure_logging(level: str) -> None:
+def configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
 
 
@@ -156,7 +155,7 @@ def worker(args: argparse.Namespace) -> int:
     from .. import JobStore
     from ..worker import Worker  # the runtime: loaded only by the commands that run it
 
-    _configure_logging(args.log_level)  # first: an import error of the handler module is logged at DEBUG
+    configure_logging(args.log_level)  # first: an import error of the handler module is logged at DEBUG
     given = {"concurrency": args.concurrency, "mode": args.mode, "grace": args.grace}
     base, source = dict(WORKER_DEFAULTS), "default"
     handlers: dict[str, Any]
@@ -203,7 +202,7 @@ def notify(args: argparse.Namespace) -> int:
     from .. import JobStore
     from ..worker import Deliverer  # the runtime: loaded only by the commands that run it
 
-    _configure_logging(args.log_level)
+    configure_logging(args.log_level)
     deliver = load(args.handler)
     # The same store options as `worker`: a durable store refuses --no-fsync here too.
     with JobStore(args.dir, create=False, lease_duration=args.lease_duration, **store_options(args)) as store:
