@@ -50,28 +50,31 @@ def _ticks_in(log: Path) -> list[int]:
     return [int(line.rsplit("-", 1)[1]) for line in log.read_text().split()]
 
 
-def test_two_schedulers_killed_at_random_instants_make_every_tick_once(tmp_path: Path) -> None:
-    root, log, done = str(tmp_path / "store"), tmp_path / "ran.log", str(tmp_path / "done")
-    JobStore(root).close()
+def run_killing_schedulers(roots: tuple[str, str], runner_root: str, workdir: Path, *, seconds: float = 10,
+                           tail: float = 3) -> tuple[list[int], int]:
+    """Two schedulers (on ``roots[0]`` and ``roots[1]``: one store, seen from one or two hosts)
+    SIGKILLed at random for ``seconds``, a runner on ``runner_root``; then ``tail`` seconds for
+    the survivors and recovery. The ticks the runner ran (in order), and how many kills."""
+    log, done = workdir / "ran.log", str(workdir / "done")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])))
 
-    def start(script: str, *args: str) -> subprocess.Popen[bytes]:
+    def start(script: str, root: str, *args: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen([sys.executable, "-c", script, root, *args], env=env)
 
-    runner = start(RUNNER, str(log), done)
-    schedulers = [start(SCHEDULER), start(SCHEDULER)]
+    runner = start(RUNNER, runner_root, str(log), done)
+    schedulers = [start(SCHEDULER, roots[0]), start(SCHEDULER, roots[1])]
     rng = random.Random(7)
     kills = 0
     began = time.time()
     try:
-        while time.time() - began < 10:
+        while time.time() - began < seconds:
             time.sleep(rng.uniform(0.05, 0.6))  # lands anywhere in a tick, the make_tick call included
             i = rng.randrange(2)
             schedulers[i].send_signal(signal.SIGKILL)
             schedulers[i].wait()
-            schedulers[i] = start(SCHEDULER)
+            schedulers[i] = start(SCHEDULER, roots[i])
             kills += 1
-        time.sleep(3)  # the survivors make the ticks due, the runner runs them
+        time.sleep(tail)  # the survivors make the ticks due, the runner runs them
     finally:
         for p in schedulers:
             p.send_signal(signal.SIGTERM)
@@ -79,10 +82,20 @@ def test_two_schedulers_killed_at_random_instants_make_every_tick_once(tmp_path:
             p.wait(30)
         Path(done).touch()
         runner.wait(30)
-    ran = _ticks_in(log)
+    return _ticks_in(log), kills
+
+
+def check_each_tick_ran_once(ran: list[int]) -> None:
     twice = sorted({t for t in ran if ran.count(t) > 1})
     assert twice == [], f"ticks run twice: {twice}"
     first, last = min(ran), max(ran)
     missing = sorted(set(range(first, last + 1)) - set(ran))
     assert missing == [], f"ticks lost: {missing}"
-    assert kills >= 15 and last - first >= 10
+
+
+def test_two_schedulers_killed_at_random_instants_make_every_tick_once(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    JobStore(root).close()
+    ran, kills = run_killing_schedulers((root, root), root, tmp_path)
+    check_each_tick_ran_once(ran)
+    assert kills >= 15 and max(ran) - min(ran) >= 10

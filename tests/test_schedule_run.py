@@ -120,3 +120,21 @@ def test_cron_without_the_cron_extra_says_how_to_install_it(monkeypatch: pytest.
     monkeypatch.setitem(sys.modules, "cronsim", None)  # as if it were not installed
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'fsjobstore\[cron\]'"):
         Schedule().cron("0 3 * * *")
+
+
+def test_a_worker_run_by_the_worker_command_brings_its_periodic_jobs(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text(textwrap.dedent("""
+        from fsjobstore import JobStore, Worker
+        worker = Worker(JobStore("own-store"), mode="threads")  # the command runs it on DIR
+        worker.handler("reports")(lambda job: "made")
+        worker.every(600, queue="reports", name="ten-minutes")
+    """))
+    root = str(tmp_path / "store")
+    JobStore(root, wall_clock=FakeWall(time.time() - 3600)).declare_schedule(
+        "ten-minutes", spec="every 600s", queue="reports")
+    done = cli("worker", root, "--handlers", "app:worker", "--burst", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "schedule ten-minutes: tick" in done.stderr
+    with JobStore(root) as store:
+        [info] = store.schedules()
+        assert info.last_job is not None and store.get(info.last_job).value == "made"

@@ -33,9 +33,9 @@ def add(subparsers: Any) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--handler", metavar="MODULE:FUNCTION", help="the handler for the --queue(s)")
     which.add_argument("--handlers", metavar="MODULE:OBJECT",
-                       help="a dict {queue: function} in your module, or a Worker: then its handlers and hooks, "
-                            "and its concurrency, mode, grace and name unless the options below are given (not "
-                            "its queues=: narrow them with --queue)")
+                       help="a dict {queue: function} in your module, or a Worker: then its handlers, hooks and "
+                            "periodic jobs, and its concurrency, mode, grace and name unless the options below are "
+                            "given (not its queues=: narrow them with --queue)")
     p.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
                    help="a queue to serve (repeat it; default with --handler: 'default'); with --handlers "
                         "it narrows and orders their queues")
@@ -194,6 +194,8 @@ def worker(args: argparse.Namespace) -> int:
                      grace=used["grace"], name=name, max_hung=loaded.max_hung if loaded else None)
         for event, hook in loaded.hooks if loaded else ():  # a Worker's hooks come with it
             run.on(event, hook)
+        if loaded is not None:
+            run.schedule = loaded.schedule  # and its periodic jobs (every(), cron())
         run.run(count=args.max_jobs, duration=args.max_seconds, burst=args.burst)
     return OK
 
