@@ -22,8 +22,8 @@ Nothing here takes a lock: links and exclusive names only, which hold across Glu
 
 from __future__ import annotations
 
-import errno
 import json
+import math
 import os
 import re
 from collections.abc import Callable
@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import MAX_QUEUE_LENGTH, QUEUE_PATTERN, check_queue_name, dumps
-from ._errors import CorruptJob, InvalidRequest, JobExists
+from ._errors import InvalidRequest, JobExists
 from ._job import Job
 from ._shared import Core
 
@@ -182,15 +182,11 @@ def read(core: Core, name: str) -> ScheduleInfo | None:
     try:
         doc = json.loads(fs.read_regular(core.layout.schedule_path(name), _SPEC_CAP))
         spec, queue, since, at = doc["spec"], doc["queue"], float(doc["since"]), float(doc["declared_at"])
-        if not (isinstance(spec, str) and isinstance(queue, str)):
-            raise ValueError("spec and queue must be strings")
-    except FileNotFoundError:
+        if not (isinstance(spec, str) and isinstance(queue, str) and math.isfinite(since) and math.isfinite(at)):
+            raise ValueError("spec and queue must be strings, since and declared_at finite numbers")
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR) or isinstance(exc, fs.Unreadable):
-            return None
-        raise
-    except (fs.Unreadable, ValueError, KeyError, TypeError, CorruptJob):
+    except (fs.Unreadable, ValueError, KeyError, TypeError):  # planted, torn or foreign: declared again
         return None
     return ScheduleInfo(name, spec, queue, since, *_last(core, name), at)
 

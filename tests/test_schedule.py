@@ -286,3 +286,23 @@ def test_a_pass_that_fails_is_logged_and_tried_again_without_stopping_the_others
     monkeypatch.undo()
     s.run_pending(store, now=T0 + 3 + RETRY_AFTER)  # tried again; the newest missed tick is made
     assert f"tick-broken-{T0 + 8}" in {j.id for j in store.jobs(state="pending")}
+
+
+@pytest.mark.parametrize("planted", [b"{not json", b'{"spec": 1}', b"[]", b'{"spec": "every 5s", "queue": "q", '
+                                     b'"since": NaN, "declared_at": 1}'])
+def test_a_declaration_that_is_junk_is_written_again_and_ticks_go_on(
+        open_store: Callable[..., JobStore], planted: bytes) -> None:
+    wall = FakeWall(T0)
+    store = open_store(wall_clock=wall)
+    s = Schedule()
+    s.every(5, queue="q", name="x")
+    s.run_pending(store, now=T0)
+    with open(os.path.join(store.path, "control", "schedules", "x.json"), "wb") as fh:
+        fh.write(planted)
+    assert store.schedules() == []  # not believed
+    wall.advance(5)
+    s.run_pending(store, now=T0 + 5)  # declared again, from now (what it said before is lost)
+    assert [i.name for i in store.schedules()] == ["x"]
+    wall.advance(5)
+    s.run_pending(store, now=T0 + 10)
+    assert [j.id for j in store.jobs(state="pending")] == [f"tick-x-{T0 + 10}"]
