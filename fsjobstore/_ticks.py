@@ -23,6 +23,7 @@ Nothing here takes a lock: links and exclusive names only, which hold across Glu
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -36,6 +37,8 @@ from ._codec import MAX_QUEUE_LENGTH, QUEUE_PATTERN, check_queue_name, dumps
 from ._errors import InvalidRequest, JobExists
 from ._job import Job
 from ._shared import Core
+
+log = logging.getLogger("fsjobstore")
 
 assert MAX_QUEUE_LENGTH + 17 <= 128  # a tick id (tick-<name>-<11 digits>) stays within a job id's length
 MAX_TICK = 99_999_999_999  # the store's bound on run_at (the year 5138)
@@ -91,6 +94,8 @@ def tick_of(job_id: str) -> tuple[str, datetime] | None:
     """(schedule name, tick time as an aware UTC datetime) of a periodic tick's job id, else
     None: what a handler reads when its work is about the tick's moment (yesterday's report,
     say), not about when it happened to run."""
+    if not isinstance(job_id, str):
+        raise TypeError(f"tick_of takes a job id (a str), not {type(job_id).__name__}")
     found = parse_tick_id(job_id)
     return None if found is None else (found[0], datetime.fromtimestamp(found[1], UTC))
 
@@ -162,6 +167,11 @@ def declare(core: Core, name: str, *, spec: str, queue: str) -> ScheduleInfo:
     found = read(core, name)
     if found is not None and (found.spec, found.queue) == (spec, queue):
         return found
+    if found is not None:
+        # A changed schedule says so once. Said at every pass, it is two schedulers (two
+        # versions of the code, or two schedules given one name) taking turns over one record.
+        log.warning("schedule %s was %s into queue %s; now %s into queue %s (declared by this process)", name,
+                    found.spec, found.queue, spec, queue)
     since = found.since if found is not None else now
     doc = {"schedule": name, "spec": spec, "queue": queue, "since": since, "declared_at": now}
     tmp = lay.tmp_path(core.new_token(), "aux", "schedule.json")

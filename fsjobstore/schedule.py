@@ -180,6 +180,7 @@ class Schedule:
         at least one), ticking at ``start`` (an aware datetime or epoch seconds; default the
         epoch) plus whole intervals. ``name`` (default ``<queue>-every-<N>s``) is what the store
         knows the schedule by: keep it when you change the rest."""
+        check_queue_name(queue)  # before the default name is made of it
         raw = interval.total_seconds() if isinstance(interval, timedelta) else interval
         if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw) or raw != int(raw):
             raise InvalidRequest(f"interval must be a whole number of seconds (a timedelta or a number), "
@@ -195,6 +196,7 @@ class Schedule:
         names (``"0 3 * * *"``: 03:00 daily) in the time zone ``tz`` (an IANA name such as
         ``"Europe/Paris"``, or a ``zoneinfo.ZoneInfo``; default UTC). Needs the ``cron`` extra
         (``pip install 'fsjobstore[cron]'``). ``name`` defaults to ``<queue>-cron-<hash>``."""
+        check_queue_name(queue)  # before the default name is made of it
         timing = _checked_cron(expr, _zone_name(tz))
         digest = hashlib.sha256(timing.spec.encode()).hexdigest()[:8]
         return self._add(name or f"{queue}-cron-{digest}", timing, queue, request, catch_up, priority,
@@ -212,7 +214,7 @@ class Schedule:
                             retain, catch_up)
         with self._lock:
             if name in self._periodics:
-                raise InvalidRequest(f"a schedule named {name!r} is declared already here; give this one name=")
+                raise InvalidRequest(f"this Schedule has a schedule named {name!r} already; give each its own name=")
             self._periodics[name] = periodic
         return periodic
 
@@ -228,7 +230,10 @@ class Schedule:
         rules: bad ones raise here (:class:`InvalidRequest`), before anything runs. :meth:`run`
         and a Worker's ``run()`` begin with it."""
         for p in self:
-            self._declare(store, p)
+            try:
+                self._declare(store, p)
+            except InvalidRequest as exc:  # say which schedule: the store's message names only the option
+                raise type(exc)(f"schedule {p.name!r}: {exc}") from None
 
     def _declare(self, store: JobStore, p: Periodic) -> ScheduleInfo:
         return store.declare_schedule(p.name, spec=p.spec, queue=p.queue, request=p.request, priority=p.priority,
@@ -267,6 +272,7 @@ class Schedule:
             log.info("schedule %s: %s into queue %s", p.name, p.spec, p.queue)
         while not stop.is_set():
             stop.wait(min(self.run_pending(store), LONGEST_SLEEP))
+        log.info("scheduler stopped")
 
 
 def _show(t: int) -> str:

@@ -90,7 +90,7 @@ def test_a_cron_schedule_keeps_its_zone_and_a_spec_reads_back_as_the_same_timing
     (lambda s: s.cron("0 3 * * *", tz="Europe/Pariss"), "not a time zone"),
     (lambda s: s.cron("0 3 * * *", tz=datetime.now().astimezone().tzinfo), "zone name"),
     (lambda s: s.every(60, catch_up=-1), "catch_up"),
-    (lambda s: (s.every(60), s.every(60)), "named 'default-every-60s' is declared already"),
+    (lambda s: (s.every(60), s.every(60)), "has a schedule named 'default-every-60s' already"),
 ])
 def test_a_mistake_in_a_schedule_is_refused_where_it_is_declared_and_says_what(
         call: Callable[[Schedule], object], says: str) -> None:
@@ -101,8 +101,12 @@ def test_a_mistake_in_a_schedule_is_refused_where_it_is_declared_and_says_what(
 def test_a_bad_schedule_or_queue_name_is_refused_by_the_names_rule() -> None:
     with pytest.raises(InvalidQueueName, match="schedule name"):
         Schedule().every(60, name="no/slash")
-    with pytest.raises(InvalidQueueName, match="queue"):
+    with pytest.raises(InvalidQueueName, match="queue 'a b' is not"):  # the queue, not the name made of it
         Schedule().every(60, queue="a b")
+    with pytest.raises(InvalidQueueName, match="queue 'a b' is not"):
+        Schedule().cron("0 3 * * *", queue="a b")
+    with pytest.raises(TypeError, match="a job id"):
+        tick_of(123)  # type: ignore[arg-type]
 
 
 def test_bad_job_options_of_a_schedule_raise_before_a_worker_takes_anything(
@@ -110,8 +114,8 @@ def test_bad_job_options_of_a_schedule_raise_before_a_worker_takes_anything(
     store = open_store()
     store.create("waiting")
     worker = Worker(store, {"default": lambda job: None}, mode="threads")
-    worker.every(60, priority="high")  # type: ignore[arg-type]
-    with pytest.raises(InvalidRequest, match="priority"):
+    worker.every(60, priority="high", name="hourly")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match="schedule 'hourly': priority"):
         worker.run(burst=True)
     assert store.statistics().pending == 1 and store.schedules() == []
 
@@ -306,3 +310,18 @@ def test_a_declaration_that_is_junk_is_written_again_and_ticks_go_on(
     wall.advance(5)
     s.run_pending(store, now=T0 + 10)
     assert [j.id for j in store.jobs(state="pending")] == [f"tick-x-{T0 + 10}"]
+
+
+def test_two_schedulers_that_disagree_about_one_name_say_so_at_each_pass(
+        open_store: Callable[..., JobStore], caplog: pytest.LogCaptureFixture) -> None:
+    store = open_store()
+    a, b = Schedule(), Schedule()
+    a.every(2, queue="a", name="x")
+    b.every(3, queue="b", name="x")
+    with caplog.at_level(logging.WARNING, "fsjobstore"):
+        a.run_pending(store, now=T0)
+        assert "was" not in caplog.text  # first declared: nothing to say
+        b.run_pending(store, now=T0)
+        a.run_pending(store, now=T0 + 2)
+    assert "schedule x was every 2s into queue a; now every 3s into queue b" in caplog.text
+    assert "schedule x was every 3s into queue b; now every 2s into queue a" in caplog.text

@@ -60,8 +60,13 @@ def test_an_async_handler_past_its_time_limit_is_cancelled_and_retried(open_stor
     store = open_store(backoff=lambda attempt: 0.0)
     job = store.create({}, queue="hang", timeout=0.5, max_attempts=2)
     quick = store.create({"seconds": 0.1}, queue="nap")
-    summary = tasks.bounded_run(Worker(store, {"hang": hang_once, "nap": nap}, mode="asyncio", concurrency=2))
+    worker = Worker(store, {"hang": hang_once, "nap": nap}, mode="asyncio", concurrency=2)
+    told: list[Any] = []
+    worker.on("timed_out", told.append)
+    summary = tasks.bounded_run(worker)
     assert summary.timed_out == 1 and summary.fulfilled == 2, summary
+    # Told as the other pools tell it: why, and what the job does next.
+    assert [(e.job_id, e.error, e.then) for e in told] == [(job.id, "ran past its time limit", "retrying")]
     final = store.get(job.id)
     assert final.state is JobState.FULFILLED and final.value == "second time" and final.attempts == 2
     assert store.get(quick.id).state is JobState.FULFILLED
@@ -70,9 +75,14 @@ def test_an_async_handler_past_its_time_limit_is_cancelled_and_retried(open_stor
 def test_a_handler_that_blocks_the_loop_is_still_timed_out_on_time_by_the_supervisor(open_store: Any) -> None:
     store = open_store(backoff=lambda attempt: 0.0)
     job = store.create({}, queue="block", timeout=0.3, max_attempts=2)
-    summary = tasks.bounded_run(Worker(store, {"block": block_the_loop}, mode="asyncio"))
+    worker = Worker(store, {"block": block_the_loop}, mode="asyncio")
+    told: list[Any] = []
+    worker.on("timed_out", told.append)
+    summary = tasks.bounded_run(worker)
     final = store.get(job.id)
     assert summary.timed_out == 1 and final.state is JobState.FULFILLED and final.attempts == 2
+    # It returned after its time-out, raising nothing: still told why (a trial found None here).
+    assert [(e.error, e.then) for e in told] == [("ran past its time limit", "retrying")]
 
 
 def test_a_cancel_request_cancels_the_running_task_and_ends_the_job_cancelled(open_store: Any) -> None:

@@ -4,6 +4,7 @@ a store knows of its schedules: last and next tick)."""
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import threading
 import time
@@ -13,6 +14,8 @@ from .. import InvalidRequest, ScheduleInfo
 from . import _render as render
 from ._args import OK, UsageError, open_store, store_options, subcommand
 from ._process import configure_logging, load, log_level
+
+log = logging.getLogger("fsjobstore.schedule")
 
 
 def add(subparsers: Any) -> None:
@@ -48,7 +51,9 @@ def scheduler(args: argparse.Namespace) -> int:
     with JobStore(args.dir, create=False, **store_options(args)) as store:
         if args.once:
             schedule.declare(store)
-            schedule.run_pending(store)
+            wait = schedule.run_pending(store)
+            # Said even when nothing was due, so that a quiet run does not look like a failure.
+            log.info("pass done; the next tick of these schedules is due in %.0fs", wait)
             return OK
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -38,6 +38,7 @@ from ._slot import (
     commit_value,
     described,
     drop_own_frame,
+    fate,
     give_back_running,
     next_look,
     tell,
@@ -153,8 +154,12 @@ class AsyncPool:
             if slot.given_back:
                 return
         name = OF_OUTCOME[outcome]
-        tell(JobEvent(name, lease.id, lease.queue, lease.attempt, name, time.monotonic() - started, error),
-             self._tally, self._hooks)
+        # As the other pools tell it: why an attempt the supervisor ended did end (a blocking
+        # handler that returned after its time-out raised nothing), and what its job does next.
+        error = error or ENDED_BECAUSE.get(name)
+        then = await astore.run(fate, self._store, lease.id, lease.attempt) if name == "timed_out" else None
+        tell(JobEvent(name, lease.id, lease.queue, lease.attempt, name, time.monotonic() - started, error,
+                      (then or "lost") if name == "timed_out" else None), self._tally, self._hooks)
 
     # -- the supervisor's side --------------------------------------------------------------------
     def alive(self) -> bool:

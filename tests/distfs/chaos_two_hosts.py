@@ -2,7 +2,7 @@
 and once dies: tests/torture/chaos.py's run, with the store reached through both mounts.
 
     bash tests/distfs/install.sh
-    python tests/distfs/chaos_two_hosts.py --jobs 2000 --kills 300 --workers 4 --seed 5
+    python tests/distfs/chaos_two_hosts.py --jobs 2000 --kills 300 --workers 4 --seed 5 [--runtime asyncio]
 
 Prints the checker's report (lost, unexpected and duplicate commits must all be 0) and what host
 B went through; exits 1 if anything was lost or committed twice. tests/distfs/test_multihost.py
@@ -79,6 +79,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--kill-mount-every", type=int, default=60,
                         help="steps between SIGKILLs of host B's FUSE client (default 60)")
+    parser.add_argument("--runtime", choices=["processes", "threads", "asyncio"], default=None,
+                        help="workers are fsjobstore.Worker in this mode (default: plain pull/fulfil loops)")
     parser.add_argument("--retention", action="store_true",
                         help="odd-numbered jobs are made with retain=0: removed while the chaos runs")
     args = parser.parse_args()
@@ -92,7 +94,8 @@ def main() -> int:
         time.sleep(1.5)
         report = run_on(str(a.path / "chaos" / "store"), str(b.path / "chaos" / "store"), b,
                         kill_every=args.kill_mount_every, workdir=work, jobs=args.jobs, workers=args.workers,
-                        kills=args.kills, lease=args.lease, seed=args.seed, retention=args.retention)
+                        kills=args.kills, lease=args.lease, seed=args.seed, retention=args.retention,
+                        runtime=args.runtime)
     print(json.dumps(report, indent=1))
     bad = (report["lost"] or report["unexpected"] or report["duplicate_commits"] or report["created_ok"] != args.jobs
            or report["removal_leftovers"])
