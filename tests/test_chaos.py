@@ -19,12 +19,13 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_short_chaos_run_loses_nothing_and_commits_nothing_twice(tmp_path: Path) -> None:
-    report = chaos.run(jobs=700, workers=3, kills=70, lease=1.0, seed=3, workdir=str(tmp_path))
+    jobs = 700
+    report = chaos.run(jobs=jobs, workers=3, kills=70, lease=1.0, seed=3, workdir=str(tmp_path))
     assert report["kills"] >= 70 and report["stops"] > 0
-    assert report["created_ok"] == 1000
+    assert report["created_ok"] == jobs
     assert (report["lost"], report["unexpected"], report["duplicate_commits"]) == (0, 0, 0), report
     assert report["left_pending_or_active"] == 0 and report["failed"] == 0
-    assert report["fulfilled"] == 1000
+    assert report["fulfilled"] == jobs
 
 
 @pytest.mark.parametrize("runtime", ["processes", "threads", "asyncio"])

@@ -17,6 +17,15 @@ from distfs import gluster
 from distfs.gluster import SharedDir
 
 _serial = itertools.count()
+_HERE = __file__.rsplit("/", 1)[0]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of the bed in one xdist worker (the suite runs with ``--dist loadgroup``): a bed
+    listens on a fixed port and reaps stale beds when it starts, so two at once would fight."""
+    for item in items:
+        if str(item.path).startswith(_HERE):
+            item.add_marker(pytest.mark.xdist_group("glusterfs-bed"))
 
 
 @pytest.fixture(scope="session")
