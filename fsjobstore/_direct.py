@@ -36,7 +36,8 @@ class ById:
         self._notifier = notifier
         self._control = control
 
-    def fulfill(self, job_id: str, value: Any) -> None:
+    def fulfill(self, job_id: str, value: Any) -> str:
+        """Fulfil a job by id (JobStore.fulfill); returns its queue."""
         for _ in range(20):
             loc = self._core.tree.require(job_id)
             if loc.state.is_final:
@@ -56,7 +57,7 @@ class ById:
                     with contextlib.suppress(JobStoreError):
                         self._work.commit(claim, "release", None, False, None)
                 raise
-            return
+            return claim.record.queue
         raise InvalidState(f"job {job_id} kept moving; try again")
 
     def cancel(self, job_id: str, reason: str | None) -> JobState:

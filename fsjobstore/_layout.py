@@ -76,6 +76,7 @@ class Layout:
     doorbell: str = field(init=False)
     cancels: str = field(init=False)
     schedules: str = field(init=False)  # periodic schedules and their ticks (made when first used)
+    metrics: str = field(init=False)  # counters every process adds to (made when first used; _counters)
     deadlines: str = field(init=False)
     runs: str = field(init=False)  # progress and logs of each claim
     workers: str = field(init=False)
@@ -99,6 +100,7 @@ class Layout:
             put(sub, os.path.join(self.control, sub))
         put("cancels", os.path.join(self.control, "cancel"))
         put("schedules", os.path.join(self.control, "schedules"))
+        put("metrics", os.path.join(self.control, "metrics"))
 
     def all_dirs(self) -> tuple[str, ...]:
         """Every directory of the skeleton, parents first."""

@@ -198,6 +198,17 @@ def _read(core: Core, loc: Location, job_id: str) -> Record | None:
     return record if record.id == job_id else None
 
 
+def queue_of_active(core: Core, name: str) -> str | None:
+    """The queue of the job whose file in ``active/`` is called ``name``; None if it is not a
+    job's claim, is gone, or cannot be read."""
+    m = ACTIVE_RE.match(name)
+    if m is None or m["kind"] != "json":
+        return None
+    loc = Location(JobState.ACTIVE, os.path.join(core.layout.active, name), m["token"], m["kind"])
+    record = _read(core, loc, m["id"])
+    return None if record is None else record.queue
+
+
 def _active(core: Core, queue: str | None, after: object) -> Iterator[Job]:
     directory = core.layout.active
     found = []

@@ -30,14 +30,14 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
 from . import _buckets
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._control import Control
-from ._layout import BUCKET_RE, FINISHED_RE, PENDING_RE
+from ._layout import BUCKET_RE, FINISHED_RE, PENDING_RE, SCHEDULED_RE
 from ._pending import ENOUGH
 from ._shared import Core
 
@@ -60,6 +60,9 @@ class StoreStatistics:
     oldest_pending_age: float | None  # seconds since the oldest pending job was created
     paused: frozenset[str]  # queues no worker takes jobs from
     watching: bool  # whether *this process* gets inotify wake-ups (it has waited in a pull)
+    # Every queue that has a job in any state: its jobs per state (all six states, zeros too).
+    by_queue: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    oldest_pending_by_queue: Mapping[str, float] = field(default_factory=dict)  # age, seconds, of each queue's
 
 
 class DirCounts:
@@ -69,7 +72,7 @@ class DirCounts:
     settles, so ``statistics()`` lists only the buckets that changed: those being drained,
     filled or purged. Trusted only for a directory that had settled (``_fsops.SETTLE``) when it
     was listed, so a change in the same clock tick as the listing is never hidden behind an
-    unchanged mtime. Kept in ``control/counts.json`` too (a hint: replaced whole, never
+    unchanged mtime. Kept in ``control/counts.v2.json`` too (a hint: replaced whole, never
     fsynced, ignored when unreadable), so a fresh process (``fsjobstore status``) starts from
     what others counted. Thread-safe enough: a lost update is a recount."""
 
@@ -130,7 +133,7 @@ class DirCounts:
             with contextlib.suppress(OSError, ValueError, fs.Unreadable, TypeError, KeyError):
                 doc = json.loads(fs.read_regular(self._path, _COUNTS_CAP))
                 for key, (m, c, ino, value) in doc["buckets"].items():
-                    if isinstance(key, str) and all(type(v) is int for v in (m, c, ino)):
+                    if isinstance(key, str) and all(type(v) is int for v in (m, c, ino)) and _believed(key, value):
                         self._seen[key] = ((m, c, ino), value)
                 for key, (m, c, ino, last, full) in doc.get("queues", {}).items():
                     if all(type(v) is int for v in (m, c, ino)) and all(type(v) is float for v in (last, full)):
@@ -157,7 +160,9 @@ class DirCounts:
             fs.unlink_quietly(tmp)  # a hint: the next call counts again (read-only control/, full disk)
 
 
-COUNTS = "counts.json"
+# counts.v2.json since the finished buckets' counts are per state and queue (they were per state in
+# counts.json, which a process of an older version may still write beside it).
+COUNTS = "counts.v2.json"
 _COUNTS_CAP = 64 << 20
 SLACK = 5.0  # seconds before a queue's last count whose buckets are stat'ed still (module docstring)
 FULL_EVERY = 60.0  # seconds between full counts of a queue (every bucket stat'ed)
@@ -176,12 +181,29 @@ def _pending_bucket(names: list[str]) -> tuple[int, int | None]:
 
 
 def _finished_bucket(names: list[str]) -> dict[str, int]:
-    by_state = {"fulfilled": 0, "failed": 0, "cancelled": 0}
+    """Jobs per ``"<state>.<queue>"`` (a dot never appears in a queue's name)."""
+    by_key: dict[str, int] = {}
     for name in names:
         m = FINISHED_RE.match(name)
         if m:
-            by_state[m["state"]] += 1
-    return by_state
+            key = f"{m['state']}.{m['queue']}"
+            by_key[key] = by_key.get(key, 0) + 1
+    return by_key
+
+
+def _believed(key: str, value: object) -> bool:
+    """Whether a count kept in the counts file has the shape its bucket's count has (a planted
+    or damaged one must not reach the arithmetic)."""
+    if key.startswith("finished/"):
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and k.partition(".")[0] in _FINAL and type(n) is int and n >= 0
+            for k, n in value.items())
+    return (isinstance(value, list) and len(value) == 2 and type(value[0]) is int and value[0] >= 0
+            and (value[1] is None or type(value[1]) is int))
+
+
+_FINAL = ("fulfilled", "failed", "cancelled")
+_STATES = ("pending", "scheduled", "active", *_FINAL)
 
 
 @dataclass(slots=True)
@@ -252,40 +274,65 @@ def _count_queue(qdir: str, marker: str, counts: DirCounts, present: set[str]) -
     return q.total, first
 
 
-def statistics(core: Core, control: Control, counts: DirCounts) -> StoreStatistics:
+def statistics(core: Core, control: Control, counts: DirCounts, active_queue: Callable[[str], str | None]
+               ) -> StoreStatistics:
     """Count each state: pending and final jobs bucket by bucket (a bucket that did not change
-    since this store last counted it is not listed again), the rest by listing its directory."""
+    since this store last counted it is not listed again), the rest by listing its directory.
+    ``active_queue(name)``: the queue of the active job of that name (its file is read)."""
     lay = core.layout
-    by_queue: dict[str, int] = {}
-    oldest: int | None = None
+    now = core.wall()
+    by_queue: dict[str, dict[str, int]] = {}
+
+    def add(queue: str, state: str, n: int = 1) -> None:
+        row = by_queue.get(queue)
+        if row is None:
+            row = by_queue[queue] = dict.fromkeys(_STATES, 0)
+        row[state] += n
+
+    oldest: dict[str, float] = {}
     present: set[str] = set()
+    pending: dict[str, int] = {}
     for q in fs.scan_names(lay.pending):
         qdir = lay.pending_dir(q)
         n, first = _count_queue(qdir, lay.pending_marker(qdir), counts, present)
-        by_queue[q] = n
-        if first is not None and (oldest is None or first < oldest):
-            oldest = first
-    final = {"fulfilled": 0, "failed": 0, "cancelled": 0}
+        pending[q] = n
+        add(q, "pending", n)
+        if first is not None:
+            oldest[q] = max(0.0, now - first / 1e9)
+    scheduled = fs.scan_names(lay.scheduled)
+    for name in scheduled:
+        m = SCHEDULED_RE.match(name)
+        if m:
+            add(m["queue"], "scheduled")
+    active = fs.scan_names(lay.active)
+    for name in active:
+        of = active_queue(name)
+        if of is not None:
+            add(of, "active")
     for bucket in fs.scan_names(lay.finished):
         if BUCKET_RE.match(bucket):
             path = lay.finished_bucket(bucket)
             present.add(path)
-            for state, k in counts.get(path, _finished_bucket).items():
-                final[state] += k
+            for key, k in counts.get(path, _finished_bucket).items():
+                state, _, q = key.partition(".")
+                add(q, state, k)
     counts.finish(present)
     quarantined = sum(1 for n in fs.scan_names(lay.quarantine) if not n.endswith(".reason"))
     waker = core.waker
+    total = {state: sum(row[state] for row in by_queue.values()) for state in _FINAL}
     return StoreStatistics(
-        pending=sum(by_queue.values()),
-        scheduled=len(fs.scan_names(lay.scheduled)),
-        active=len(fs.scan_names(lay.active)),
-        fulfilled=final["fulfilled"],
-        failed=final["failed"],
-        cancelled=final["cancelled"],
+        pending=sum(pending.values()),
+        scheduled=len(scheduled),
+        active=len(active),
+        fulfilled=total["fulfilled"],
+        failed=total["failed"],
+        cancelled=total["cancelled"],
         notifications=len(fs.scan_names(lay.notify)),
         quarantined=quarantined,
-        pending_by_queue=by_queue,
-        oldest_pending_age=None if oldest is None else max(0.0, core.wall() - oldest / 1e9),
+        pending_by_queue=pending,
+        oldest_pending_age=max(oldest.values(), default=None),
         paused=control.paused(),
         watching=bool(waker and waker.watching),
+        by_queue=by_queue,
+        oldest_pending_by_queue=oldest,
     )

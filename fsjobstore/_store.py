@@ -11,18 +11,16 @@ assembles the settings and the parts.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import os
-import re
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import _listing, _purge, _ticks
-from . import _registry as registry
 from . import _syscalls as sc
 from ._checks import (
     check_timeout,
@@ -36,6 +34,7 @@ from ._checks import (
 )
 from ._codec import check_job_id, check_queue_name
 from ._control import Control
+from ._counters import Counters
 from ._create import new_record, publish_new
 from ._direct import ById
 from ._errors import InvalidRequest, WaitTimeout
@@ -45,12 +44,11 @@ from ._layout import Layout
 from ._leases import NotificationLease, OnCompromised, WorkLease
 from ._notify import Notifier
 from ._opening import open_skeleton
+from ._operating import Operating
 from ._recovery import RecoveryReport, recover
-from ._registry import WorkerInfo
 from ._retention import index_strays
 from ._shared import Core, Settings
-from ._stats import DirCounts, StoreStatistics, statistics
-from ._ticks import MAX_TICK, ScheduleInfo, check_schedule_name, check_spec, tick_id
+from ._stats import DirCounts
 from ._verify import locks_prove_death
 from ._waiting import Waiting, Wakeups
 from ._work import Work
@@ -60,7 +58,7 @@ log = logging.getLogger("fsjobstore")
 _LIVE_STORES: weakref.WeakSet[JobStore] = weakref.WeakSet()
 
 
-class JobStore:
+class JobStore(Operating):
     """A job store in one directory, shared by any number of threads and processes.
 
     :param path: the store's directory. A store is made there if the directory is missing or
@@ -167,6 +165,8 @@ class JobStore:
         self._notifier = Notifier(core)
         self._control = Control(core)
         self._counts = DirCounts(core.layout.control, core.tree.perms.file_mode)  # statistics() per bucket
+        self._counters = Counters(core.layout.metrics, lambda: core.tree.ensure_dir(core.layout.metrics),
+                                  core.tree.perms.file_mode, wall_clock)
         self._work = Work(core, self._notifier, self._control)
         self._direct = ById(core, self._work, self._notifier, self._control)
         self._heart = Heart(core, self._work, self._notifier, self._control)
@@ -224,6 +224,7 @@ class JobStore:
     def _after_fork(self) -> None:
         """A forked child must not reuse the parent's owner lock, claims or threads."""
         self._core.after_fork()
+        self._counters.after_fork()
         self._work.after_fork()
         self._notifier.after_fork()
         self._heart.after_fork()
@@ -249,37 +250,9 @@ class JobStore:
         record = new_record(self._core, request, queue=queue, priority=priority, delay=delay, run_at=run_at,
                             max_attempts=max_attempts, job_id=job_id, timeout=timeout, retain=retain,
                             default_timeout=self.default_timeout, default_retain=self._retain)
-        return record.snapshot(JobState(publish_new(self._core, record, explicit=job_id is not None)))
-
-    # == periodic ticks (_ticks; which tick is due is fsjobstore.schedule's business) ==============
-    def make_tick(self, schedule: str, at: int, request: Any = None, *, queue: str = "default", priority: int = 0,
-                  max_attempts: int | None = None, timeout: float | None = None,
-                  retain: float | timedelta | str | None = None) -> Job | None:
-        """Make the job (id ``tick-<schedule>-<at>``) of tick ``at`` (epoch seconds) of ``schedule``
-        once, however many schedulers try, on any host; None if it or a later tick was made."""
-        self._check_open()
-        name, at = check_schedule_name(schedule), integer(at, "at (epoch seconds)", at_least=0, at_most=MAX_TICK)
-        record = new_record(self._core, request, queue=queue, priority=priority, max_attempts=max_attempts,
-                            job_id=tick_id(name, at), timeout=timeout, retain=retain,
-                            default_timeout=self.default_timeout, default_retain=self._retain)
-        return _ticks.make(self._core, name, at, lambda still_due: record.snapshot(
-            JobState(publish_new(self._core, record, explicit=True, still_due=still_due))))
-
-    def declare_schedule(self, schedule: str, *, spec: str, queue: str = "default", request: Any = None,
-                         priority: int = 0, max_attempts: int | None = None, timeout: float | None = None,
-                         retain: float | timedelta | str | None = None) -> ScheduleInfo:
-        """Say that ``schedule`` ticks by ``spec``, making jobs as :meth:`make_tick` is told (every
-        option checked here); no tick before its first declaration is made. What the store knows."""
-        self._check_open()
-        name = check_schedule_name(schedule)
-        new_record(self._core, request, queue=queue, priority=priority, max_attempts=max_attempts, job_id=None,
-                   timeout=timeout, retain=retain, default_timeout=None, default_retain=0)
-        return _ticks.declare(self._core, name, spec=check_spec(spec), queue=queue)
-
-    def schedules(self) -> list[ScheduleInfo]:
-        """Every schedule declared in this store, by name, with its newest tick."""
-        self._check_open()
-        return _ticks.read_all(self._core)
+        job = record.snapshot(JobState(publish_new(self._core, record, explicit=job_id is not None)))
+        self._counters.add(job.queue, "created")
+        return job
 
     # == claiming work =============================================================================
     def pull_work(self, *, queues: str | Sequence[str] | None = None, timeout: float | None = 0,
@@ -305,7 +278,7 @@ class JobStore:
         """
         self._check_open()
         check_job_id(job_id)
-        self._direct.fulfill(job_id, result_value(value, self.max_value_bytes))
+        self._counters.add(self._direct.fulfill(job_id, result_value(value, self.max_value_bytes)), "fulfilled")
 
     def get(self, job_id: str) -> Job:
         """A snapshot of the job (state, request, value or error, attempts, waiting targets)."""
@@ -336,8 +309,11 @@ class JobStore:
         check_job_id(job_id)
         if reason is not None and not isinstance(reason, str):
             raise InvalidRequest(f"reason must be a str or None, not {type(reason).__name__}")
-        self._direct.cancel(job_id, reason)
-        return self.get(job_id)
+        ended = self._direct.cancel(job_id, reason) is JobState.CANCELLED
+        job = self.get(job_id)
+        if ended:  # a running job's cancel is counted by its worker, when it ends
+            self._counters.add(job.queue, "cancelled")
+        return job
 
     def retry(self, job_id: str) -> Job:
         """Give a ``failed`` or ``cancelled`` job a new life: back to pending, with its whole
@@ -367,26 +343,6 @@ class JobStore:
         """The queues that are paused."""
         self._check_open()
         return self._control.paused()
-
-    # == workers =================================================================================
-    def workers(self) -> list[WorkerInfo]:
-        """The workers running on this directory (from any process or host), oldest first, as
-        each last published itself; a worker whose process died or stopped beating is left out."""
-        self._check_open()
-        return registry.read_all(self._core)
-
-    def publish_worker(self, info: Mapping[str, Any]) -> None:
-        """Publish (or refresh) this process's entry in :meth:`workers` with ``info`` (JSON):
-        what ``fsjobstore.Worker`` calls about once a second. The entry lives as long as this
-        store's owner identity, and each call also beats it, so a worker loop that does not
-        pull (a supervisor of worker processes) stays alive to others."""
-        self._check_open()
-        registry.publish(self._core, dict(info), on_owner_gone=self._heart.beat_once)
-
-    def retract_worker(self) -> None:
-        """Remove this process's entry from :meth:`workers` (a worker stopping cleanly)."""
-        self._check_open()
-        registry.retract(self._core)
 
     # == notifications =============================================================================
     def queue(self, job_id: str, target: Any) -> None:
@@ -437,13 +393,6 @@ class JobStore:
         indexed = index_strays(self._core) if deep else 0  # it lists every final job: deep passes only
         return dataclasses.replace(report, removed=report.removed + removed, indexed=indexed)
 
-    def statistics(self) -> StoreStatistics:
-        """A snapshot of the store's counts: jobs in each state, pending jobs per queue, final
-        jobs with notifications waiting, quarantined files, the age of the oldest pending job,
-        and the paused queues. One listing of each directory; cheap enough to call often."""
-        self._check_open()
-        return statistics(self._core, self._control, self._counts)
-
     def close(self) -> None:
         """Release held leases (giving their jobs back), stop the threads, drop the owner lock."""
         core = self._core
@@ -453,6 +402,7 @@ class JobStore:
             self._after_fork()
         self._work.release_all()
         self._notifier.close()
+        self._counters.close()  # what this process counted, for the others
         core.closed = True
         self._heart.stop_event.set()
         core.stop_waker()
@@ -471,45 +421,6 @@ class JobStore:
     def __repr__(self) -> str:
         return f"<JobStore {self.path!r} durable={self.durable}>"
 
-    # == finding and removing jobs (_listing, _purge) =============================================
-    def jobs(self, *, state: str | JobState | None = None, queue: str | None = None, limit: int | None = 100,
-             after: str | None = None) -> Iterator[Job]:
-        """Snapshots of the jobs in ``state`` (None: all), a page at a time, read as iterated.
-
-        Order: ``active`` by id, ``pending`` in run order (priority, then creation, across
-        queues as claims take them), ``scheduled`` by due time, final states newest first
-        (merged); None walks them in that order. ``queue``: that queue only. ``limit``: 1 ..
-        10,000, or None. ``after``: the last id of the previous page; the page starts right after
-        that job's place, from its record, so paging is stable while jobs come and go
-        (:class:`JobNotFound` if it is gone; with ``state=None`` its phase is its current state).
-        A snapshot holds the job file only (no ``waiting``, ``progress``, ``logs``: see
-        :meth:`get`). A job that moves while listed is passed over, or shown in its new state if
-        the walk reaches it later; none twice. Pending lists each queue's directory whole.
-        """
-        self._check_open()
-        return _listing.jobs(self._core, state=state, queue=queue, limit=limit, after=after)
-
-    def purge(self, *, states: str | JobState | Sequence[str | JobState] = ("fulfilled", "failed", "cancelled"),
-              queue: str | None = None, older_than: float | timedelta | None = None,
-              match: str | re.Pattern[str] | None = None, limit: int | None = None, dry_run: bool = False,
-              progress: Callable[[int], object] | None = None) -> int:
-        """Remove the selected jobs with every file of each; returns how many this call removed.
-
-        ``states``: any of pending, scheduled, fulfilled, failed, cancelled (default the final
-        three; ``active`` is refused: cancel a running job first). ``older_than`` (seconds or
-        timedelta): finished (final) or created (waiting) that long ago. ``match``: a regex
-        searched in the id and the request's stored JSON text. ``limit``: at most this many.
-        ``dry_run``: count only. ``progress(done)``: called every ~0.25 s and at the end.
-        A final job whose targets have not all heard is skipped (not counted); a waiting job
-        goes with its targets, never notified. Claimed first by a worker: skipped. Concurrent
-        purges remove each job once; a killed one is finished by recovery. A removed job never
-        comes back; its id may be used again.
-        """
-        self._check_open()
-        selection = _purge.check(self._core, states=states, queue=queue, older_than=older_than, match=match,
-                                 limit=limit, dry_run=dry_run, progress=progress)
-        return _purge.purge(self._core, selection)
-
 
 def _reset_after_fork() -> None:
     for store in list(_LIVE_STORES):
@@ -518,3 +429,12 @@ def _reset_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+@atexit.register
+def _flush_counters_at_exit() -> None:
+    """What a store that was never closed counted in its last second (its writer is a daemon
+    thread, which the interpreter's exit does not wait for)."""
+    for store in list(_LIVE_STORES):
+        if not store._core.closed and not store._core.forked():
+            store._counters.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -67,8 +68,14 @@ def test_counts_kept_in_a_damaged_or_planted_file_are_ignored_not_believed(tmp_p
     with JobStore(root, durable=False) as store:
         _fill_three_seconds(store)
         store.statistics()
-    counts = os.path.join(root, "control", "counts.json")
-    for junk in (b"{not json", b'{"buckets": {"jobs/pending/default/x": [1, 2]}}', b"[]", b""):
+    counts = os.path.join(root, "control", "counts.v2.json")
+    with open(counts) as fh:
+        kept = json.load(fh)["buckets"]
+    shapes = [b"{not json", b'{"buckets": {"jobs/pending/default/x": [1, 2]}}', b"[]", b""]
+    for key, (m, c, ino, _value) in kept.items():  # the right stat, a count of the wrong shape
+        for value in ("junk", [-5, None], {"fulfilled": "x"}, ["a", 1]):
+            shapes.append(json.dumps({"buckets": {key: [m, c, ino, value]}}).encode())
+    for junk in shapes:
         with open(counts, "wb") as fh:
             fh.write(junk)
         with JobStore(root, durable=False) as store:

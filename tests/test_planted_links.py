@@ -32,7 +32,8 @@ QUEUE = "q1"
 DIRECTORIES = [
     "jobs", "jobs/pending", f"jobs/pending/{QUEUE}", "jobs/scheduled", "jobs/active", "jobs/fulfilled",
     "jobs/failed", "jobs/cancelled", "jobs/notify", "targets", f"targets/{JOB}", "control",
-    "control/paused", "control/cancel", "control/deadlines", "control/doorbell", "runs", f"runs/{JOB}",
+    "control/paused", "control/cancel", "control/deadlines", "control/doorbell", "control/metrics", "runs",
+    f"runs/{JOB}",
     "workers", "leases", "ids", "tmp", "quarantine", f"jobs/pending/{QUEUE}/BUCKET",
 ]
 # BUCKET stands for the bucket (pending/<queue>/<P>.<S>/) the warm-up job is queued in, its name
@@ -138,6 +139,8 @@ def _drive(store: JobStore, acked: set[str]) -> list[str]:
     attempt("retract_worker", store.retract_worker)
     attempt("recover", lambda: store.recover(deep=True))
     attempt("statistics", store.statistics)
+    attempt("count", lambda: store.count(QUEUE, "fulfilled", 0.5))
+    attempt("counters", store.counters)
     return problems
 
 
