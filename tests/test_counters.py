@@ -150,9 +150,10 @@ def test_planted_links_fifos_and_junk_in_the_counters_are_never_believed_or_foll
                                    "minutes": {}}))
     os.symlink(outside, os.path.join(d, "d.1.0123456789abcdef.1.json"))
     os.mkfifo(os.path.join(d, "d.2.0123456789abcdef.1.json"))
-    for i, junk in enumerate((b"{", b"[]", b'{"v": 1, "queues": {"q": {"c": [-5, 0, 0, 0, 0, 0, 0, 0], "h": [], "s": 0}},'
-                              b' "minutes": {}}', b'{"v": 1, "queues": {}, "minutes": {"x": {}}}',
-                              b'{"v":1,"queues":{"q":{"c":[1,0,0,0,0,0,0,0],"h":[0],"s":NaN}},"minutes":{}}')):
+    junks = (b"{", b"[]", b'{"v": 1, "queues": {"q": {"c": [-5, 0, 0, 0, 0, 0, 0, 0], "h": [], "s": 0}},'
+             b' "minutes": {}}', b'{"v": 1, "queues": {}, "minutes": {"x": {}}}',
+             b'{"v":1,"queues":{"q":{"c":[1,0,0,0,0,0,0,0],"h":[0],"s":NaN}},"minutes":{}}')
+    for i, junk in enumerate(junks):
         (Path(d) / f"d.3.0123456789abcdef.{i}.json").write_bytes(junk)
     (Path(d) / "t.000000000009.json").write_bytes(b"not a total")
     with JobStore(root) as store:
