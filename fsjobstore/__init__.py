@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any  # after the guard: these imports take a w
 
 from ._checks import default_backoff
 from ._codec import check_queue_name
+from ._counters import QueueCounters, StoreCounters
 from ._errors import (
     CorruptJob,
     InvalidJobId,
@@ -133,6 +134,7 @@ __all__ = [
     "LogLine",
     "NotificationLease",
     "Progress",
+    "QueueCounters",
     "RecoveryReport",
     "RunSummary",
     "Schedule",
@@ -140,6 +142,7 @@ __all__ = [
     "StorageError",
     "StorageFull",
     "StoreClosed",
+    "StoreCounters",
     "StoreFormatError",
     "StoreNotFound",
     "StoreStatistics",

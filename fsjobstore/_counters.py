@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from . import _fsops as fs
 from . import _syscalls as sc
@@ -81,6 +82,7 @@ class QueueCounters:
     given_back: int = 0
     durations: tuple[int, ...] = (0,) * (len(BOUNDS) + 1)
     duration_sum: float = 0.0
+    bounds: ClassVar[tuple[float, ...]] = BOUNDS  # the buckets' upper bounds, seconds
 
 
 @dataclass(frozen=True, slots=True)

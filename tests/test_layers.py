@@ -17,7 +17,7 @@ import fsjobstore
 
 PACKAGE = Path(fsjobstore.__file__).parent
 # The layers above the store: theirs to import from each other.
-UPPER = ("worker", "aio", "schedule", "_runtime", "_cli")
+UPPER = ("worker", "aio", "schedule", "web", "_runtime", "_cli")
 
 
 def _module_name(path: Path) -> str:
@@ -46,7 +46,7 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
 
 def upper_layer_files() -> list[Path]:
     files = [PACKAGE / "worker.py", PACKAGE / "aio.py", PACKAGE / "schedule.py"]
-    for sub in ("_runtime", "_cli"):
+    for sub in ("_runtime", "_cli", "web"):
         files += sorted((PACKAGE / sub).glob("*.py"))
     return files
 
@@ -96,7 +96,8 @@ def test_the_public_api_is_exactly_all() -> None:
         "InvalidQueueName", "InvalidRequest",
         "InvalidState", "Job", "JobCancelled", "JobContext", "JobEvent", "JobExists", "JobFailed", "JobNotFound",
         "JobState",
-        "JobStore", "JobStoreError", "LeaseLost", "LogLine", "NotificationLease", "Progress", "RecoveryReport",
+        "JobStore", "JobStoreError", "LeaseLost", "LogLine", "NotificationLease", "Progress", "QueueCounters",
+        "RecoveryReport", "StoreCounters",
         "RunSummary", "Schedule", "ScheduleInfo", "tick_of",
         "StorageError", "StorageFull", "StoreClosed", "StoreFormatError", "StoreNotFound", "StoreStatistics",
         "UntrustedStore", "ValueTooLarge", "VerifyCheck", "VerifyReport", "WaitTimeout", "Wakeups", "WorkLease",

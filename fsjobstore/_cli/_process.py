@@ -56,6 +56,11 @@ def add(subparsers: Any) -> None:
     p.add_argument("--grace", type=number(low=0, high=SECONDS_MAX, unit="seconds"), default=None, metavar="S",
                    help="seconds running jobs get to finish when stopping (default 30); then they are given back")
     p.add_argument("--name", default=None, help="the name `fsjobstore workers` shows (default host:pid)")
+    p.add_argument("--metrics-port", type=number(low=1, high=65535, integer=True), default=None, metavar="N",
+                   help="serve the store's Prometheus metrics at http://HOST:N/metrics (needs fsjobstore[web]; "
+                        "every endpoint shows the whole directory: scrape one)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="the address --metrics-port listens on (default 127.0.0.1)")
     _lease_duration(p)
     no_lock_takeover(p)
     log_level(p)
@@ -196,6 +201,10 @@ def worker(args: argparse.Namespace) -> int:
             run.on(event, hook)
         if loaded is not None:
             run.schedule = loaded.schedule  # and its periodic jobs (every(), cron())
+        if args.metrics_port is not None:
+            from ._web import serve_metrics
+
+            serve_metrics(store, args.metrics_host, args.metrics_port)
         run.run(count=args.max_jobs, duration=args.max_seconds, burst=args.burst)
     return OK
 

@@ -1,0 +1,116 @@
+"""``fsjobstore web``: serve a store's dashboard, JSON API and metrics (``fsjobstore.web``) with
+uvicorn; and the worker's ``--metrics-port``. Both need the web extra, imported only here."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import ipaddress
+import logging
+import os
+import socket
+from typing import Any
+
+from ._args import FAILED, OK, UsageError, number, store_options, subcommand
+from ._process import configure_logging, log_level
+
+ENV_TOKEN = "FSJOBSTORE_WEB_TOKEN"
+DEFAULT_PORT = 8650
+log = logging.getLogger("fsjobstore.web")
+
+
+def add(subparsers: Any) -> None:
+    p = subcommand(subparsers, "web", web, help="serve a store's dashboard, JSON API and Prometheus metrics",
+                   example="fsjobstore web ./jobs --port 8650",
+                   description="Serve a dashboard (queues, workers, jobs; retry, cancel, pause, purge, create), "
+                               "a JSON API (described at /openapi.json and /api/docs) and /metrics for a store, "
+                               "until Ctrl-C or SIGTERM (exit 0). Loopback only unless --token is given. Needs "
+                               "the web extra: pip install 'fsjobstore[web]'.")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="the address to listen on (default 127.0.0.1; any other needs --token)")
+    p.add_argument("--port", type=number(low=0, high=65535, integer=True), default=DEFAULT_PORT, metavar="N",
+                   help=f"the port (default {DEFAULT_PORT}; 0: any free one)")
+    p.add_argument("--token", default=None,
+                   help=f"required from every client (a bearer token, or the browser signs in once; at least 8 "
+                        f"characters); default ${ENV_TOKEN}")
+    p.add_argument("--read-only", action="store_true", help="offer no action: the store is only read")
+    log_level(p, "default INFO: one line per request")
+
+
+def web(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    token = args.token if args.token is not None else os.environ.get(ENV_TOKEN) or None
+    if token is not None and (len(token) < 8 or not token.isprintable()):
+        raise UsageError("--token must be at least 8 printable characters")
+    if not _loopback(args.host) and token is None:
+        raise UsageError(f"listening on {args.host} lets anyone who reaches it read and change the store: give "
+                         f"--token (or set {ENV_TOKEN}), or listen on 127.0.0.1 (the default)")
+    try:
+        import uvicorn
+
+        from ..web import create_app
+    except ImportError as exc:
+        log.error("fsjobstore web needs the web extra: pip install 'fsjobstore[web]' (%s is missing)", exc.name)
+        return FAILED
+    sock = _listen(args.host, args.port)
+    from .. import JobStore
+
+    with JobStore(args.dir, create=False, **store_options(args)) as store:
+        app = create_app(store, read_only=args.read_only, token=token)
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+        print(f"fsjobstore web: serving {store.path} at {url}{' (read-only)' if args.read_only else ''}",
+              flush=True)
+        # log_config=None: uvicorn's lines go through our logging, in our format.
+        config = uvicorn.Config(app, log_level=args.log_level.lower(), access_log=args.log_level == "DEBUG",
+                                lifespan="on", log_config=None)
+        uvicorn.Server(config).run(sockets=[sock])
+    return OK
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, made here so a port in use is one clear line, not a traceback."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UsageError(f"--host {host!r}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise UsageError(f"port {port} on {host} is in use: choose another with --port") from None
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve_metrics(store: Any, host: str, port: int) -> None:
+    """``fsjobstore worker --metrics-port``: the store's metrics on ``http://host:port/metrics``,
+    from a thread of the worker's supervisor."""
+    try:
+        from prometheus_client import start_http_server
+
+        from ..web import registry_for
+    except ImportError as exc:
+        raise UsageError(f"--metrics-port needs the web extra: pip install 'fsjobstore[web]' ({exc.name} is "
+                         "missing)") from None
+    try:
+        start_http_server(port, addr=host, registry=registry_for(store))
+    except OSError as exc:
+        raise UsageError(f"--metrics-port {port}: cannot listen on {host}:{port}: {exc.strerror}") from None
+    log.info("metrics of %s at http://%s:%d/metrics", store.path, host, port)

@@ -1,0 +1,306 @@
+"""The JSON API under ``/api``: couchqueue's surface, in REST form, on ``JobStore``'s public calls.
+
+Errors answer ``{"error": "<fsjobstore exception>", "message": "..."}`` (``_app`` maps each
+exception to its status: 404 not found, 409 exists or wrong state, 422 bad input, ...). Every
+call that changes something is a POST of ``application/json`` (``_security``); with
+``read_only`` they answer 403 ``ReadOnly``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import StreamingResponse
+
+from .. import InvalidRequest, Job
+from ._context import Context, ctx, queue_rows, search_page
+from ._remote import MAX_LEASE, MIN_LEASE, count_end
+from ._schemas import (
+    CreateJob,
+    ErrorOut,
+    Failure,
+    JobOut,
+    JobPage,
+    LeaseOut,
+    LogBody,
+    Paused,
+    ProgressBody,
+    Purge,
+    Purged,
+    QueueOut,
+    Reason,
+    Removed,
+    ScheduleOut,
+    State,
+    StatisticsOut,
+    Target,
+    Touch,
+    Value,
+    WorkerOut,
+)
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut, "description": text} for code, text in (
+        (403, "ReadOnly, or CrossSiteRequest"), (404, "JobNotFound"), (409, "InvalidState, JobExists, LeaseLost"),
+        (422, "InvalidRequest (bad input: nothing was changed)"))
+}
+router = APIRouter(prefix="/api", responses=_ERRORS)
+Ctx = Annotated[Context, Depends(ctx)]
+MAX_WAIT = 300.0  # seconds a long poll may ask for
+
+
+class ReadOnly(PermissionError):
+    """The app serves reads only (``--read-only``)."""
+
+
+def _writable(c: Context) -> None:
+    if c.read_only:
+        raise ReadOnly("this server is read-only: it changes nothing in the store")
+
+
+def _out(job: Job) -> dict[str, Any]:
+    return job.to_dict()
+
+
+# -- jobs -------------------------------------------------------------------------------------------
+@router.post("/jobs", status_code=201, response_model=JobOut, tags=["jobs"])
+def create_job(body: CreateJob, c: Ctx) -> dict[str, Any]:
+    """Create a job (``JobStore.create``); its targets in ``notify`` are queued at once."""
+    _writable(c)
+    job = c.store.create(body.request, queue=body.queue, priority=body.priority, delay=body.delay,
+                         run_at=body.run_at, max_attempts=body.max_attempts, job_id=body.job_id,
+                         timeout=body.timeout, retain=body.retain)
+    for target in body.notify:
+        c.store.queue(job.id, target)
+    return _out(c.store.get(job.id) if body.notify else job)
+
+
+@router.get("/jobs", response_model=JobPage, tags=["jobs"])
+def list_jobs(c: Ctx, state: State | None = None, queue: str | None = None,
+              limit: Annotated[int, Query(ge=1, le=1000)] = 50, after: str | None = None,
+              search: Annotated[str | None, Query(max_length=1000)] = None) -> dict[str, Any]:
+    """A page of jobs (``JobStore.jobs``): active, pending in run order, scheduled, then final ones
+    newest first; ``after`` is the previous page's ``next``. ``search``: a job's id, or text looked
+    for in ids and requests (at most 5,000 jobs a page; ``scanned`` says how many)."""
+    jobs, nxt, scanned = search_page(c.store, state=state, queue=queue, limit=limit, after=after, search=search)
+    return {"jobs": [_out(j) for j in jobs], "next": nxt, "scanned": scanned}
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut, tags=["jobs"])
+def get_job(job_id: str, c: Ctx) -> dict[str, Any]:
+    """One job, whole: value or error, attempts, progress, logs, targets."""
+    return _out(c.store.get(job_id))
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut, tags=["jobs"])
+def cancel_job(job_id: str, c: Ctx, body: Reason | None = None) -> dict[str, Any]:
+    """Cancel: a waiting job at once, a running one by asking its worker (``cancel_requested``)."""
+    _writable(c)
+    return _out(c.store.cancel(job_id, body.reason if body else None))
+
+
+@router.post("/jobs/{job_id}/retry", response_model=JobOut, tags=["jobs"])
+def retry_job(job_id: str, c: Ctx) -> dict[str, Any]:
+    """A failed or cancelled job back to pending, with its whole attempt budget."""
+    _writable(c)
+    return _out(c.store.retry(job_id))
+
+
+@router.post("/jobs/{job_id}/fulfill", response_model=JobOut, tags=["jobs"])
+def fulfill_job(job_id: str, body: Value, c: Ctx) -> dict[str, Any]:
+    """Fulfil a job by id, without its lease (work done elsewhere)."""
+    _writable(c)
+    c.store.fulfill(job_id, body.value)
+    return _out(c.store.get(job_id))
+
+
+@router.post("/jobs/{job_id}/queue", response_model=JobOut, tags=["notifications"])
+def queue_target(job_id: str, body: Target, c: Ctx) -> dict[str, Any]:
+    """Ask for the job's result to be delivered to ``target`` once it is final."""
+    _writable(c)
+    c.store.queue(job_id, body.target)
+    return _out(c.store.get(job_id))
+
+
+@router.post("/jobs/{job_id}/unqueue", response_model=Removed, tags=["notifications"])
+def unqueue_target(job_id: str, body: Target, c: Ctx) -> dict[str, Any]:
+    """Stop waiting to notify ``target``; ``removed`` says whether it was waiting."""
+    _writable(c)
+    return {"removed": c.store.unqueue(job_id, body.target)}
+
+
+@router.get("/jobs/{job_id}/wait", response_model=JobOut, tags=["waiting"],
+            responses={408: {"model": ErrorOut, "description": "WaitTimeout: not final within timeout"}})
+async def wait_job(job_id: str, c: Ctx, timeout: Annotated[float, Query(ge=0, le=MAX_WAIT)] = 30.0
+                   ) -> dict[str, Any]:
+    """Long poll: answers once the job is final (woken by inotify, not by polling), or 408
+    ``WaitTimeout`` after ``timeout`` seconds (at most 300)."""
+    return _out(await c.astore.wait(job_id, timeout=timeout))
+
+
+@router.get("/jobs/{job_id}/events", tags=["waiting"], response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}},
+                             "description": "`job` events (a JobOut each) as it changes; ends when it is final"}})
+async def job_events(job_id: str, request: Request, c: Ctx) -> StreamingResponse:
+    """Server-sent events: the job's snapshot each time it changes (state, progress, logs), until
+    it is final. What the dashboard's job page listens to."""
+    first = await c.astore.get(job_id)  # an unknown id is a 404, not an empty stream
+
+    async def stream() -> AsyncIterator[bytes]:
+        job, last, quiet = first, "", 0.0
+        while True:
+            doc = json.dumps(_out(job), separators=(",", ":"))
+            if doc != last:
+                yield f"event: job\ndata: {doc}\n\n".encode()
+                last, quiet = doc, 0.0
+            elif quiet >= 15.0:
+                yield b": still here\n\n"
+                quiet = 0.0
+            if job.state.is_final or await request.is_disconnected():
+                return
+            await asyncio.sleep(0.5)
+            quiet += 0.5
+            job = await c.astore.get(job_id)
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+
+# -- HTTP workers -----------------------------------------------------------------------------------
+@router.post("/queues/{queue}/lease", response_model=LeaseOut, tags=["http workers"],
+             responses={204: {"description": "no job became due within timeout"}})
+async def lease_job(queue: str, c: Ctx, response: Response,
+                    timeout: Annotated[float, Query(ge=0, le=MAX_WAIT)] = 30.0,
+                    lease: Annotated[float, Query(ge=MIN_LEASE, le=MAX_LEASE)] = 60.0) -> Any:
+    """Long poll for the queue's next due job, leased to you for ``lease`` seconds (renewed by
+    each call on it: touch, progress, log). 204 if none came within ``timeout``."""
+    _writable(c)
+    got = await c.astore.pull_work(queues=queue, timeout=timeout)
+    if got is None:
+        return Response(status_code=204)
+    handle, held = c.leases.add(got, lease)
+    job = await c.astore.get(got.id)
+    return {"lease": handle, "token": got.token, "expires_at": held.expires_at, "job": _out(job)}
+
+
+@router.post("/leases/{handle}/fulfill", response_model=JobOut, tags=["http workers"])
+async def lease_fulfill(handle: str, body: Value, c: Ctx) -> dict[str, Any]:
+    """Commit the job's value (409 ``LeaseLost`` if the lease ended: nothing committed)."""
+    held = c.leases.get(handle)
+    await c.astore.run(held.lease.fulfill, body.value)
+    c.leases.drop(handle)
+    await c.astore.run(count_end, c.store, held, "fulfilled")
+    return _out(await c.astore.get(held.lease.id))
+
+
+@router.post("/leases/{handle}/fail", response_model=JobOut, tags=["http workers"])
+async def lease_fail(handle: str, body: Failure, c: Ctx) -> dict[str, Any]:
+    """Fail the attempt: it runs again after its backoff (or ``delay``) while attempts remain and
+    ``retry`` is true; otherwise the job fails for good."""
+    held = c.leases.get(handle)
+    await c.astore.run(held.lease.fail, body.error, retry=body.retry, delay=body.delay)
+    c.leases.drop(handle)
+    await c.astore.run(count_end, c.store, held, "failed")
+    return _out(await c.astore.get(held.lease.id))
+
+
+@router.post("/leases/{handle}/release", response_model=JobOut, tags=["http workers"])
+async def lease_release(handle: str, c: Ctx) -> dict[str, Any]:
+    """Give the job back untouched (no attempt counted)."""
+    held = c.leases.get(handle)
+    await c.astore.run(held.lease.release)
+    c.leases.drop(handle)
+    await c.astore.run(count_end, c.store, held, "given_back")
+    return _out(await c.astore.get(held.lease.id))
+
+
+@router.post("/leases/{handle}/touch", response_model=LeaseOut, tags=["http workers"])
+async def lease_touch(handle: str, c: Ctx, body: Touch | None = None) -> dict[str, Any]:
+    """Keep the lease (and, with ``extend``, move the job's time limit that far from now)."""
+    held = c.leases.touched(handle)
+    if body is not None and body.extend is not None:
+        await c.astore.run(held.lease.touch, body.extend)
+    job = await c.astore.get(held.lease.id)
+    return {"lease": handle, "token": held.lease.token, "expires_at": held.expires_at, "job": _out(job)}
+
+
+@router.post("/leases/{handle}/progress", status_code=204, tags=["http workers"])
+async def lease_progress(handle: str, body: ProgressBody, c: Ctx) -> Response:
+    """Report progress (shown live on the job's page); keeps the lease."""
+    held = c.leases.touched(handle)
+    await c.astore.run(held.lease.progress, body.done, body.total, body.message)
+    return Response(status_code=204)
+
+
+@router.post("/leases/{handle}/log", status_code=204, tags=["http workers"])
+async def lease_log(handle: str, body: LogBody, c: Ctx) -> Response:
+    """Add a line to the attempt's log; keeps the lease."""
+    held = c.leases.touched(handle)
+    await c.astore.run(held.lease.log, body.line)
+    return Response(status_code=204)
+
+
+# -- queues and the store ---------------------------------------------------------------------------
+@router.get("/queues", response_model=list[QueueOut], tags=["store"])
+def list_queues(c: Ctx) -> list[dict[str, Any]]:
+    """Every queue: jobs per state, paused, oldest pending age, counters, the last hour's throughput."""
+    return queue_rows(c.store)
+
+
+@router.post("/queues/{queue}/pause", response_model=Paused, tags=["store"])
+def pause_queue(queue: str, c: Ctx) -> dict[str, Any]:
+    """Stop every worker on the directory taking this queue's jobs (``changed``: it was not paused)."""
+    _writable(c)
+    return {"queue": queue, "paused": True, "changed": c.store.pause(queue)}
+
+
+@router.post("/queues/{queue}/resume", response_model=Paused, tags=["store"])
+def resume_queue(queue: str, c: Ctx) -> dict[str, Any]:
+    """Undo a pause (``changed``: it was paused)."""
+    _writable(c)
+    return {"queue": queue, "paused": False, "changed": c.store.resume(queue)}
+
+
+@router.post("/purge", response_model=Purged, tags=["store"])
+def purge(body: Purge, c: Ctx) -> dict[str, Any]:
+    """Remove the selected jobs for good (``JobStore.purge``; never a running one). ``dry_run``
+    counts what would go."""
+    _writable(c)
+    if body.older_than is not None and body.older_than < 0:
+        raise InvalidRequest("older_than must be at least 0 seconds")
+    n = c.store.purge(states=list(body.states), queue=body.queue, older_than=body.older_than, match=body.match,
+                      limit=body.limit, dry_run=body.dry_run)
+    return {"purged": n, "dry_run": body.dry_run}
+
+
+@router.get("/statistics", response_model=StatisticsOut, tags=["store"])
+def statistics(c: Ctx) -> dict[str, Any]:
+    """Counts per state, per queue, notifications waiting, quarantined files, paused queues."""
+    s = c.store.statistics()
+    return {"pending": s.pending, "scheduled": s.scheduled, "active": s.active, "fulfilled": s.fulfilled,
+            "failed": s.failed, "cancelled": s.cancelled, "notifications": s.notifications,
+            "quarantined": s.quarantined, "pending_by_queue": dict(s.pending_by_queue),
+            "oldest_pending_age": s.oldest_pending_age, "paused": sorted(s.paused),
+            "by_queue": {q: dict(row) for q, row in s.by_queue.items()},
+            "oldest_pending_by_queue": dict(s.oldest_pending_by_queue)}
+
+
+@router.get("/workers", response_model=list[WorkerOut], tags=["store"])
+def workers(c: Ctx) -> list[dict[str, Any]]:
+    """The live workers on the directory (any host), as each last published itself."""
+    return [{"owner": w.owner, "name": w.name, "host": w.host, "pid": w.pid,
+             "queues": None if w.queues is None else list(w.queues), "concurrency": w.concurrency,
+             "mode": w.mode, "paused": w.paused, "started_at": w.started_at, "last_heartbeat": w.last_heartbeat,
+             "jobs_done": w.jobs_done, "jobs_failed": w.jobs_failed, "current": list(w.current)}
+            for w in c.store.workers()]
+
+
+@router.get("/schedules", response_model=list[ScheduleOut], tags=["store"])
+def schedules(c: Ctx) -> list[dict[str, Any]]:
+    """The periodic schedules declared in the store, with their newest tick."""
+    return [{"name": s.name, "spec": s.spec, "queue": s.queue, "since": s.since, "last_tick": s.last_tick,
+             "last_job": s.last_job, "declared_at": s.declared_at} for s in c.store.schedules()]
+

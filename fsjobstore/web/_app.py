@@ -1,0 +1,184 @@
+"""``create_app(store)``: the dashboard, the JSON API and ``/metrics`` as one ASGI app (FastAPI).
+
+Every request goes through :func:`_gate` first: the access token (``_security``), a CSRF cookie
+for the pages' forms, JSON-only and same-origin POSTs for the API, and the security headers.
+Errors of the store become answers by their exception's name (:data:`STATUS`): JSON under
+``/api``, a page elsewhere; anything unexpected is logged and answered 500 without its details.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib.resources import files
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.staticfiles import StaticFiles
+
+from .. import (
+    InvalidRequest,
+    InvalidState,
+    JobExists,
+    JobNotFound,
+    JobStore,
+    JobStoreError,
+    LeaseLost,
+    StorageFull,
+    StoreClosed,
+    ValueTooLarge,
+    WaitTimeout,
+    __version__,
+)
+from ..aio import AsyncJobStore
+from . import _api, _pages
+from ._context import Context
+from ._metrics import registry_for, render
+from ._remote import RemoteLeases
+from ._security import CSRF_COOKIE, HEADERS, SESSION_COOKIE, Guard, new_browser_value, same_origin
+
+log = logging.getLogger("fsjobstore.web")
+
+STATUS: list[tuple[type[BaseException], int]] = [
+    (JobNotFound, 404), (ValueTooLarge, 413), (InvalidRequest, 422), (JobExists, 409), (InvalidState, 409),
+    (LeaseLost, 409), (WaitTimeout, 408), (StoreClosed, 503), (StorageFull, 507),
+    (_api.ReadOnly, 403), (_pages.CrossSiteRequest, 403), (PermissionError, 403),
+]
+"""Each error's status, first match wins; any other JobStoreError is a 500 that names it."""
+
+_OPEN = ("/static/", "/login")  # served without the token
+
+
+def create_app(store: JobStore | str | os.PathLike[str], *, read_only: bool = False, token: str | None = None,
+               title: str | None = None) -> FastAPI:
+    """The app for ``store`` (a :class:`JobStore`, or a path opened with ``create=False`` and
+    closed with the app). Mount it in your own ASGI app, or serve it (``fsjobstore web DIR``).
+
+    ``read_only``: no action is offered, and every request that would change the store answers 403.
+    ``token``: required from every client (a bearer token, or the session cookie ``/login`` sets);
+    without one, anyone who reaches the app may use it, so bind it to loopback only."""
+    owned = not isinstance(store, JobStore)
+    opened = JobStore(os.fspath(store), create=False) if not isinstance(store, JobStore) else store
+    guard = Guard(token)
+    context = Context(store=opened, astore=AsyncJobStore(opened), guard=guard, read_only=read_only,
+                      leases=RemoteLeases(), title=title or f"fsjobstore \u00b7 {os.path.basename(opened.path)}")
+    metrics = registry_for(opened)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        expiry = asyncio.create_task(_expire(context))
+        try:
+            yield
+        finally:
+            expiry.cancel()
+            context.leases.release_all(opened)
+            await context.astore.aclose()
+            if owned:
+                opened.close()
+
+    app = FastAPI(title="fsjobstore", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  description="The JSON API of an fsjobstore directory. Errors answer "
+                              "`{\"error\": \"<fsjobstore exception>\", \"message\": \"...\"}`.")
+    app.state.fsjobstore = context
+    app.include_router(_api.router)
+    app.include_router(_pages.router)
+    app.mount("/static", StaticFiles(directory=str(files("fsjobstore.web") / "static")), name="static")
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics_text() -> Response:
+        return PlainTextResponse(render(metrics), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.middleware("http")
+    async def gate(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        return await _gate(context, request, call_next)
+
+    @app.exception_handler(JobStoreError)
+    @app.exception_handler(PermissionError)
+    async def store_error(request: Request, exc: Exception) -> Response:
+        return _error(request, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_input(request: Request, exc: RequestValidationError) -> Response:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        return _error(request, InvalidRequest(problems or "the request is not valid"))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        name = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+        return _answer(request, exc.status_code, name, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return _answer(request, 500, type(exc).__name__, "the server failed this request; its log says why")
+
+    return app
+
+
+async def _expire(context: Context) -> None:
+    """Fail the attempts of HTTP workers that stopped touching their leases, every second."""
+    while True:
+        await asyncio.sleep(1.0)
+        with contextlib.suppress(Exception):
+            await asyncio.get_running_loop().run_in_executor(None, context.leases.expire, context.store)
+
+
+async def _gate(c: Context, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    path = request.url.path
+    api = path.startswith("/api/") or path == "/metrics" or path == "/openapi.json"
+    if not path.startswith(_OPEN) and not c.guard.allowed(request):
+        given = request.query_params.get("token")
+        if given is not None and c.guard.token_matches(given) and not api:  # the URL `fsjobstore web` prints
+            response: Response = RedirectResponse(path, status_code=303)
+            response.set_cookie(SESSION_COOKIE, c.guard.session_value(), httponly=True, samesite="strict")
+            return _headers(response)
+        if api or request.method != "GET":
+            return _headers(_answer(request, 401, "Unauthorized", "this server needs its token: "
+                                    "Authorization: Bearer <token>", force_json=api))
+        return _headers(RedirectResponse("/login", status_code=303))
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        if not same_origin(request):
+            return _headers(_answer(request, 403, "CrossSiteRequest", "a request from another site is refused"))
+        if path.startswith("/api/") and request.headers.get("content-length", "0") != "0" \
+                and request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            return _headers(_answer(request, 415, "InvalidRequest", "send the body as application/json"))
+    browser = request.cookies.get(CSRF_COOKIE)
+    fresh = browser is None
+    if fresh:  # its first visit: the cookie is set on this answer, the page's forms carry its token
+        browser = new_browser_value()
+    assert browser is not None
+    request.state.csrf = c.guard.csrf_for(browser)
+    response = await call_next(request)
+    if fresh and not api:
+        response.set_cookie(CSRF_COOKIE, browser, httponly=True, samesite="strict")
+    return _headers(response)
+
+
+def _headers(response: Response) -> Response:
+    for key, value in HEADERS.items():
+        response.headers.setdefault(key, value)
+    return response
+
+
+def _error(request: Request, exc: BaseException) -> Response:
+    status = next((code for kind, code in STATUS if isinstance(exc, kind)), 500)
+    name = type(exc).__name__
+    if status == 500:
+        log.error("%s %s: %s: %s", request.method, request.url.path, name, exc)
+    return _answer(request, status, name, str(exc))
+
+
+def _answer(request: Request, status: int, name: str, message: str, *, force_json: bool = False) -> Response:
+    path = request.url.path
+    if force_json or path.startswith("/api/") or path in ("/metrics", "/openapi.json"):
+        return JSONResponse({"error": name, "message": message}, status_code=status)
+    try:
+        return _pages.render(request, "error.html", status=status, error=name, text=message)
+    except Exception:  # the page itself cannot be drawn (no CSRF state yet): plain text, still no details
+        return HTMLResponse(f"<h1>{status}</h1>", status_code=status)
+

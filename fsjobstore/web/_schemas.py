@@ -1,0 +1,221 @@
+"""The JSON API's bodies and answers, as pydantic models: what ``/openapi.json`` documents and
+what every request is checked against before the store checks it again (the store's own checks
+are the rule; these give a client the shape). Strict: ``"5"`` is not a number, ``true`` is not 1."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JsonValue = Any  # any JSON document
+
+State = Literal["pending", "scheduled", "active", "fulfilled", "failed", "cancelled"]
+Removable = Literal["pending", "scheduled", "fulfilled", "failed", "cancelled"]
+
+
+_FINAL: tuple[Removable, ...] = ("fulfilled", "failed", "cancelled")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+# -- bodies ----------------------------------------------------------------------------------------
+class CreateJob(_Strict):
+    """A new job: ``JobStore.create``'s arguments, and targets to notify once it is final."""
+
+    request: JsonValue = Field(description="any JSON: what the job is about")
+    queue: str = "default"
+    priority: int = Field(0, description="lower runs sooner, -999,999 .. 999,999")
+    delay: float | None = Field(None, description="seconds before it may run")
+    run_at: float | None = Field(None, description="epoch seconds before which it does not run")
+    max_attempts: int | None = None
+    job_id: str | None = Field(None, description="an id of your choosing (an idempotency key)")
+    timeout: float | None = Field(None, description="seconds one attempt may run")
+    retain: float | Literal["forever"] | None = Field(None, description="seconds kept once final, or \"forever\"")
+    notify: list[JsonValue] = Field(default_factory=list, description="targets to deliver the result to")
+
+
+class Reason(_Strict):
+    reason: str | None = None
+
+
+class Value(_Strict):
+    value: JsonValue = Field(description="the job's value: any JSON")
+
+
+class Target(_Strict):
+    target: JsonValue = Field(description="any JSON: whom to tell")
+
+
+class Purge(_Strict):
+    """``JobStore.purge``'s arguments; ``older_than`` in seconds."""
+
+    states: list[Removable] = Field(default_factory=lambda: list(_FINAL))
+    queue: str | None = None
+    older_than: float | None = None
+    match: str | None = Field(None, description="a regular expression searched in the id and request")
+    limit: int | None = None
+    dry_run: bool = False
+
+
+class Failure(_Strict):
+    error: str
+    retry: bool = True
+    delay: float | None = None
+
+
+class ProgressBody(_Strict):
+    done: float
+    total: float | None = None
+    message: str | None = None
+
+
+class LogBody(_Strict):
+    line: str
+
+
+class Touch(_Strict):
+    extend: float | None = Field(None, description="seconds from now the time limit moves to")
+
+
+# -- answers ---------------------------------------------------------------------------------------
+class ProgressOut(BaseModel):
+    done: float
+    total: float | None
+    message: str | None
+    at: float
+    attempt: int
+
+
+class LogLineOut(BaseModel):
+    at: float
+    attempt: int
+    line: str
+
+
+class AttemptErrorOut(BaseModel):
+    attempt: int
+    at: float
+    error: str
+
+
+class JobOut(BaseModel):
+    """A job's snapshot (``Job.to_dict()``): ``value`` is null unless fulfilled, then
+    ``{"encoding": "json", "data": ...}`` or, for bytes, ``{"encoding": "utf-8" | "base64", "data": "..."}``."""
+
+    id: str
+    state: State
+    queue: str
+    priority: int
+    request: JsonValue
+    attempts: int
+    max_attempts: int
+    created_at: float
+    run_at: float | None
+    value: dict[str, Any] | None
+    error: str | None
+    finished_at: float | None
+    waiting: list[JsonValue]
+    timeout: float | None
+    history: list[dict[str, Any]]
+    progress: ProgressOut | None
+    logs: list[LogLineOut]
+    logs_dropped: int
+    cancel_requested: bool
+    delivery_attempts: int
+    delivery_error: str | None
+    attempt_errors: list[AttemptErrorOut]
+
+
+class JobPage(BaseModel):
+    jobs: list[JobOut]
+    next: str | None = Field(description="the id to pass as `after` for the next page; null on the last")
+    scanned: int | None = Field(None, description="with `search`: jobs looked at for this page")
+
+
+class Removed(BaseModel):
+    removed: bool
+
+
+class Purged(BaseModel):
+    purged: int
+    dry_run: bool
+
+
+class Paused(BaseModel):
+    queue: str
+    paused: bool
+    changed: bool
+
+
+class QueueOut(BaseModel):
+    name: str
+    counts: dict[str, int]
+    paused: bool
+    oldest_pending_age: float | None
+    created: int
+    fulfilled: int
+    failed: int
+    throughput: list[list[int]] = Field(description="[minute, fulfilled, failed] for each of the last 60 minutes")
+
+
+class StatisticsOut(BaseModel):
+    pending: int
+    scheduled: int
+    active: int
+    fulfilled: int
+    failed: int
+    cancelled: int
+    notifications: int
+    quarantined: int
+    pending_by_queue: dict[str, int]
+    oldest_pending_age: float | None
+    paused: list[str]
+    by_queue: dict[str, dict[str, int]]
+    oldest_pending_by_queue: dict[str, float]
+
+
+class WorkerOut(BaseModel):
+    owner: str
+    name: str
+    host: str
+    pid: int
+    queues: list[str] | None
+    concurrency: int
+    mode: str
+    paused: bool
+    started_at: float
+    last_heartbeat: float
+    jobs_done: int
+    jobs_failed: int
+    current: list[dict[str, Any]]
+
+
+class ScheduleOut(BaseModel):
+    name: str
+    spec: str
+    queue: str
+    since: float
+    last_tick: float | None
+    last_job: str | None
+    declared_at: float | None
+
+
+class LeaseOut(BaseModel):
+    """A job leased to an HTTP worker: commit it through ``/api/leases/{lease}/...`` before
+    ``expires_at``, or touch the lease; otherwise the attempt fails and the job runs again."""
+
+    lease: str = Field(description="the lease's secret handle")
+    token: str = Field(description="the claim's token: the idempotency key for side effects")
+    expires_at: float
+    job: JobOut
+
+
+class ErrorOut(BaseModel):
+    """Every error: ``error`` is the name of fsjobstore's exception (``JobNotFound``,
+    ``InvalidState``, ...), ``message`` says what was wrong."""
+
+    error: str
+    message: str

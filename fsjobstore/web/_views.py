@@ -1,0 +1,85 @@
+"""What the pages' templates call: ages and times in words, JSON shown whole, the throughput
+chart as inline SVG (drawn here from numbers only, so no job text ever reaches it unescaped)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from markupsafe import Markup
+
+
+def age(seconds: float | None) -> str:
+    """``42s``, ``5m``, ``3h``, ``2d``; an em dash for None."""
+    if seconds is None:
+        return "\u2014"
+    s = max(0.0, float(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s / size:.0f}{unit}" if s / size >= 10 else f"{s / size:.1f}{unit}".replace(".0", "")
+    return f"{s:.0f}s" if s >= 1 else f"{s * 1000:.0f}ms"
+
+
+def ago(at: float | None) -> str:
+    """How long ago epoch ``at`` was (``in 5m`` for a time to come)."""
+    if at is None:
+        return "\u2014"
+    delta = time.time() - at
+    return f"{age(delta)} ago" if delta >= 0 else f"in {age(-delta)}"
+
+
+def when(at: float | None) -> str:
+    """Epoch seconds as an ISO time in UTC, to the second."""
+    if at is None:
+        return "\u2014"
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def pretty(value: Any) -> str:
+    """A JSON document, indented (escaped by the template like any text)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+
+
+def compact(value: Any) -> str:
+    """A JSON document on one line, as the store keeps it (escaped by the template)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def value_text(doc: dict[str, Any] | None) -> str:
+    """A fulfilled job's stored value (``Job.to_dict()['value']``) as text to show."""
+    if doc is None:
+        return ""
+    if doc.get("encoding") == "json":
+        return pretty(doc.get("data"))
+    return f"({doc.get('encoding')}) {doc.get('data')}"
+
+
+def sparkline(rows: list[list[int]], width: int = 120, height: int = 28) -> Markup:
+    """Bars of jobs fulfilled (and, stacked on them, failed) per minute: ``rows`` as
+    ``[minute, fulfilled, failed]``, oldest first."""
+    if not rows:
+        return Markup("")
+    peak = max((r[1] + r[2] for r in rows), default=0) or 1
+    bar = width / len(rows)
+    parts = []
+    for i, (_, ok, bad) in enumerate(rows):
+        x = i * bar
+        h_ok = height * ok / peak
+        h_bad = height * bad / peak
+        if ok:
+            parts.append(f'<rect class="ok" x="{x:.1f}" y="{height - h_ok:.1f}" width="{max(bar - 0.5, 0.5):.1f}" '
+                         f'height="{h_ok:.1f}"/>')
+        if bad:
+            parts.append(f'<rect class="bad" x="{x:.1f}" y="{height - h_ok - h_bad:.1f}" '
+                         f'width="{max(bar - 0.5, 0.5):.1f}" height="{h_bad:.1f}"/>')
+    total_ok = sum(r[1] for r in rows)
+    total_bad = sum(r[2] for r in rows)
+    label = f"last hour: {total_ok} fulfilled, {total_bad} failed"
+    return Markup(f'<svg class="spark" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+                  f'role="img" aria-label="{label}"><title>{label}</title>{"".join(parts)}</svg>')
+
+
+FILTERS = {"compact": compact, "age": age, "ago": ago, "when": when, "pretty": pretty, "value_text": value_text,
+           "sparkline": sparkline}
