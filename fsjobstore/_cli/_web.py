@@ -4,11 +4,14 @@ uvicorn; and the worker's ``--metrics-port``. Both need the web extra, imported 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import ipaddress
 import logging
 import os
+import signal
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 from ._args import FAILED, OK, UsageError, number, store_options, subcommand
@@ -52,6 +55,7 @@ def web(args: argparse.Namespace) -> int:
     except ImportError as exc:
         log.error("fsjobstore web needs the web extra: pip install 'fsjobstore[web]' (%s is missing)", exc.name)
         return FAILED
+    _Server = _server_class()
     sock = _listen(args.host, args.port)
     from .. import JobStore
 
@@ -65,8 +69,32 @@ def web(args: argparse.Namespace) -> int:
         # log_config=None: uvicorn's lines go through our logging, in our format.
         config = uvicorn.Config(app, log_level=args.log_level.lower(), access_log=args.log_level == "DEBUG",
                                 lifespan="on", log_config=None)
-        uvicorn.Server(config).run(sockets=[sock])
+        _Server(config).run(sockets=[sock])
     return OK
+
+
+def _server_class() -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, stopped by SIGTERM or Ctrl-C (a second one: at once) with exit 0, as
+        ``worker`` is; uvicorn's own handlers raise the signal again once it has stopped."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            def stop(signum: int, frame: object) -> None:
+                if self.should_exit and signum == signal.SIGINT:
+                    self.force_exit = True
+                self.should_exit = True
+
+            previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server
 
 
 def _loopback(host: str) -> bool:

@@ -45,7 +45,8 @@ from ._schemas import (
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": text} for code, text in (
-        (403, "ReadOnly, or CrossSiteRequest"), (404, "JobNotFound"), (409, "InvalidState, JobExists, LeaseLost"),
+        (401, "Unauthorized: the server's token is missing"), (403, "ReadOnly, or CrossSiteRequest"),
+        (404, "JobNotFound"), (409, "InvalidState, JobExists, LeaseLost"), (415, "InvalidRequest: not JSON"),
         (422, "InvalidRequest (bad input: nothing was changed)"))
 }
 router = APIRouter(prefix="/api", responses=_ERRORS)

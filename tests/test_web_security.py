@@ -1,0 +1,163 @@
+"""The web app's safety: job text never runs (XSS), no action from another site (CSRF), the token,
+the headers, ids from URLs, and `fsjobstore web` refusing to listen beyond loopback without a token."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from webkit import csrf_of, web_app
+
+from fsjobstore import JobStore
+
+EVIL = "<script>window.__xss=1</script><img src=x onerror=alert(1)>"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[JobStore]:
+    with JobStore(str(tmp_path / "s")) as s:
+        yield s
+
+
+def test_job_text_is_shown_escaped_on_every_page_never_as_markup(store: JobStore) -> None:
+    job = store.create({"name": EVIL, EVIL: 1}, queue="q")
+    lease = store.pull_work()
+    assert lease is not None
+    lease.log(EVIL)
+    lease.progress(1, 2, EVIL)
+    lease.fail(EVIL, retry=False)
+    store.queue(job.id, {"hook": EVIL})
+    other = store.create(EVIL, queue="q")
+    store.cancel(other.id, EVIL)
+    with web_app(store) as api:
+        pages = [api.client.get(url).text for url in ("/", "/jobs", f"/jobs/{job.id}", f"/jobs/{other.id}",
+                                                      "/jobs?q=script", "/jobs?state=failed")]
+    for html in pages:
+        assert "<script>window" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in pages[2]  # shown, as text
+    assert pages[2].count("&lt;img src=x onerror=alert(1)&gt;") >= 4  # request, error, log line, target
+
+
+def test_pages_carry_a_content_security_policy_that_allows_no_inline_script(store: JobStore) -> None:
+    with web_app(store) as api:
+        for url in ("/", "/jobs", "/api/statistics", "/nowhere"):
+            headers = api.client.get(url).headers
+            assert "script-src 'self'" in headers["content-security-policy"]
+            assert "unsafe-inline" not in headers["content-security-policy"]
+            assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "DENY"
+
+
+def test_a_form_without_this_browsers_csrf_token_or_from_another_site_changes_nothing(store: JobStore) -> None:
+    job = store.create(1, queue="q")
+    with web_app(store) as api:
+        client = api.client
+        token = csrf_of(client.get("/").text)  # the browser's first visit sets its CSRF cookie
+        for data, headers in (({}, {}), ({"csrf": "forged"}, {}),
+                              ({"csrf": token}, {"origin": "http://evil.example"}),
+                              ({"csrf": token}, {"referer": "http://evil.example/page"})):
+            r = client.post("/queues/q/pause", data=data, headers=headers, follow_redirects=False)
+            assert r.status_code == 403, (data, headers, r.status_code)
+            r = client.post(f"/jobs/{job.id}/cancel", data=data, headers=headers, follow_redirects=False)
+            assert r.status_code == 403
+        assert not store.paused() and store.get(job.id).state == "pending"
+        other = client.__class__(client.app)  # another browser: its own cookie, so my token is no use to it
+        other.get("/")
+        assert other.post("/queues/q/pause", data={"csrf": token}, follow_redirects=False).status_code == 403
+        r = client.post("/queues/q/pause", data={"csrf": token}, headers={"origin": "http://testserver"},
+                        follow_redirects=False)
+        assert r.status_code == 303 and store.paused() == {"q"}
+
+
+def test_the_api_takes_json_bodies_only_and_refuses_other_sites(store: JobStore) -> None:
+    with web_app(store) as api:
+        r = api.client.post("/api/jobs", data={"request": "1"})  # what a cross-site HTML form can send
+        assert r.status_code == 415 and r.json()["error"] == "InvalidRequest"
+        r = api.client.post("/api/jobs", content=b'{"request": 1}', headers={"content-type": "text/plain"})
+        assert r.status_code == 415
+        r = api.client.post("/api/jobs", json={"request": 1}, headers={"origin": "http://evil.example"})
+        assert r.status_code == 403 and r.json()["error"] == "CrossSiteRequest"
+        assert store.statistics().pending == 0
+        assert api.post("/api/jobs", json={"request": 1}, headers={"origin": "http://testserver"}).status_code == 201
+
+
+def test_with_a_token_every_request_needs_it_and_a_browser_signs_in_once(store: JobStore) -> None:
+    job = store.create(1)
+    with web_app(store, token="s3cret-token") as api:
+        c = api.client
+        assert c.get("/", follow_redirects=False).headers["location"] == "/login"
+        for url in ("/api/jobs", f"/api/jobs/{job.id}", "/metrics", "/openapi.json"):
+            r = c.get(url)
+            assert r.status_code == 401 and r.json()["error"] == "Unauthorized", url
+        bearer = {"authorization": "Bearer s3cret-token"}
+        assert c.get(f"/api/jobs/{job.id}", headers=bearer).status_code == 200
+        assert c.get("/metrics", headers=bearer).status_code == 200
+        assert c.get("/api/jobs", headers={"authorization": "Bearer wrong-token"}).status_code == 401
+        assert c.post("/login", data={"token": "wrong-token"}).status_code == 403
+        assert c.get("/static/app.css").status_code == 200  # what the sign-in page needs
+        r = c.post("/login", data={"token": "s3cret-token"}, follow_redirects=False)
+        assert r.status_code == 303 and "s3cret-token" not in r.headers["set-cookie"]
+        assert c.get("/").status_code == 200
+    with web_app(store, token="s3cret-token") as api:  # the URL `fsjobstore web` prints
+        r = api.client.get("/?token=s3cret-token", follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/"
+        assert api.client.get("/").status_code == 200
+    with pytest.raises(ValueError, match="at least 8"):
+        web_app(store, token="short").__enter__()
+
+
+def test_ids_and_paths_from_urls_never_reach_outside_the_store(store: JobStore, tmp_path: Path) -> None:
+    (tmp_path / "secret.txt").write_text("SECRET")
+    with web_app(store) as api:
+        for url in ("/jobs/..%2f..%2fsecret.txt", "/jobs/%2e%2e", "/static/..%2f..%2f..%2fsecret.txt",
+                    "/static/../../secret.txt", "/jobs/a.b", "/api/jobs/..%2fsecret.txt/events"):
+            r = api.client.get(url)
+            assert r.status_code in (404, 422) and "SECRET" not in r.text, (url, r.status_code)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "FSJOBSTORE_WEB_TOKEN"}
+    return subprocess.run([sys.executable, "-m", "fsjobstore", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_fsjobstore_web_refuses_other_addresses_without_a_token_and_a_port_in_use(store: JobStore) -> None:
+    r = _cli("web", store.path, "--host", "0.0.0.0")
+    assert r.returncode == 2 and "--token" in r.stderr and "Traceback" not in r.stderr
+    r = _cli("web", store.path, "--token", "short")
+    assert r.returncode == 2 and "at least 8" in r.stderr
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        r = _cli("web", store.path, "--port", str(busy.getsockname()[1]))
+    assert r.returncode == 2 and "in use" in r.stderr and "Traceback" not in r.stderr
+    r = _cli("web", str(Path(store.path).parent / "nothing"))
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+
+
+def test_fsjobstore_web_serves_until_sigterm_and_exits_0(store: JobStore) -> None:
+    import urllib.request
+
+    proc = subprocess.Popen([sys.executable, "-m", "fsjobstore", "web", store.path, "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("fsjobstore web: serving"), line
+        url = line.split(" at ", 1)[1].split()[0]
+        with urllib.request.urlopen(url + "api/statistics", timeout=10) as answer:
+            assert b'"pending"' in answer.read()
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err
