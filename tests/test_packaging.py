@@ -104,3 +104,12 @@ def test_the_wheel_alone_imports_the_store_the_runtime_and_the_command_line(whee
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == fsjobstore.__version__
+
+
+def test_the_wheel_ships_the_dashboards_pages_style_and_script(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    web = PACKAGE / "web"
+    shipped = {p.relative_to(REPO).as_posix() for d in ("templates", "static") for p in (web / d).iterdir()}
+    assert shipped, "no template or static file found in the source tree"
+    missing = sorted(shipped - names)
+    assert not missing, f"the dashboard's files missing from {wheel.name}: {missing}"
