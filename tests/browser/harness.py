@@ -9,6 +9,7 @@ Nothing is fetched: Selenium is given Debian's ``/usr/bin/chromium`` and ``/usr/
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import importlib.util
 import json
@@ -70,16 +71,19 @@ HANDLERS = textwrap.dedent('''
 
 
     def flaky(job):
-        """Fails the first time it sees a job (it leaves request["marker"] behind), then succeeds, slowly."""
+        """Fails the first time it sees a job (it leaves request["marker"] behind); the next time it
+        waits for the file request["go"] (at most 30 s), then succeeds."""
         marker = Path(job.request["marker"])
         if not marker.exists():
             marker.write_text(job.id)
             job.log("first run: failing on purpose")
             raise RuntimeError("the first run fails on purpose")
         job.log("second run: the marker is there")
-        for i in range(1, 5):
-            _sleep(job, float(job.request.get("pause", 0.25)))
-            job.progress(i, 4, "second run")
+        go = Path(job.request["go"])
+        end = time.monotonic() + 30
+        while not go.exists() and time.monotonic() < end:
+            _sleep(job, 0.05)
+        job.progress(1, 1, "second run")
         return {"second_run": True}
 
 
@@ -143,7 +147,7 @@ def fsjobstore(*args: str) -> list[str]:
 
 def start_web(store: Path, *args: str, logs: Path, name: str = "web", timeout: float = 20.0) -> tuple[Proc, str]:
     """``fsjobstore web STORE --port 0 ARGS``; returns it and the URL it printed on its first line."""
-    proc = Proc(name, fsjobstore("web", str(store), "--port", "0", *args), cwd=logs, logs=logs)
+    proc = Proc(name, fsjobstore("web", str(store.resolve()), "--port", "0", *args), cwd=logs, logs=logs)
     deadline = time.monotonic() + timeout
     while True:
         with contextlib.suppress(OSError):
@@ -161,13 +165,13 @@ def start_web(store: Path, *args: str, logs: Path, name: str = "web", timeout: f
 
 
 def start_worker(store: Path, *args: str, cwd: Path, logs: Path, name: str = "worker",
-                 timeout: float = 20.0) -> Proc:
-    """``fsjobstore worker STORE --handlers dash_handlers:handlers ARGS`` run from ``cwd`` (where the
-    handler module is); returns once the store lists it among its workers."""
+                 handlers: str = f"{HANDLER_MODULE}:handlers", timeout: float = 20.0) -> Proc:
+    """``fsjobstore worker STORE --handlers HANDLERS ARGS`` run from ``cwd`` (where the handler
+    module is); returns once the store lists it among its workers."""
     from fsjobstore import JobStore
 
-    proc = Proc(name, fsjobstore("worker", str(store), "--handlers", f"{HANDLER_MODULE}:handlers", "--grace", "2",
-                                 *args), cwd=cwd, logs=logs)
+    argv = fsjobstore("worker", str(store.resolve()), "--handlers", handlers, "--grace", "0.5", *args)
+    proc = Proc(name, argv, cwd=cwd, logs=logs)
     deadline = time.monotonic() + timeout
     with JobStore(store, create=False) as s:
         while not any(w.pid == proc.pid for w in s.workers()):
@@ -186,8 +190,10 @@ def new_driver(width: int = 1280, height: int = 800) -> Any:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--disable-extensions", "--no-first-run", "--hide-scrollbars", "--force-color-profile=srgb",
-                "--lang=en-US", f"--window-size={width},{height}"):
+                "--disable-extensions", "--no-first-run", "--no-default-browser-check", "--disable-sync",
+                "--disable-background-networking", "--disable-component-update", "--disable-default-apps",
+                "--mute-audio", "--disable-features=Translate,OptimizationHints,MediaRouter",
+                "--hide-scrollbars", "--force-color-profile=srgb", "--lang=en-US", f"--window-size={width},{height}"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     options.page_load_strategy = "normal"
@@ -212,7 +218,7 @@ class Browser:
         self.driver = driver
         self.base = base.split("?", 1)[0].rstrip("/")
         self.shots = shots
-        self.prefix = re.sub(r"[^\w.-]+", "_", prefix)[:80]
+        self.prefix = re.sub(r"[^\w.-]+", "_", prefix)[:150]
         self.steps = 0
 
     def url(self, path: str) -> str:
@@ -225,7 +231,8 @@ class Browser:
     def shot(self, step: str) -> Path:
         self.shots.mkdir(parents=True, exist_ok=True)
         self.steps += 1
-        path = self.shots / f"{self.prefix}-{self.steps:02d}-{re.sub(r'[^\w.-]+', '_', step)}.png"
+        label = re.sub(r"[^\w.-]+", "_", step).strip("_")
+        path = self.shots / f"{self.prefix}-{self.steps:02d}-{label}.png"
         self.driver.save_screenshot(str(path))
         return path
 
@@ -235,20 +242,50 @@ class Browser:
         parts = urlsplit(self.driver.current_url)
         return parts.path + (f"?{parts.query}" if parts.query else "")
 
-    def wait(self, condition: Callable[[Any], Any], what: str, timeout: float = 15.0) -> Any:
-        """Poll ``condition(driver)`` every 0.1 s until it is truthy (a page being replaced under it
-        is polled again); fails saying ``what`` was awaited."""
-        from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    def wait(self, condition: Callable[[Any], Any], what: str, timeout: float = 15.0, loaded: bool = True) -> Any:
+        """Poll ``condition(driver)`` every 0.1 s until it is truthy, on a page done loading (unless
+        ``loaded`` is False: a dialog is open, say); fails saying ``what`` was awaited.
+
+        A click that submits a form does not wait for the page it leads to, and the URL changes
+        before that page has loaded: so a wait also waits for the load, or the next command would
+        meet a navigation still under way. A page replaced under ``condition`` (app.js loads a job's
+        page again when the job ends) is polled again: chromedriver reports that as a stale element,
+        a missing one, or as a plain WebDriverException ("Node with given id does not belong to the
+        document")."""
+        from selenium.common.exceptions import WebDriverException
         from selenium.webdriver.support.ui import WebDriverWait
 
-        return WebDriverWait(self.driver, timeout, poll_frequency=0.1,
-                             ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
-                             ).until(condition, f"waited {timeout} s for {what}")
+        def met(driver: Any) -> Any:
+            if loaded and driver.execute_script("return document.readyState") != "complete":
+                return False
+            return condition(driver)
+
+        return WebDriverWait(self.driver, timeout, poll_frequency=0.1, ignored_exceptions=(WebDriverException,)
+                             ).until(met, f"waited {timeout} s for {what}")
 
     def text(self, css: str) -> str:
+        """The shown text of the first element ``css`` selects, read in one step (a page being
+        replaced cannot change it halfway)."""
+        from selenium.common.exceptions import NoSuchElementException
+
+        got = self.js("var e = document.querySelector(arguments[0]); return e === null ? null : e.innerText;", css)
+        if got is None:
+            raise NoSuchElementException(f"nothing on {self.path} matches {css}")
+        return str(got).strip()
+
+    def click(self, xpath: str, tries: int = 5) -> None:
+        """Click what ``xpath`` finds, finding it again if the page replaced it in between (the
+        overview's middle is fetched again every 3 s)."""
+        from selenium.common.exceptions import StaleElementReferenceException
         from selenium.webdriver.common.by import By
 
-        return str(self.driver.find_element(By.CSS_SELECTOR, css).text)
+        for attempt in range(tries):
+            try:
+                self.driver.find_element(By.XPATH, xpath).click()
+                return
+            except StaleElementReferenceException:
+                if attempt == tries - 1:
+                    raise
 
     def js(self, script: str, *args: Any) -> Any:
         return self.driver.execute_script(script, *args)
@@ -294,6 +331,13 @@ class Bed:
         self.procs: list[Proc] = []
         self.browser: Browser | None = None
         self.url = ""
+        self._launch: concurrent.futures.Future[Any] | None = None
+
+    def prelaunch(self) -> None:
+        """Start Chromium now, in a thread, while the test starts its server and worker."""
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="chromium")
+        self._launch = pool.submit(new_driver)
+        pool.shutdown(wait=False)
 
     def web(self, *args: str) -> str:
         """Start ``fsjobstore web`` on the store; returns the URL it printed."""
@@ -301,16 +345,23 @@ class Bed:
         self.procs.append(proc)
         return self.url
 
-    def worker(self, *args: str) -> Proc:
-        """Start ``fsjobstore worker`` on the store with the handler module; returns once it is listed."""
-        proc = start_worker(self.dir, *args, cwd=self.root, logs=self.logs, name=f"worker{len(self.procs)}")
+    def worker(self, *args: str, handlers: str = f"{HANDLER_MODULE}:handlers") -> Proc:
+        """Start ``fsjobstore worker`` on the store with a handler module of ``root``; returns once
+        the store lists it."""
+        proc = start_worker(self.dir, *args, cwd=self.root, logs=self.logs, name=f"worker{len(self.procs)}",
+                            handlers=handlers)
         self.procs.append(proc)
         return proc
 
     def open_browser(self, width: int = 1280, height: int = 800) -> Browser:
         assert self.url, "start the web server first"
         assert self.browser is None, "one browser per test"
-        self.browser = Browser(new_driver(width, height), self.url, self.shots, self.prefix)
+        if self._launch is not None:
+            driver, self._launch = self._launch.result(timeout=60), None
+            resize(driver, width, height)
+        else:
+            driver = new_driver(width, height)
+        self.browser = Browser(driver, self.url, self.shots, self.prefix)
         return self.browser
 
     def wait_state(self, job_id: str, *states: str, timeout: float = 15.0) -> Any:
@@ -330,9 +381,13 @@ class Bed:
 
     def close(self) -> None:
         try:
-            if self.browser is not None:
+            drivers = [self.browser.driver] if self.browser is not None else []
+            if self._launch is not None:  # launched, never used
                 with contextlib.suppress(Exception):
-                    self.browser.driver.quit()
+                    drivers.append(self._launch.result(timeout=60))
+            for driver in drivers:
+                with contextlib.suppress(Exception):
+                    driver.quit()
             for proc in sorted(self.procs, key=lambda p: not p.name.startswith("worker")):
                 proc.stop()
         finally:
