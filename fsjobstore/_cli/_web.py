@@ -67,8 +67,10 @@ def web(args: argparse.Namespace) -> int:
         print(f"fsjobstore web: serving {store.path} at {url}{' (read-only)' if args.read_only else ''}",
               flush=True)
         # log_config=None: uvicorn's lines go through our logging, in our format.
+        # timeout_graceful_shutdown: a page following a running job keeps its event stream open
+        # until the job ends; a stop must not wait for that.
         config = uvicorn.Config(app, log_level=args.log_level.lower(), access_log=args.log_level == "DEBUG",
-                                lifespan="on", log_config=None)
+                                lifespan="on", log_config=None, timeout_graceful_shutdown=1)
         _Server(config).run(sockets=[sock])
     return OK
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from .. import InvalidRequest, Job
+from .. import InvalidRequest, Job, JobNotFound
 from ._context import Context, ctx, queue_rows, search_page
 from ._remote import MAX_LEASE, MIN_LEASE, count_end
 from ._schemas import (
@@ -165,7 +165,10 @@ async def job_events(job_id: str, request: Request, c: Ctx) -> StreamingResponse
                 return
             await asyncio.sleep(0.5)
             quiet += 0.5
-            job = await c.astore.get(job_id)
+            try:
+                job = await c.astore.get(job_id)
+            except JobNotFound:  # removed while followed (a purge): nothing more to say
+                return
 
     return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 

@@ -20,10 +20,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from .. import InvalidRequest, JobNotFound, JobState, JobStoreError
+from .. import InvalidRequest, JobNotFound, JobState, JobStoreError, ScheduleInfo
 from ._context import Context, ctx, queue_rows, search_page
 from ._security import CSRF_FIELD, SESSION_COOKIE, same_origin
-from ._views import FILTERS, age
+from ._views import FILTERS, age, when
 
 router = APIRouter(include_in_schema=False)
 env = Environment(loader=PackageLoader("fsjobstore.web", "templates"), autoescape=select_autoescape(default=True))
@@ -101,8 +101,24 @@ def _overview(c: Context) -> dict[str, Any]:
     stats = c.store.statistics()
     now = time.time()
     return {"stats": stats, "queues": queue_rows(c.store, stats), "workers": c.store.workers(),
-            "schedules": c.store.schedules(), "now": now, "durable": c.store.durable,
+            "schedules": [_schedule(s, now) for s in c.store.schedules()], "now": now, "durable": c.store.durable,
             "keep": "forever" if math.isinf(c.store.retain) else age(c.store.retain)}
+
+
+def _schedule(info: ScheduleInfo, now: float) -> dict[str, Any]:
+    """A schedule as the overview shows it: its timing in words, its last and next tick."""
+    from ..schedule import timing_of
+
+    try:
+        nxt: float | None = timing_of(info.spec).next_after(max(now, info.last_tick or 0))
+    except (InvalidRequest, ModuleNotFoundError):  # a spec of a later version; cron without cronsim
+        nxt = None
+    spec = info.spec
+    m = re.fullmatch(r"every (\d+)s(?: from (\d+))?", spec)
+    if m:
+        spec = f"every {age(int(m[1]))}" + (f" from {when(float(m[2]))}" if m[2] else "")
+    return {"name": info.name, "spec": spec, "queue": info.queue, "last_tick": info.last_tick,
+            "last_job": info.last_job, "next_tick": nxt}
 
 
 @router.get("/jobs", response_class=HTMLResponse)
@@ -134,6 +150,8 @@ def job_page(request: Request, job_id: str) -> HTMLResponse:
 
 @router.get("/new", response_class=HTMLResponse)
 def new_form(request: Request, queue: str = "default") -> HTMLResponse:
+    if ctx(request).read_only:
+        return render(request, "read_only.html", what="create jobs")
     return render(request, "new.html", form={"queue": queue, "request": "{}", "priority": "0"}, error=None)
 
 
@@ -187,6 +205,8 @@ async def queue_action(request: Request, queue: str, action: str) -> Response:
 
 @router.get("/purge", response_class=HTMLResponse)
 def purge_form(request: Request, queue: str = "") -> HTMLResponse:
+    if ctx(request).read_only:
+        return render(request, "read_only.html", what="purge jobs")
     return render(request, "purge.html", form={"queue": queue, "states": ["fulfilled", "failed", "cancelled"]},
                   count=None, error=None)
 
@@ -205,7 +225,10 @@ async def purge(request: Request) -> Response:
         older_than = _seconds(fields.get("older_than", ""), "older than")
         match = fields.get("match") or None
         dry_run = fields.get("confirm") != "yes"  # first a dry run: say how many would go, and ask
-        n = store.purge(states=states, queue=queue, older_than=older_than, match=match, dry_run=dry_run)
+        # Confirmed: never more than were counted (jobs that matched since are left for another purge).
+        limit = None if dry_run else _int(fields.get("counted", ""), "counted")
+        n = store.purge(states=states, queue=queue, older_than=older_than, match=match, dry_run=dry_run,
+                        limit=limit)
         if dry_run:
             return render(request, "purge.html", form=shown, count=n, error=None)
     except JobStoreError as exc:
@@ -214,8 +237,10 @@ async def purge(request: Request) -> Response:
 
 
 # -- signing in (only when a token is set) ----------------------------------------------------------
-@router.get("/login", response_class=HTMLResponse)
-def login_form(request: Request) -> HTMLResponse:
+@router.get("/login", response_class=HTMLResponse, response_model=None)
+def login_form(request: Request) -> Response:
+    if ctx(request).guard.token is None:
+        return RedirectResponse("/", status_code=303)  # nothing to sign in to
     return render(request, "login.html", error=None)
 
 

@@ -4,6 +4,7 @@ chart as inline SVG (drawn here from numbers only, so no job text ever reaches i
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -56,6 +57,12 @@ def value_text(doc: dict[str, Any] | None) -> str:
     return f"({doc.get('encoding')}) {doc.get('data')}"
 
 
+def rst(text: str | None) -> Markup:
+    """A docstring's ``code`` shown as code (everything else escaped): the API's docs page."""
+    escaped = str(Markup.escape(text or ""))
+    return Markup(re.sub(r"``(.+?)``", r"<code>\1</code>", escaped))
+
+
 def sparkline(rows: list[list[int]], width: int = 120, height: int = 28) -> Markup:
     """Bars of jobs fulfilled (and, stacked on them, failed) per minute: ``rows`` as
     ``[minute, fulfilled, failed]``, oldest first."""
@@ -82,4 +89,4 @@ def sparkline(rows: list[list[int]], width: int = 120, height: int = 28) -> Mark
 
 
 FILTERS = {"compact": compact, "age": age, "ago": ago, "when": when, "pretty": pretty, "value_text": value_text,
-           "sparkline": sparkline}
+           "sparkline": sparkline, "rst": rst}

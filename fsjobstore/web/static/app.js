@@ -14,7 +14,12 @@
     function tick() {
       if (document.hidden) return setTimeout(tick, every);
       fetch(url, {credentials: "same-origin", headers: {"Accept": "text/html"}})
-        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (r) {
+          // Sent to sign in (the session ended: a --token server restarted): go there, whole.
+          if (r.redirected && new URL(r.url).pathname === "/login") { window.location.href = "/login"; return null; }
+          if (r.status === 401) { window.location.href = "/login"; return null; }
+          return r.ok ? r.text() : null;
+        })
         .then(function (html) {
           if (html !== null && !box.contains(document.activeElement)) box.innerHTML = html;
           box.setAttribute("data-updated", String(Date.now()));
@@ -27,7 +32,12 @@
 
   function follow(box) {
     var source = new EventSource(box.getAttribute("data-events"));
-    var first = true;
+    var shown = (document.getElementById("state") || {}).textContent;  // the state the page was drawn in
+    source.addEventListener("error", function () {
+      // Closed for good (a 401 once the session ended, a 404 once the job was removed): look at
+      // the page again, which signs in or says what became of the job.
+      if (source.readyState === EventSource.CLOSED) window.location.replace(window.location.pathname);
+    });
     source.addEventListener("job", function (ev) {
       var job = JSON.parse(ev.data);
       var state = document.getElementById("state");
@@ -60,11 +70,12 @@
         logs.scrollTop = logs.scrollHeight;
       }
       box.setAttribute("data-updated", String(Date.now()));
-      if (["fulfilled", "failed", "cancelled"].indexOf(job.state) >= 0 && !first) {
+      if (["fulfilled", "failed", "cancelled"].indexOf(job.state) >= 0 && job.state !== shown) {
         source.close();
-        window.location.reload();  // the final page has the value or error, and the right actions
+        // The final page has the value or error, and the right actions (without the last
+        // action's message, which was about the job as it was).
+        window.location.replace(window.location.pathname);
       }
-      first = false;
     });
   }
 
