@@ -241,3 +241,16 @@ def test_the_hooks_benchmark_runs_and_checks_every_hook_call(tmp_path: Path) -> 
     lines = done.stdout.splitlines()
     assert [line.split()[0] for line in lines[1:]] == ["threads", "processes"] and "ratio" in lines[1]
     assert os.listdir(tmp_path) == []  # its scratch is removed
+
+
+def test_the_web_benchmark_runs_with_quick_sizes(tmp_path: Path) -> None:
+    import subprocess
+
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "web.py")
+    done = subprocess.run([sys.executable, bench, "--quick", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = done.stdout.split("summary (", 1)[1].splitlines()
+    assert [line.split()[0] for line in summary[1:6]] == ["overview", "jobs", "jobs", "jobs", "api"]
+    assert summary[6].startswith("  creates: API ") and "ratio" in summary[6]
+    assert os.listdir(tmp_path) == []  # its store, servers' output and scratch are removed
