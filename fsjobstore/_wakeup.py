@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import errno
 import logging
+import math
 import os
 import select
 import struct
@@ -75,6 +76,8 @@ class Waker:
         self._generation = 0
         self._fd = -1
         self._pipe: tuple[int, int] | None = None  # wakes the reader when we stop
+        # poll(), not select(): select() refuses descriptors past 1023, which a busy process has.
+        self._poller: select.poll | None = None
         self._dirs: dict[int, str] = {}  # watch descriptor -> directory
         self._reading = False
         self._stopped = False
@@ -94,6 +97,9 @@ class Waker:
             return False
         self._fd = fd
         self._pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._poller = select.poll()
+        self._poller.register(fd, select.POLLIN)
+        self._poller.register(self._pipe[0], select.POLLIN)
         self.watching = True
         try:
             for root in self._roots:
@@ -263,8 +269,8 @@ class Waker:
                     self._cond.notify_all()
 
     def _read_once(self, timeout: float) -> None:
-        assert self._pipe is not None
-        ready, _, _ = select.select([self._fd, self._pipe[0]], [], [], timeout)
+        assert self._poller is not None
+        ready = {fd for fd, _ in self._poller.poll(max(0, math.ceil(timeout * 1000)))}
         if self._fd in ready and not self._stopped:
             self._read_events()
             with self._cond:
@@ -296,7 +302,7 @@ class Waker:
 
     def _close_fds(self) -> None:
         fds = [self._fd, *(self._pipe or ())]
-        self._fd, self._pipe = -1, None
+        self._fd, self._pipe, self._poller = -1, None, None
         self._dirs = {}
         for fd in fds:
             if fd >= 0:

@@ -46,6 +46,7 @@ def die(store: JobStore) -> None:
     os.close(lease._fd)
     lease._fd = None
     store._core.closed = True
+    store._detach()  # death closes its descriptors: the store root's among them
 
 
 def die_unlinked(store: JobStore) -> None:
@@ -55,6 +56,7 @@ def die_unlinked(store: JobStore) -> None:
     assert lease is not None
     lease.close()
     store._core.closed = True
+    store._detach()  # death closes its descriptors: the store root's among them
 
 
 def no_background(store: JobStore) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from faultkit import Ctx, _dead_owner, check_store, drain_survivors, full_cycle, hooked
-from internals import freeze
+from internals import die
 
 from fsjobstore import JobStore
 
@@ -284,7 +284,7 @@ def workload(root: str) -> tuple[Snapshot, Recorder]:
         retried = store.pull_work()
         assert retried is not None
         retried.fail("again")
-    freeze(store)  # the power goes out: no clean close
+    die(store)  # the power goes out: no clean close, every descriptor gone
     return snap, rec
 
 
@@ -356,7 +356,7 @@ def workload_not_durable(base: str) -> tuple[Snapshot, Recorder]:
         lease = store.pull_work(queues="w")
         assert lease is not None
         lease.release()
-    freeze(store)
+    die(store)
     return snap, rec
 
 

@@ -92,7 +92,7 @@ def test_a_commit_the_caller_was_told_failed_is_never_published_by_a_later_power
     import os
 
     from faultkit import hooked
-    from internals import freeze
+    from internals import die
 
     from fsjobstore import JobState, JobStore, StorageError
 
@@ -117,7 +117,7 @@ def test_a_commit_the_caller_was_told_failed_is_never_published_by_a_later_power
     with hooked(FailPublishOnce(rec)), pytest.raises(StorageError) as told:
         store.fulfill(job, "not committed")  # by id: the append is fsynced, the rename fails, the job is released
     assert not told.value.applied
-    freeze(store)
+    die(store)
     checked = 0
     for k, prefix, mode in powerloss.crash_states(snap, rec.log):
         if k != len(rec.log):

@@ -242,7 +242,9 @@ class _Stop:
         if not self.asked:
             # RACE: a signal between the test and select() is not lost: its byte is in the
             # pipe already, so select() returns at once.
-            select.select([self.r], [], [], seconds)
+            poller = select.poll()  # not select(): it refuses descriptors past 1023
+            poller.register(self.r, select.POLLIN)
+            poller.poll(max(0, math.ceil(seconds * 1000)))
         return self.asked
 
     def close(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import weakref
@@ -25,8 +26,12 @@ class Bell:
 
     def wait(self, timeout: float, fds: Sequence[int] = ()) -> None:
         """Until rung, one of ``fds`` is readable, or ``timeout`` seconds pass."""
+        # poll(), not select(): select() refuses descriptors past 1023, which a busy process has.
+        poller = select.poll()
+        for fd in (self._read, *fds):
+            poller.register(fd, select.POLLIN)
         with contextlib.suppress(InterruptedError):
-            select.select([self._read, *fds], [], [], max(0.0, timeout))
+            poller.poll(max(0, math.ceil(timeout * 1000)))
         with contextlib.suppress(OSError):
             while os.read(self._read, 4096):
                 pass
