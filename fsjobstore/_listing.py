@@ -24,6 +24,7 @@ same job twice.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import logging
 import os
@@ -104,7 +105,7 @@ class Cursor:
     """Where a page starts: in ``phase``, strictly after ``key`` (a name in that phase's order)."""
 
     phase: str
-    key: str | tuple[int, str]
+    key: str
     job_id: str
 
 
@@ -136,11 +137,11 @@ def _place(core: Core, job_id: str, chosen: JobState | None) -> Cursor:
         except (fs.Unreadable, ValueError) as exc:
             raise JobNotFound(f"job {job_id!r} (after) cannot be read ({exc}); its place is unknown") from None
         phase = _phase_of(chosen if chosen is not None else loc.state)
-        return Cursor(phase, _key(record, phase, loc.state), job_id)
+        return Cursor(phase, _key(core, record, phase, loc.state), job_id)
     raise JobNotFound(f"job {job_id!r} (after) kept moving while being read")
 
 
-def _key(record: Record, phase: str, now: JobState) -> str | tuple[int, str]:
+def _key(core: Core, record: Record, phase: str, now: JobState) -> str:
     if phase == "active":
         return record.id
     if phase == "pending":
@@ -154,7 +155,8 @@ def _key(record: Record, phase: str, now: JobState) -> str | tuple[int, str]:
         how = "was retried and is" if record.history else "is"
         raise JobNotFound(f"job {record.id!r} (after) {how} {now.value}, not final: its place among the final jobs "
                           "is unknown; after takes the last id of a page of the same state")
-    return (micros(record.finished_at), record.id)
+    # Its finished-index entry's name: final jobs are walked in the order of those names.
+    return os.path.basename(core.tree.finished_entry(record, now.value, record.finished_at))
 
 
 def _walk(core: Core, chosen: JobState | None, queue: str | None, limit: int | None,
@@ -269,31 +271,30 @@ def _scheduled(core: Core, queue: str | None, after: object) -> Iterator[Job]:
 
 
 def _final(core: Core, states: frozenset[JobState], queue: str | None, after: object) -> Iterator[Job]:
-    """Final jobs newest first, from the finished index, newest bucket first."""
+    """Final jobs newest first, from the finished index, newest bucket first. ``after``: the
+    cursor's finished-index entry name (its record's, :func:`_key`)."""
     lay = core.layout
-    below = after if isinstance(after, tuple) else None
-    top = None if below is None else bucket_field(below[0])
+    below = after if isinstance(after, str) else None
+    top = None if below is None else below[:17]
     buckets = sorted((b for b in fs.scan_names(lay.finished) if BUCKET_RE.match(b)), reverse=True)
     wanted = {s.value for s in states}
     for bucket in buckets:
-        if top is not None and bucket > top:
+        if top is not None and bucket > bucket_field(int(top)):
             continue
-        entries = []
-        for name in fs.scan_names(lay.finished_bucket(bucket)):
-            m = FINISHED_RE.match(name)
+        names = core.finished_lists.get(lay.finished_bucket(bucket))
+        i = len(names) if below is None else bisect.bisect_left(names, below)
+        while i > 0:  # newest first: the sorted names from their end
+            i -= 1
+            m = FINISHED_RE.match(names[i])
             if not m or m["state"] not in wanted or (queue is not None and m["queue"] != queue):
                 continue
-            key = (int(m["fin"]), m["id"])
-            if below is None or key < below:
-                entries.append((key, m["state"], name))
-        entries.sort(reverse=True)
-        for (fin, job_id), state, name in entries:
+            state, job_id, fin = m["state"], m["id"], int(m["fin"])
             loc = Location(JobState(state), lay.final_path(state, job_id))
             record = _read(core, loc, job_id)
             if record is not None and record.finished_at is not None and micros(record.finished_at) == fin:
                 yield record.snapshot(JobState(state))
             elif record is None or later_life(record.finished_at, fin):
-                drop_if_stale(core, os.path.join(lay.finished_bucket(bucket), name), fin)
+                drop_if_stale(core, os.path.join(lay.finished_bucket(bucket), names[i]), fin)
             # else: a read that lags behind the file (network filesystems), never proof: kept
 
 

@@ -80,6 +80,7 @@ class Core:
         self.unfinished_removals: dict[str, tuple[str, str | None]] = {}
         self.waker: Waker | None = None
         self.final_waker: Waker | None = None  # for wait(): results arriving in the final directories
+        self.finished_lists = _buckets.FinishedLists()  # what listings of final jobs read (_listing)
         self.pending = Pending(self.layout, self.tree, durable=self.durable,
                                poll_interval=self.settings.poll_interval, clock=self.clock, wall=self.wall)
 
