@@ -1,6 +1,6 @@
 """``create_app(store)``: the dashboard, the JSON API and ``/metrics`` as one ASGI app (FastAPI).
 
-Every request goes through :func:`_gate` first: the access token (``_security``), a CSRF cookie
+Every request goes through :class:`_Gate` first: the access token (``_security``), a CSRF cookie
 for the pages' forms, JSON-only and same-origin POSTs for the API, and the security headers.
 Errors of the store become answers by their exception's name (:data:`STATUS`): JSON under
 ``/api``, a page elsewhere; anything unexpected is logged and answered 500 without its details.
@@ -12,14 +12,16 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from importlib.resources import files
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import (
     InvalidRequest,
@@ -52,6 +54,7 @@ STATUS: list[tuple[type[BaseException], int]] = [
 """Each error's status, first match wins; any other JobStoreError is a 500 that names it."""
 
 _OPEN = ("/static/", "/login")  # served without the token
+WARM_UP = 2.0  # seconds a server's start waits for its warm-up (_pages.warm_up)
 
 
 def create_app(store: JobStore | str | os.PathLike[str], *, read_only: bool = False, token: str | None = None,
@@ -72,6 +75,12 @@ def create_app(store: JobStore | str | os.PathLike[str], *, read_only: bool = Fa
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         expiry = asyncio.create_task(_expire(context))
+        # Warm up before serving, up to WARM_UP seconds (a large store's newest hour of final
+        # jobs takes a while to list): past that, serving starts and the warm-up goes on beside.
+        warming = asyncio.get_running_loop().run_in_executor(None, _pages.warm_up, opened)
+        warming.add_done_callback(_log_warm_up)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(warming), WARM_UP)
         try:
             yield
         finally:
@@ -93,9 +102,7 @@ def create_app(store: JobStore | str | os.PathLike[str], *, read_only: bool = Fa
     def metrics_text() -> Response:
         return PlainTextResponse(render(metrics), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.middleware("http")
-    async def gate(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        return await _gate(context, request, call_next)
+    app.add_middleware(_Gate, context=context)
 
     @app.exception_handler(JobStoreError)
     @app.exception_handler(PermissionError)
@@ -120,6 +127,11 @@ def create_app(store: JobStore | str | os.PathLike[str], *, read_only: bool = Fa
     return app
 
 
+def _log_warm_up(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and done.exception() is not None:  # the pages will say it again, to their reader
+        log.warning("warming up failed: %s", done.exception())
+
+
 async def _expire(context: Context) -> None:
     """Fail the attempts of HTTP workers that stopped touching their leases, every second."""
     while True:
@@ -128,35 +140,66 @@ async def _expire(context: Context) -> None:
             await asyncio.get_running_loop().run_in_executor(None, context.leases.expire, context.store)
 
 
-async def _gate(c: Context, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-    path = request.url.path
-    api = path.startswith("/api/") or path == "/metrics" or path == "/openapi.json"
+class _Gate:
+    """The gate as plain ASGI middleware, not ``@app.middleware("http")``: Starlette's
+    BaseHTTPMiddleware runs each request in a task group behind memory streams, which cost the
+    JSON API's creates about a third of the server's CPU (bench/web.py)."""
+
+    def __init__(self, app: ASGIApp, context: Context) -> None:
+        self.app, self.context = app, context
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        path = request.url.path
+        api = path.startswith("/api/") or path in ("/metrics", "/openapi.json")
+        refusal = _refusal(self.context, request, path, api)
+        if refusal is not None:
+            await _headers(refusal)(scope, receive, send)
+            return
+        cookie: bytes | None = None
+        if not api:  # the pages' forms carry a CSRF token made from the browser's cookie
+            browser = request.cookies.get(CSRF_COOKIE)
+            if browser is None:  # its first visit: the cookie is set on this answer
+                browser = new_browser_value()
+                setter = Response()
+                setter.set_cookie(CSRF_COOKIE, browser, httponly=True, samesite="strict")
+                cookie = setter.headers["set-cookie"].encode("latin-1")
+            request.state.csrf = self.context.guard.csrf_for(browser)
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for key, value in HEADERS.items():
+                    headers.setdefault(key, value)
+                if cookie is not None:
+                    headers.raw.append((b"set-cookie", cookie))
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def _refusal(c: Context, request: Request, path: str, api: bool) -> Response | None:
+    """The answer to a request the gate stops (no token, another site, not JSON), or None."""
     if not path.startswith(_OPEN) and not c.guard.allowed(request):
         given = request.query_params.get("token")
         if given is not None and c.guard.token_matches(given) and not api:  # the URL `fsjobstore web` prints
             response: Response = RedirectResponse(path, status_code=303)
             response.set_cookie(SESSION_COOKIE, c.guard.session_value(), httponly=True, samesite="strict")
-            return _headers(response)
+            return response
         if api or request.method != "GET":
-            return _headers(_answer(request, 401, "Unauthorized", "this server needs its token: "
-                                    "Authorization: Bearer <token>", force_json=api))
-        return _headers(RedirectResponse("/login", status_code=303))
+            return _answer(request, 401, "Unauthorized", "this server needs its token: "
+                           "Authorization: Bearer <token>", force_json=api)
+        return RedirectResponse("/login", status_code=303)
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         if not same_origin(request):
-            return _headers(_answer(request, 403, "CrossSiteRequest", "a request from another site is refused"))
+            return _answer(request, 403, "CrossSiteRequest", "a request from another site is refused")
         if path.startswith("/api/") and request.headers.get("content-length", "0") != "0" \
                 and request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-            return _headers(_answer(request, 415, "InvalidRequest", "send the body as application/json"))
-    browser = request.cookies.get(CSRF_COOKIE)
-    fresh = browser is None
-    if fresh:  # its first visit: the cookie is set on this answer, the page's forms carry its token
-        browser = new_browser_value()
-    assert browser is not None
-    request.state.csrf = c.guard.csrf_for(browser)
-    response = await call_next(request)
-    if fresh and not api:
-        response.set_cookie(CSRF_COOKIE, browser, httponly=True, samesite="strict")
-    return _headers(response)
+            return _answer(request, 415, "InvalidRequest", "send the body as application/json")
+    return None
 
 
 def _headers(response: Response) -> Response:

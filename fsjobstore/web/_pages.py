@@ -20,7 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from .. import InvalidRequest, JobNotFound, JobState, JobStoreError, ScheduleInfo
+from .. import InvalidRequest, JobNotFound, JobState, JobStore, JobStoreError, ScheduleInfo
 from ._context import Context, ctx, queue_rows, search_page
 from ._security import CSRF_FIELD, SESSION_COOKIE, same_origin
 from ._views import FILTERS, age, when
@@ -32,6 +32,17 @@ STATES = [s.value for s in JobState]
 PAGE = 50
 _AGE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)\Z")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def warm_up(store: JobStore) -> None:
+    """What a server's first request would otherwise pay for: every template compiled, the
+    store's statistics and the newest final jobs read once (the newest finished-index bucket's
+    names are then sorted and cached, see ``_buckets.FinishedLists``)."""
+    for name in env.list_templates(extensions=["html"]):
+        env.get_template(name)
+    store.statistics()
+    store.counters()
+    next(store.jobs(state=JobState.FULFILLED, limit=1), None)
 
 
 class CrossSiteRequest(PermissionError):
