@@ -226,9 +226,17 @@ class Mount:
 
     # pid is our own unreaped child's, so it cannot have been reused by another process: signalling it is safe.
     def stop(self) -> None:
-        """SIGSTOP the client: every operation through this mount hangs, as on a frozen host."""
+        """SIGSTOP the client: every operation through this mount hangs, as on a frozen host.
+
+        Returns once every thread of the client is stopped: kill() returns before they are, and
+        a thread still running on a busy machine answered a lookup after it (a CI run, 2026-11-27)."""
         os.kill(self.pid, signal.SIGSTOP)
         self.stopped = True
+        deadline = time.monotonic() + CMD_TIMEOUT
+        while not _all_threads_stopped(self.pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the client {self.pid} did not stop within {CMD_TIMEOUT} s of SIGSTOP")
+            time.sleep(0.01)
 
     def cont(self) -> None:
         os.kill(self.pid, signal.SIGCONT)
@@ -416,3 +424,16 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is in state T (stopped), read from /proc."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as fh:
+                state = fh.read().rpartition(")")[2].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended
+        if state not in ("T", "t"):
+            return False
+    return True
