@@ -50,7 +50,14 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         (422, "InvalidRequest (bad input: nothing was changed)"))
 }
 router = APIRouter(prefix="/api", responses=_ERRORS)
-Ctx = Annotated[Context, Depends(ctx)]
+
+
+async def _context(request: Request) -> Context:
+    """``ctx`` as a dependency: async, so FastAPI calls it on the loop, not in a worker thread."""
+    return ctx(request)
+
+
+Ctx = Annotated[Context, Depends(_context)]
 MAX_WAIT = 300.0  # seconds a long poll may ask for
 
 
