@@ -3,10 +3,14 @@ the headers, ids from URLs, and `fsjobstore web` refusing to listen beyond loopb
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -136,6 +140,10 @@ def test_fsjobstore_web_refuses_other_addresses_without_a_token_and_a_port_in_us
     assert r.returncode == 2 and "--token" in r.stderr and "Traceback" not in r.stderr
     r = _cli("web", store.path, "--token", "short")
     assert r.returncode == 2 and "at least 8" in r.stderr
+    r = _cli("web", store.path, "--host", "0.0.0.0", "--token", " " * 10)
+    assert r.returncode == 2 and "without spaces" in r.stderr
+    r = _cli("web", store.path, "--host", "0.0.0.0", "--read-only")
+    assert r.returncode == 2 and "anyone who reaches it read the store" in r.stderr
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
@@ -146,10 +154,20 @@ def test_fsjobstore_web_refuses_other_addresses_without_a_token_and_a_port_in_us
 
 
 def test_fsjobstore_web_serves_until_sigterm_and_exits_0(store: JobStore) -> None:
+    import urllib.error
     import urllib.request
 
+    job = store.create("never run")
     proc = subprocess.Popen([sys.executable, "-m", "fsjobstore", "web", store.path, "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    polled: dict[str, object] = {}
+
+    def long_poll() -> None:
+        try:
+            urllib.request.urlopen(f"{url}api/jobs/{job.id}/wait?timeout=60", timeout=30)
+        except urllib.error.HTTPError as exc:
+            polled["status"], polled["body"] = exc.code, json.loads(exc.read())
+
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -157,7 +175,71 @@ def test_fsjobstore_web_serves_until_sigterm_and_exits_0(store: JobStore) -> Non
         url = line.split(" at ", 1)[1].split()[0]
         with urllib.request.urlopen(url + "api/statistics", timeout=10) as answer:
             assert b'"pending"' in answer.read()
+        waiter = threading.Thread(target=long_poll)
+        waiter.start()
+        time.sleep(0.5)  # the long poll is waiting
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0 and "Traceback" not in err
+    waiter.join(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    # The long poll is answered as the server stops (not cancelled: a 500 and a traceback).
+    assert polled == {"status": 503, "body": {"error": "StoreClosed", "message": polled["body"]["message"]}}  # type: ignore[index]
+    assert "GET /api/statistics" in err  # one line per request at the default log level
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read(store: JobStore) -> None:
+    with web_app(store) as api:
+        limit = 2 * max(store.max_value_bytes, store.max_request_bytes) + (1 << 20)
+        r = api.client.post("/api/jobs", content=b"{}", headers={"Content-Type": "application/json",
+                                                                 "Content-Length": str(limit + 1)})
+        assert r.status_code == 413 and r.json()["error"] == "ValueTooLarge", r.text
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it comes
+            yield b'{"request": "'
+            for _ in range(limit // (1 << 20) + 2):
+                yield b"x" * (1 << 20)
+            yield b'"}'
+
+        r = api.client.post("/api/jobs", content=chunks(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"] == "ValueTooLarge", r.text
+    assert store.statistics().pending == 0
+
+
+def test_a_read_only_server_refuses_a_change_before_reading_its_body(store: JobStore) -> None:
+    with web_app(store, read_only=True) as api:
+        r = api.client.post("/api/jobs", content=b"{}", headers={"Content-Type": "application/json",
+                                                                 "Content-Length": str(1 << 40)})
+        assert r.status_code == 403 and r.json()["error"] == "ReadOnly", r.text
+
+
+def test_a_wrong_token_is_told_apart_from_none_and_401_names_the_scheme(store: JobStore) -> None:
+    with web_app(store, token="s3cret-token") as api:
+        none = api.client.get("/api/statistics")
+        wrong = api.client.get("/api/statistics", headers={"Authorization": "Bearer nope-nope-nope"})
+    assert none.status_code == wrong.status_code == 401
+    assert none.headers["WWW-Authenticate"].startswith("Bearer")
+    assert "needs its token" in none.json()["message"] and "not the server's" in wrong.json()["message"]
+
+
+def test_mounted_under_a_prefix_every_link_form_asset_and_redirect_keeps_it(store: JobStore) -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from fsjobstore.web import create_app
+
+    host = FastAPI()
+    host.mount("/queue", create_app(store))
+    job = store.create({"n": 1})
+    with TestClient(host) as client:
+        page = client.get("/queue/").text
+        links = re.findall(r'(?:href|action|src|data-refresh|data-events)="(/[^"]*)"', page)
+        assert links and all(link.startswith("/queue/") for link in links), links
+        assert client.get("/queue/static/app.css").status_code == 200
+        job_page = client.get(f"/queue/jobs/{job.id}").text
+        events = re.search(r'data-events="([^"]+)"', job_page)
+        assert events and events.group(1) == f"/queue/api/jobs/{job.id}/events"
+        r = client.post(f"/queue/jobs/{job.id}/cancel", data={"csrf": csrf_of(job_page)}, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"].startswith(f"/queue/jobs/{job.id}?"), r.headers
+        missing = client.get("/queue/api/jobs/nope")
+        assert missing.status_code == 404 and missing.json()["error"] == "JobNotFound"

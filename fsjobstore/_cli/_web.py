@@ -11,10 +11,11 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import quote
 
-from ._args import FAILED, OK, UsageError, number, store_options, subcommand
+from ._args import OK, UsageError, number, store_options, subcommand
 from ._process import configure_logging, log_level
 
 ENV_TOKEN = "FSJOBSTORE_WEB_TOKEN"
@@ -43,18 +44,19 @@ def add(subparsers: Any) -> None:
 def web(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     token = args.token if args.token is not None else os.environ.get(ENV_TOKEN) or None
-    if token is not None and (len(token) < 8 or not token.isprintable()):
-        raise UsageError("--token must be at least 8 printable characters")
+    if token is not None and (len(token) < 8 or not token.isprintable() or any(c.isspace() for c in token)):
+        raise UsageError("--token must be at least 8 printable characters, without spaces")
     if not _loopback(args.host) and token is None:
-        raise UsageError(f"listening on {args.host} lets anyone who reaches it read and change the store: give "
+        does = "read" if args.read_only else "read and change"
+        raise UsageError(f"listening on {args.host} lets anyone who reaches it {does} the store: give "
                          f"--token (or set {ENV_TOKEN}), or listen on 127.0.0.1 (the default)")
     try:
         import uvicorn
 
         from ..web import create_app
     except ImportError as exc:
-        log.error("fsjobstore web needs the web extra: pip install 'fsjobstore[web]' (%s is missing)", exc.name)
-        return FAILED
+        raise UsageError(f"fsjobstore web needs the web extra: pip install 'fsjobstore[web]' ({exc.name} is "
+                         "missing)") from None
     _Server = _server_class()
     sock = _listen(args.host, args.port)
     from .. import JobStore
@@ -63,15 +65,17 @@ def web(args: argparse.Namespace) -> int:
         app = create_app(store, read_only=args.read_only, token=token)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
-        url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+        url = f"http://{shown}:{port}/" + (f"?token={quote(token, safe='')}" if token else "")
         print(f"fsjobstore web: serving {store.path} at {url}{' (read-only)' if args.read_only else ''}",
               flush=True)
         # log_config=None: uvicorn's lines go through our logging, in our format.
         # timeout_graceful_shutdown: a page following a running job keeps its event stream open
         # until the job ends; a stop must not wait for that.
-        config = uvicorn.Config(app, log_level=args.log_level.lower(), access_log=args.log_level == "DEBUG",
+        config = uvicorn.Config(app, log_level=args.log_level.lower(), access_log=args.log_level in ("DEBUG", "INFO"),
                                 lifespan="on", log_config=None, timeout_graceful_shutdown=1)
-        _Server(config).run(sockets=[sock])
+        server = _Server(config)
+        server.on_stop = app.state.fsjobstore.stopping.set  # long polls and event streams end at once
+        server.run(sockets=[sock])
     return OK
 
 
@@ -80,7 +84,14 @@ def _server_class() -> Any:
 
     class Server(uvicorn.Server):
         """uvicorn's server, stopped by SIGTERM or Ctrl-C (a second one: at once) with exit 0, as
-        ``worker`` is; uvicorn's own handlers raise the signal again once it has stopped."""
+        ``worker`` is; uvicorn's own handlers raise the signal again once it has stopped.
+        ``on_stop`` is called on the loop as the stop begins, before open requests are waited for."""
+
+        on_stop: Callable[[], None] = staticmethod(lambda: None)
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            self.on_stop()
+            await super().shutdown(sockets)
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:

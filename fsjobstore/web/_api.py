@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from .. import InvalidRequest, Job, JobNotFound
+from .. import InvalidRequest, Job, JobNotFound, StoreClosed
 from ._context import Context, ctx, queue_rows, search_page
 from ._remote import MAX_LEASE, MIN_LEASE, count_end
 from ._schemas import (
@@ -144,12 +144,24 @@ def unqueue_target(job_id: str, body: Target, c: Ctx) -> dict[str, Any]:
 
 
 @router.get("/jobs/{job_id}/wait", response_model=JobOut, tags=["waiting"],
-            responses={408: {"model": ErrorOut, "description": "WaitTimeout: not final within timeout"}})
+            responses={408: {"model": ErrorOut, "description": "WaitTimeout: not final within timeout"},
+                       503: {"model": ErrorOut, "description": "StoreClosed: the server is stopping"}})
 async def wait_job(job_id: str, c: Ctx, timeout: Annotated[float, Query(ge=0, le=MAX_WAIT)] = 30.0
                    ) -> dict[str, Any]:
     """Long poll: answers once the job is final (woken by inotify, not by polling), or 408
-    ``WaitTimeout`` after ``timeout`` seconds (at most 300)."""
-    return _out(await c.astore.wait(job_id, timeout=timeout))
+    ``WaitTimeout`` after ``timeout`` seconds (at most 300); 503 ``StoreClosed`` if the server
+    stops meanwhile (ask again)."""
+    waiting = asyncio.ensure_future(c.astore.wait(job_id, timeout=timeout))
+    stopping = asyncio.ensure_future(c.stopping.wait())
+    try:
+        await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not waiting.done():
+            waiting.cancel()
+    if not waiting.done() or waiting.cancelled():
+        raise StoreClosed("the server is stopping: ask again once it is back")
+    return _out(waiting.result())
 
 
 @router.get("/jobs/{job_id}/events", tags=["waiting"], response_class=StreamingResponse,
@@ -170,7 +182,7 @@ async def job_events(job_id: str, request: Request, c: Ctx) -> StreamingResponse
             elif quiet >= 15.0:
                 yield b": still here\n\n"
                 quiet = 0.0
-            if job.state.is_final or await request.is_disconnected():
+            if job.state.is_final or c.stopping.is_set() or await request.is_disconnected():
                 return
             await asyncio.sleep(0.5)
             quiet += 0.5

@@ -41,6 +41,7 @@ from ..aio import AsyncJobStore
 from . import _api, _pages
 from ._context import Context
 from ._metrics import registry_for, render
+from ._pages import base_of
 from ._remote import RemoteLeases
 from ._security import CSRF_COOKIE, HEADERS, SESSION_COOKIE, Guard, new_browser_value, same_origin
 
@@ -116,7 +117,7 @@ def create_app(store: JobStore | str | os.PathLike[str], *, read_only: bool = Fa
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        name = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+        name = {404: "NotFound", 405: "MethodNotAllowed", 413: "ValueTooLarge"}.get(exc.status_code, "HTTPError")
         return _answer(request, exc.status_code, name, str(exc.detail))
 
     @app.exception_handler(Exception)
@@ -147,18 +148,47 @@ class _Gate:
 
     def __init__(self, app: ASGIApp, context: Context) -> None:
         self.app, self.context = app, context
+        # The largest body worth reading: a value or request at the store's caps, JSON-escaped
+        # (base64 makes bytes 4/3 as long), and room for the rest. Anything longer is refused
+        # before it is read (by its Content-Length) or as soon as it passes the limit.
+        store = context.store
+        self.max_body = 2 * max(store.max_value_bytes, store.max_request_bytes) + (1 << 20)
+
+    def _too_big(self, request: Request) -> Response | None:
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_body:
+            return _answer(request, 413, "ValueTooLarge", f"the body is {int(length):,} bytes; this server reads "
+                           f"at most {self.max_body:,}")
+        return None
+
+    def _counted(self, receive: Receive, request: Request) -> Receive:
+        """``receive``, failing once a body without (or beyond) its Content-Length passes the limit."""
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:  # an HTTPException: FastAPI passes it on as it is
+                    raise StarletteHTTPException(413, f"the body passed {self.max_body:,} bytes, the most this "
+                                                      "server reads")
+            return message
+
+        return counted
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        path = request.url.path
+        path = _inner_path(request)
         api = path.startswith("/api/") or path in ("/metrics", "/openapi.json")
-        refusal = _refusal(self.context, request, path, api)
+        refusal = _refusal(self.context, request, path, api) or self._too_big(request)
         if refusal is not None:
             await _headers(refusal)(scope, receive, send)
             return
+        receive = self._counted(receive, request)
         cookie: bytes | None = None
         if not api:  # the pages' forms carry a CSRF token made from the browser's cookie
             browser = request.cookies.get(CSRF_COOKIE)
@@ -186,16 +216,21 @@ def _refusal(c: Context, request: Request, path: str, api: bool) -> Response | N
     if not path.startswith(_OPEN) and not c.guard.allowed(request):
         given = request.query_params.get("token")
         if given is not None and c.guard.token_matches(given) and not api:  # the URL `fsjobstore web` prints
-            response: Response = RedirectResponse(path, status_code=303)
+            response: Response = RedirectResponse(base_of(request) + path, status_code=303)
             response.set_cookie(SESSION_COOKIE, c.guard.session_value(), httponly=True, samesite="strict")
             return response
         if api or request.method != "GET":
-            return _answer(request, 401, "Unauthorized", "this server needs its token: "
-                           "Authorization: Bearer <token>", force_json=api)
-        return RedirectResponse("/login", status_code=303)
+            wrong = "this token is not the server's" if request.headers.get("authorization") else \
+                "this server needs its token"
+            refused = _answer(request, 401, "Unauthorized", f"{wrong}: Authorization: Bearer <token>", force_json=api)
+            refused.headers["WWW-Authenticate"] = 'Bearer realm="fsjobstore"'
+            return refused
+        return RedirectResponse(base_of(request) + "/login", status_code=303)
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         if not same_origin(request):
             return _answer(request, 403, "CrossSiteRequest", "a request from another site is refused")
+        if c.read_only and path != "/login":  # before its body is read: nothing here changes the store
+            return _answer(request, 403, "ReadOnly", "this server is read-only: it changes nothing in the store")
         if path.startswith("/api/") and request.headers.get("content-length", "0") != "0" \
                 and request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
             return _answer(request, 415, "InvalidRequest", "send the body as application/json")
@@ -216,8 +251,14 @@ def _error(request: Request, exc: BaseException) -> Response:
     return _answer(request, status, name, str(exc))
 
 
+def _inner_path(request: Request) -> str:
+    """The path within the app: Starlette's ``scope["path"]`` keeps the prefix of a mount."""
+    root, path = request.scope.get("root_path", ""), request.scope["path"]
+    return path[len(root):] if root and path.startswith(root) else path  # type: ignore[no-any-return]
+
+
 def _answer(request: Request, status: int, name: str, message: str, *, force_json: bool = False) -> Response:
-    path = request.url.path
+    path = _inner_path(request)
     if force_json or path.startswith("/api/") or path in ("/metrics", "/openapi.json"):
         return JSONResponse({"error": name, "message": message}, status_code=status)
     try:

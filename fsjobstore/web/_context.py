@@ -3,8 +3,9 @@ what the overview and the API both show of a queue."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
@@ -25,6 +26,9 @@ class Context:
     read_only: bool
     leases: RemoteLeases
     title: str
+    # Set when the server begins to stop: long polls answer 503 and event streams end then, not
+    # when the graceful period runs out and their tasks are cancelled (a 500, and a traceback).
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def ctx(request: Request) -> Context:

@@ -54,6 +54,7 @@ def render(request: Request, template: str, status: int = 200, **values: Any) ->
     page = env.get_template(template).render(
         request=request, title=c.title, read_only=c.read_only, path=c.store.path,
         csrf=getattr(request.state, "csrf", ""), csrf_field=CSRF_FIELD, message=request.query_params.get("done"),
+        base=base_of(request),
         states=STATES, **values)
     return HTMLResponse(page, status_code=status)
 
@@ -71,9 +72,15 @@ async def _form(request: Request) -> dict[str, str]:
     return fields
 
 
-def _back(to: str, done: str) -> RedirectResponse:
+def base_of(request: Request) -> str:
+    """Where the app is mounted ("" at the root): every link, form and redirect starts with it."""
+    root: str = request.scope.get("root_path", "")
+    return root.rstrip("/")
+
+
+def _back(request: Request, to: str, done: str) -> RedirectResponse:
     sep = "&" if "?" in to else "?"
-    return RedirectResponse(f"{to}{sep}{urlencode({'done': done})}", status_code=303)
+    return RedirectResponse(f"{base_of(request)}{to}{sep}{urlencode({'done': done})}", status_code=303)
 
 
 def _seconds(text: str, what: str) -> float | None:
@@ -143,7 +150,7 @@ def jobs(request: Request, state: str = "", queue: str = "", q: str = "", after:
         except (InvalidRequest, JobNotFound):
             pass
         else:
-            return RedirectResponse(f"/jobs/{job.id}", status_code=303)
+            return RedirectResponse(f"{base_of(request)}/jobs/{job.id}", status_code=303)
     page, nxt, scanned = search_page(c.store, state=state or None, queue=queue or None, limit=PAGE,
                                      after=after or None, search=q or None)
     queues = sorted(set(c.store.statistics().by_queue))
@@ -183,7 +190,7 @@ async def new_job(request: Request) -> Response:
                              job_id=fields.get("job_id", "").strip() or None)
     except JobStoreError as exc:  # shown on the form, with what was typed
         return render(request, "new.html", status=422, form=fields, error=f"{type(exc).__name__}: {exc}")
-    return _back(f"/jobs/{job.id}", "created")
+    return _back(request, f"/jobs/{job.id}", "created")
 
 
 @router.post("/jobs/{job_id}/{action}", response_model=None)
@@ -198,7 +205,7 @@ async def job_action(request: Request, job_id: str, action: str) -> Response:
         done = "retried"
     else:
         raise JobNotFound(f"no action {action!r}")
-    return _back(f"/jobs/{job_id}", done)
+    return _back(request, f"/jobs/{job_id}", done)
 
 
 @router.post("/queues/{queue}/{action}", response_model=None)
@@ -211,7 +218,7 @@ async def queue_action(request: Request, queue: str, action: str) -> Response:
         store.resume(queue)
     else:
         raise JobNotFound(f"no action {action!r}")
-    return _back("/", f"{queue} {action}d")
+    return _back(request, "/", f"{queue} {action}d")
 
 
 @router.get("/purge", response_class=HTMLResponse)
@@ -244,14 +251,14 @@ async def purge(request: Request) -> Response:
             return render(request, "purge.html", form=shown, count=n, error=None)
     except JobStoreError as exc:
         return render(request, "purge.html", status=422, form=shown, count=None, error=f"{type(exc).__name__}: {exc}")
-    return _back("/", f"purged {n} job{'s' if n != 1 else ''}")
+    return _back(request, "/", f"purged {n} job{'s' if n != 1 else ''}")
 
 
 # -- signing in (only when a token is set) ----------------------------------------------------------
 @router.get("/login", response_class=HTMLResponse, response_model=None)
 def login_form(request: Request) -> Response:
     if ctx(request).guard.token is None:
-        return RedirectResponse("/", status_code=303)  # nothing to sign in to
+        return RedirectResponse(f"{base_of(request)}/", status_code=303)  # nothing to sign in to
     return render(request, "login.html", error=None)
 
 
@@ -262,7 +269,7 @@ async def login(request: Request) -> Response:
     given = form.get("token")
     if not same_origin(request) or not isinstance(given, str) or not c.guard.token_matches(given):
         return render(request, "login.html", status=403, error="that is not this server's token")
-    response = RedirectResponse("/", status_code=303)
+    response = RedirectResponse(f"{base_of(request)}/", status_code=303)
     response.set_cookie(SESSION_COOKIE, c.guard.session_value(), httponly=True, samesite="strict")
     return response
 

@@ -41,8 +41,9 @@ class Guard:
     """The app's secret and access token, and the checks made with them."""
 
     def __init__(self, token: str | None) -> None:
-        if token is not None and (not isinstance(token, str) or len(token) < 8 or not token.isprintable()):
-            raise ValueError("the access token must be a printable string of at least 8 characters")
+        if token is not None and (not isinstance(token, str) or len(token) < 8 or not token.isprintable()
+                                  or any(c.isspace() for c in token)):
+            raise ValueError("the access token must be a printable string of at least 8 characters, without spaces")
         self.token = token
         self._secret = secrets.token_bytes(32)
 

@@ -9,6 +9,7 @@
   function text(el, value) { if (el) el.textContent = value; }
 
   function refresh(box) {
+    var base = document.body.getAttribute("data-base") || "";  // where the app is mounted
     var url = box.getAttribute("data-refresh");
     var every = parseInt(box.getAttribute("data-every") || "3000", 10);
     function tick() {
@@ -16,8 +17,8 @@
       fetch(url, {credentials: "same-origin", headers: {"Accept": "text/html"}})
         .then(function (r) {
           // Sent to sign in (the session ended: a --token server restarted): go there, whole.
-          if (r.redirected && new URL(r.url).pathname === "/login") { window.location.href = "/login"; return null; }
-          if (r.status === 401) { window.location.href = "/login"; return null; }
+          if (r.redirected && new URL(r.url).pathname === base + "/login") { window.location.href = base + "/login"; return null; }
+          if (r.status === 401) { window.location.href = base + "/login"; return null; }
           return r.ok ? r.text() : null;
         })
         .then(function (html) {
