@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,10 +23,16 @@ from . import _fsops as fs
 from . import _syscalls as sc
 from ._checks import check_timeout, due_time, integer, retain_seconds
 from ._codec import canonical, check_job_id, check_queue_name
+from ._deps import check_after, link_parents, recheck
+from ._deps import destination as deps_destination
 from ._errors import JobExists, StorageError, ValueTooLarge
+from ._job import Job
 from ._layout import GENERATED_ID_RE, MAX_PRIORITY, MIN_PRIORITY, generated_id
 from ._records import Record
 from ._shared import Core
+from ._unique import check_key
+from ._unique import release as give_back_key
+from ._unique import take as take_key
 
 log = logging.getLogger("fsjobstore")
 
@@ -34,7 +40,8 @@ log = logging.getLogger("fsjobstore")
 def new_record(core: Core, request: Any, *, queue: str, priority: int, max_attempts: int | None, job_id: str | None,
                timeout: float | None, retain: float | timedelta | str | None, default_timeout: float | None,
                default_retain: float, delay: float | timedelta | None = None,
-               run_at: float | datetime | None = None) -> Record:
+               run_at: float | datetime | None = None, unique_key: str | None = None,
+               after: Sequence[str] | None = None, on_parent_failure: str = "cancel") -> Record:
     """The record of a new job, every argument checked (``JobStore.create`` documents them):
     bad input raises here, before anything is written."""
     settings = core.settings
@@ -50,21 +57,38 @@ def new_record(core: Core, request: Any, *, queue: str, priority: int, max_attem
         raise ValueTooLarge(f"request is {len(request_bytes)} bytes; max_request_bytes is {settings.max_request_bytes}")
     limit = default_timeout if timeout is None else check_timeout(timeout, "timeout")
     kept = retain_seconds(retain)
+    key = None if unique_key is None else check_key(unique_key)
+    parents, if_failed = check_after(after, on_parent_failure)
     now = core.wall()
     return Record(id=job_id, queue=queue, priority=priority, request=request, created_at=now, seq=seq,
                   max_attempts=attempts_cap, not_before=due_time(now, delay, run_at), timeout=limit,
-                  retain=default_retain if kept is None else kept, request_json=request_bytes)
+                  retain=default_retain if kept is None else kept, request_json=request_bytes, unique_key=key,
+                  after=parents, on_parent_failure=if_failed)
 
 
-def publish_new(core: Core, record: Record, *, explicit: bool, still_due: Callable[[], bool] | None = None) -> str:
+def publish_new(core: Core, record: Record, *, explicit: bool, still_due: Callable[[], bool] | None = None
+                ) -> str | Job:
     """Write ``record`` and publish it into pending or scheduled; returns that state's name.
     Returns only once the job is durable (in a durable store). ``still_due`` (a periodic tick,
-    ``_ticks.make``): asked once the id is reserved; False gives it back and raises JobExists."""
+    ``_ticks.make``): asked once the id is reserved; False gives it back and raises JobExists.
+    A record with a unique key whose key a job that is not final holds is not published: that
+    job's snapshot is returned instead (``_unique``)."""
     lay = core.layout
     dest = "scheduled" if record.not_before is not None and record.not_before > record.created_at else "pending"
+    if record.after and deps_destination(core, record) == "deferred":
+        dest = "deferred"
     token = core.new_token()
     tmp = lay.tmp_path(token, "newid" if explicit else "new", f"{record.id}.json")
     core.tree.write_new(tmp, record.to_bytes())
+    if record.unique_key is not None:
+        try:
+            holder = take_key(core, tmp, record)
+        except BaseException:
+            fs.unlink_quietly(tmp)
+            raise
+        if holder is not None:
+            fs.unlink_quietly(tmp)
+            return holder
     reserved = False
     marker = lay.id_marker(record.id) if explicit else ""
     try:
@@ -89,15 +113,20 @@ def publish_new(core: Core, record: Record, *, explicit: bool, still_due: Callab
                 raise JobExists(f"a job with id {record.id!r} already exists in this store")
             if still_due is not None and not still_due():
                 raise JobExists(f"tick job {record.id!r} was made already (and removed since)")
+        if dest == "deferred":
+            link_parents(core, record)  # before it is seen: whoever ends a parent then finds it
         core.tree.publish(tmp, record, dest)
     except Exception as exc:
         if isinstance(exc, StorageError) and exc.applied:
             # The job is in place; only the fsync that makes it durable failed.
             core.pending.note_published(record, dest)
-        elif fs.unlink_quietly(tmp) and reserved:
-            # The temp file was still here, so the job was never published: give the id
-            # back. (Had it gone, the job would be in place and the id spent.)
-            fs.unlink_quietly(marker)
+        elif fs.unlink_quietly(tmp):
+            # The temp file was still here, so the job was never published: give the id (and
+            # its key) back. (Had it gone, the job would be in place and the id spent.)
+            if reserved:
+                fs.unlink_quietly(marker)
+            if record.unique_key is not None:
+                give_back_key(core, record)
         if type(exc) is FileNotFoundError:
             # Our temp file, or the directory it was going to, was moved away meanwhile (a member
             # of a shared store may): the job was not stored. Said as the store's error, never
@@ -107,6 +136,8 @@ def publish_new(core: Core, record: Record, *, explicit: bool, still_due: Callab
             raise err from None
         raise
     core.pending.note_published(record, dest)
+    if dest == "deferred":
+        recheck(core, record)
     return dest
 
 

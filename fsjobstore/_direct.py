@@ -18,7 +18,7 @@ from . import _syscalls as sc
 from ._control import Control
 from ._errors import CorruptJob, InvalidState, JobNotFound, JobStoreError, StorageError
 from ._job import Job, JobState
-from ._layout import PENDING_BUCKET_RE, SCHEDULED_RE, token_owner
+from ._layout import DEFERRED_RE, PENDING_BUCKET_RE, SCHEDULED_RE, token_owner
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record
 from ._recovery import new_counts
@@ -26,6 +26,7 @@ from ._runs import read_runs
 from ._shared import Core
 from ._takeover import take_over
 from ._tree import Location
+from ._unique import retake as retake_key
 from ._work import Work, WorkClaim
 
 
@@ -115,6 +116,13 @@ class ById:
                 with contextlib.suppress(OSError):
                     sc.rename(mine, loc.path)
                 raise
+            if old.unique_key is not None:
+                try:
+                    retake_key(core, old, mine)  # another job may hold its key since it ended
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        sc.rename(mine, loc.path)
+                    raise
             past = {"state": loc.state.value, "attempts": old.attempts, "error": old.error,
                     "finished_at": old.finished_at}
             new = dataclasses.replace(old, attempts=0, error=None, value=None, finished_at=None, not_before=None,
@@ -200,7 +208,7 @@ class ById:
                   new_counts())
 
     def _claim(self, loc: Location, job_id: str) -> WorkClaim | None:
-        """Claim a pending or scheduled job as a worker would; None if it moved first."""
+        """Claim a pending, scheduled or deferred job as a worker would; None if it moved first."""
         core = self._core
         token = core.new_token()
         active = core.layout.active_path(job_id, token)
@@ -231,6 +239,10 @@ def _final_state(core: Core, path: str) -> str:
 
 
 def _queue_of(loc: Location) -> str:
+    if loc.state is JobState.DEFERRED:
+        d = DEFERRED_RE.match(os.path.basename(loc.path))
+        assert d is not None
+        return d["queue"]
     if loc.state is JobState.PENDING:
         parent = os.path.dirname(loc.path)  # <queue>/<bucket>, or <queue> for a flat job (_buckets)
         if PENDING_BUCKET_RE.match(os.path.basename(parent)):

@@ -16,6 +16,7 @@ class JobState(enum.StrEnum):
 
     PENDING = "pending"  # due, waiting for a worker
     SCHEDULED = "scheduled"  # waiting for its run_at, or for a retry backoff
+    DEFERRED = "deferred"  # waiting for the jobs it was made after (create(after=...))
     ACTIVE = "active"  # leased by a worker
     FULFILLED = "fulfilled"  # final, with a value
     FAILED = "failed"  # final, attempts exhausted or failed without retry
@@ -102,6 +103,10 @@ class Job:
     delivery_attempts: int = 0  # final, targets waiting: deliveries so far that left them waiting
     delivery_error: str | None = None  # ... and the last one's error
     attempt_errors: tuple[AttemptError, ...] = field(default=())  # each failed attempt's, oldest first
+    unique_key: str | None = None  # create(unique_key=...): no two jobs that are not final share it
+    after: tuple[str, ...] = field(default=())  # create(after=...): the jobs it waits for
+    on_parent_failure: str = "cancel"  # ... and whether it is cancelled or runs when one fails
+    group: str | None = None  # create_group: the group it was made in
 
     def result(self) -> Any:
         """The value of a fulfilled job; raises :class:`JobFailed` (with the error) for a failed
@@ -130,6 +135,7 @@ class Job:
         doc["progress"] = None if self.progress is None else asdict(self.progress)
         doc["logs"] = [asdict(line) for line in self.logs]
         doc["attempt_errors"] = [asdict(e) for e in self.attempt_errors]
+        doc["after"] = list(self.after)
         return doc
 
 

@@ -33,6 +33,9 @@ SCHEDULED_RE = re.compile(
 )
 ACTIVE_RE = re.compile(rf"(?P<id>{_ID})\.(?P<token>{_TOKEN})\.(?P<kind>json|commit|recover)\Z")
 FINAL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
+# A job waiting for its parents (create(after=...)): jobs/deferred/<SEQ>.<queue>.<id>.json.
+DEFERRED_RE = re.compile(rf"(?P<seq>\d{{20}})\.(?P<queue>{_Q})\.(?P<id>{_ID})\.json\Z")
+DEP_RE = re.compile(rf"(?P<id>{_ID})\Z")  # deps/<parent>/<child>, and deps/<parent> itself
 DEADLINE_RE = re.compile(rf"(?P<due>\d{{17}})\.(?P<id>{_ID})\.(?P<token>{_TOKEN})\Z")
 CANCEL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
 QUEUE_RE = QUEUE_NAME_RE  # the one rule (_codec.check_queue_name)
@@ -65,6 +68,7 @@ class Layout:
     jobs: str = field(init=False)  # the watched subtree: every routine move stays inside it
     pending: str = field(init=False)
     scheduled: str = field(init=False)
+    deferred: str = field(init=False)  # jobs waiting for their parents (made when first used; _deps)
     active: str = field(init=False)
     fulfilled: str = field(init=False)
     failed: str = field(init=False)
@@ -82,6 +86,9 @@ class Layout:
     workers: str = field(init=False)
     leases: str = field(init=False)
     ids: str = field(init=False)
+    unique: str = field(init=False)  # unique keys' entries (made when first used; _unique)
+    deps: str = field(init=False)  # deps/<parent>/<child>: who waits for whom (made when first used; _deps)
+    groups: str = field(init=False)  # groups/<gid>.json: the jobs made together (made when first used; _groups)
     tmp: str = field(init=False)
     quarantine: str = field(init=False)
     finished: str = field(init=False)  # the finished index (retention and listings walk it)
@@ -92,9 +99,10 @@ class Layout:
 
         put("marker", os.path.join(self.root, MARKER))
         put("jobs", os.path.join(self.root, "jobs"))
-        for sub in ("pending", "scheduled", "active", "fulfilled", "failed", "cancelled", "notify"):
+        for sub in ("pending", "scheduled", "deferred", "active", "fulfilled", "failed", "cancelled", "notify"):
             put(sub, os.path.join(self.jobs, sub))
-        for sub in ("targets", "control", "runs", "workers", "leases", "ids", "tmp", "quarantine", "finished"):
+        for sub in ("targets", "control", "runs", "workers", "leases", "ids", "unique", "deps", "groups", "tmp",
+                    "quarantine", "finished"):
             put(sub, os.path.join(self.root, sub))
         for sub in ("paused", "deadlines", "doorbell"):
             put(sub, os.path.join(self.control, sub))
@@ -105,7 +113,7 @@ class Layout:
     def all_dirs(self) -> tuple[str, ...]:
         """Every directory of the skeleton, parents first."""
         return (
-            self.jobs, self.pending, self.scheduled, self.active, self.fulfilled, self.failed,
+            self.jobs, self.pending, self.scheduled, self.deferred, self.active, self.fulfilled, self.failed,
             self.cancelled, self.notify, self.targets, self.control, self.paused, self.cancels,
             self.deadlines, self.doorbell, self.runs, self.workers, self.leases, self.ids, self.tmp, self.quarantine,
             self.finished,
@@ -129,6 +137,18 @@ class Layout:
     def scheduled_path(self, due: float, queue: str, priority: int, seq: str, job_id: str) -> str:
         name = f"{due_field(due)}.{queue}.{prio_field(priority)}.{seq}.{job_id}.json"
         return os.path.join(self.scheduled, name)
+
+    def deferred_path(self, seq: str, queue: str, job_id: str) -> str:
+        return f"{self.deferred}/{seq}.{queue}.{job_id}.json"
+
+    def dep_dir(self, parent: str) -> str:
+        return f"{self.deps}/{parent}"
+
+    def dep_path(self, parent: str, child: str) -> str:
+        return f"{self.deps}/{parent}/{child}"
+
+    def group_path(self, gid: str) -> str:
+        return f"{self.groups}/{gid}.json"
 
     def active_path(self, job_id: str, token: str, kind: str = "json") -> str:
         return f"{self.active}/{job_id}.{token}.{kind}"

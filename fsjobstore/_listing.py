@@ -41,6 +41,7 @@ from ._job import Job, JobState
 from ._layout import (
     ACTIVE_RE,
     BUCKET_RE,
+    DEFERRED_RE,
     FINISHED_RE,
     PENDING_RE,
     QUEUE_RE,
@@ -61,7 +62,7 @@ log = logging.getLogger("fsjobstore")
 
 MAX_LIMIT = 10_000
 # The order of an all-states walk; the final states share one phase (the finished index).
-_PHASES = ("active", "pending", "scheduled", "final")
+_PHASES = ("active", "pending", "scheduled", "deferred", "final")
 _FINAL = frozenset(JobState(s) for s in FINAL_STATES)
 
 
@@ -146,6 +147,8 @@ def _key(core: Core, record: Record, phase: str, now: JobState) -> str:
         return record.id
     if phase == "pending":
         return pending_name(record.priority, record.seq, record.id)
+    if phase == "deferred":
+        return f"{record.seq}.{record.queue}.{record.id}.json"
     if phase == "scheduled":
         # A job that was never scheduled has no due time: it sorts before every scheduled one.
         return (f"{due_field(record.not_before or 0.0)}.{record.queue}.{prio_field(record.priority)}."
@@ -175,6 +178,8 @@ def _walk(core: Core, chosen: JobState | None, queue: str | None, limit: int | N
             found = _pending(core, queue, key)
         elif phase == "scheduled":
             found = _scheduled(core, queue, key)
+        elif phase == "deferred":
+            found = _deferred(core, queue, key)
         else:
             found = _final(core, finals, queue, key)
         for job in found:
@@ -268,6 +273,19 @@ def _scheduled(core: Core, queue: str | None, after: object) -> Iterator[Job]:
         record = _read(core, Location(JobState.SCHEDULED, os.path.join(directory, name)), m["id"])
         if record is not None:
             yield record.snapshot(JobState.SCHEDULED)
+
+
+def _deferred(core: Core, queue: str | None, after: object) -> Iterator[Job]:
+    """Jobs waiting for their parents, oldest first (their names begin with their <SEQ>)."""
+    directory = core.layout.deferred
+    low = "0" if after is None else str(after)
+    for name in _drain([n for n in fs.scan_names(directory) if n > low]):
+        m = DEFERRED_RE.match(name)
+        if not m or (queue is not None and m["queue"] != queue):
+            continue
+        record = _read(core, Location(JobState.DEFERRED, os.path.join(directory, name)), m["id"])
+        if record is not None:
+            yield record.snapshot(JobState.DEFERRED)
 
 
 def _final(core: Core, states: frozenset[JobState], queue: str | None, after: object) -> Iterator[Job]:

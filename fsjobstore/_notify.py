@@ -164,9 +164,12 @@ class Notifier:
             return None
 
     def after_final(self, job_id: str) -> None:
-        """Index a final job for notification if targets are waiting (after it is durable)."""
+        """What follows a job becoming final (after it is durable), on every path that makes
+        one: its notification indexed if targets are waiting, and the jobs waiting for it
+        resolved (``_deps``)."""
         if has_targets(self._layout, job_id):
             self.mark_due_now(job_id)
+        self._core.deps.resolve_children(job_id)
 
     def mark_due_now(self, job_id: str) -> None:
         prev = self.read_entry(job_id)

@@ -54,8 +54,12 @@ class Operating:
         record = new_record(self._core, request, queue=queue, priority=priority, max_attempts=max_attempts,
                             job_id=tick_id(name, at), timeout=timeout, retain=retain,
                             default_timeout=self.default_timeout, default_retain=self._retain)
-        return _ticks.make(self._core, name, at, lambda still_due: record.snapshot(
-            JobState(publish_new(self._core, record, explicit=True, still_due=still_due))))
+        def publish(still_due: Callable[[], bool]) -> Job:
+            made = publish_new(self._core, record, explicit=True, still_due=still_due)
+            assert isinstance(made, str)  # a tick has no unique key
+            return record.snapshot(JobState(made))
+
+        return _ticks.make(self._core, name, at, publish)
 
     def declare_schedule(self, schedule: str, *, spec: str, queue: str = "default", request: Any = None,
                          priority: int = 0, max_attempts: int | None = None, timeout: float | None = None,

@@ -30,7 +30,7 @@ from ._checks import integer, seconds
 from ._codec import check_queue_name, dumps
 from ._errors import InvalidRequest
 from ._job import JobState
-from ._layout import BUCKET_RE, BUCKET_US, FINISHED_RE, PENDING_RE, QUEUE_RE, SCHEDULED_RE, micros
+from ._layout import BUCKET_RE, BUCKET_US, DEFERRED_RE, FINISHED_RE, PENDING_RE, QUEUE_RE, SCHEDULED_RE, micros
 from ._listing import check_states
 from ._records import Record
 from ._removal import notification_due, remove_job
@@ -154,6 +154,8 @@ def _candidates(core: Core, sel: Selection) -> Iterator[_Candidate]:
             yield from _pending(core, sel)
         elif state is JobState.SCHEDULED:
             yield from _scheduled(core, sel)
+        elif state is JobState.DEFERRED:
+            yield from _deferred(core, sel)
     finals = frozenset(s.value for s in sel.states if s in _FINAL)
     if finals:
         yield from _final(core, sel, finals)
@@ -193,6 +195,14 @@ def _scheduled(core: Core, sel: Selection) -> Iterator[_Candidate]:
         m = SCHEDULED_RE.match(name)
         if m and (sel.queue is None or m["queue"] == sel.queue) and _created_before(m["seq"], sel.cutoff):
             yield _Candidate(os.path.join(directory, name), m["id"], JobState.SCHEDULED)
+
+
+def _deferred(core: Core, sel: Selection) -> Iterator[_Candidate]:
+    directory = core.layout.deferred
+    for name in sorted(fs.scan_names(directory)):
+        m = DEFERRED_RE.match(name)
+        if m and (sel.queue is None or m["queue"] == sel.queue) and _created_before(m["seq"], sel.cutoff):
+            yield _Candidate(os.path.join(directory, name), m["id"], JobState.DEFERRED)
 
 
 def _final(core: Core, sel: Selection, states: frozenset[str]) -> Iterator[_Candidate]:

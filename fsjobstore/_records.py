@@ -52,6 +52,14 @@ class Record:
     # Seconds the job is kept once final (``math.inf``: forever, null on disk), resolved at
     # create; None: a file written before format 3, which gets the store's recorded default.
     retain: float | None = None
+    # A key no two jobs that are not final share (``create(unique_key=)``; ``_unique``); None: none.
+    unique_key: str | None = None
+    # The jobs it waits for (``create(after=)``; ``_deps``), and what it does if one of them fails
+    # or is cancelled: "cancel" (it is cancelled too) or "run" (it runs anyway).
+    after: tuple[str, ...] = ()
+    on_parent_failure: str = "cancel"
+    # The group it was made in (``create_group``; ``_groups``), or None.
+    group: str | None = None
     # The request already serialised (create has it): spares serialising it a second time.
     request_json: bytes | None = field(default=None, compare=False, repr=False)
 
@@ -77,6 +85,13 @@ class Record:
             doc["attempt_errors"] = list(self.attempt_errors)
         if self.retain is not None:
             doc["retain"] = None if self.retain == FOREVER else self.retain
+        if self.unique_key is not None:  # optional, as the fields of issue 22 all are
+            doc["unique_key"] = self.unique_key
+        if self.after:
+            doc["after"] = list(self.after)
+            doc["on_parent_failure"] = self.on_parent_failure
+        if self.group is not None:
+            doc["group"] = self.group
         if self.request_json is not None:  # "request" comes last either way
             return dumps(doc, what="job record")[:-1] + b',"request":' + self.request_json + b"}\n"
         doc["request"] = self.request
@@ -152,6 +167,10 @@ class Record:
                 history=_history(doc.get("history")),
                 attempt_errors=_attempt_errors(doc.get("attempt_errors")),
                 retain=_retain(doc),
+                unique_key=_opt_key(doc.get("unique_key"), "unique_key"),
+                after=_after(doc.get("after")),
+                on_parent_failure=_on_parent_failure(doc.get("on_parent_failure")),
+                group=None if doc.get("group") is None else check_job_id(doc["group"]),
             )
         except KeyError as exc:
             raise ValueError(f"missing field {exc.args[0]!r}") from None
@@ -172,7 +191,9 @@ class Record:
             request=self.request, attempts=begun, max_attempts=self.max_attempts,
             created_at=self.created_at, run_at=self.not_before, value=self.value,
             error=self.error, finished_at=self.finished_at, waiting=waiting,
-            timeout=self.timeout, history=self.history, attempt_errors=self._errors_shown(state), **extra,
+            timeout=self.timeout, history=self.history, attempt_errors=self._errors_shown(state),
+            unique_key=self.unique_key, after=self.after, on_parent_failure=self.on_parent_failure,
+            group=self.group, **extra,
         )
 
     def with_failed_attempt(self, attempt: int, at: float, error: str) -> tuple[dict[str, Any], ...]:
@@ -290,6 +311,33 @@ def _retain(doc: dict[str, Any]) -> float | None:
         return None  # format 2: the store's default applies
     v = doc["retain"]
     return FOREVER if v is None else number(v, "retain (seconds, or null)", at_least=0, below=1e11, error=ValueError)
+
+
+def _opt_key(v: Any, name: str) -> str | None:
+    if v is None:
+        return None
+    if not isinstance(v, str) or not 0 < len(v) <= 512 or not v.isprintable():
+        raise ValueError(f"{name} must be a printable string of 1 to 512 characters")
+    return v
+
+
+def _after(v: Any) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    if not isinstance(v, list) or len(v) > MAX_PARENTS:
+        raise ValueError(f"after must be a list of at most {MAX_PARENTS} job ids")
+    return tuple(check_job_id(p) for p in v)
+
+
+def _on_parent_failure(v: Any) -> str:
+    if v is None:
+        return "cancel"
+    if v not in ("cancel", "run"):
+        raise ValueError('on_parent_failure must be "cancel" or "run"')
+    return str(v)
+
+
+MAX_PARENTS = 1000  # jobs one job may wait for
 
 
 def _seq(v: Any) -> str:

@@ -70,6 +70,7 @@ class RecoveryReport:
     lost_ids: tuple[str, ...] = ()
     removed: int = 0  # jobs removed: retention's, and removals others began and did not finish
     indexed: int = 0  # final jobs given their missing finished-index entry (explicit recover() only)
+    children_resolved: int = 0  # jobs waiting for parents that had ended: promoted or cancelled (_deps)
 
 
 class Counts(dict[str, int]):
@@ -107,6 +108,7 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     counts["workers_removed"] += registry.sweep(core, me)
     _sweep_targets(core, notifier, counts)
     _sweep_cancels(core, control)
+    counts["children_resolved"] += core.deps.sweep(deep=deep is not False)
     return RecoveryReport(**counts, lost_ids=tuple(counts.lost_ids))
 
 

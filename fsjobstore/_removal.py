@@ -30,8 +30,10 @@ from . import _fsops as fs
 from . import _syscalls as sc
 from ._layout import FINISHED_RE, bucket_field, micros
 from ._notify import has_targets
+from ._records import Record
 from ._shared import Core
 from ._ticks import note_removed
+from ._unique import release as release_key
 
 log = logging.getLogger("fsjobstore")
 
@@ -45,6 +47,10 @@ def remove_job(core: Core, path: str, job_id: str, *, drop_targets: bool, entry:
     target queued meanwhile must still be delivered. ``entry`` is the job's finished-index
     entry, if the caller knows it (found from the job's record otherwise)."""
     note_removed(core, job_id)  # a periodic tick's job: its tick is recorded before its id is freed
+    # Jobs waiting for this one are resolved while it can still be read (a final job's children
+    # then run or are cancelled as its state says); those of a job that never ended are
+    # resolved once it is gone, below.
+    core.deps.resolve_children(job_id)
     token = core.new_token()
     gone = core.layout.gone_tmp_path(token, job_id)
     try:
@@ -66,6 +72,7 @@ def remove_job(core: Core, path: str, job_id: str, *, drop_targets: bool, entry:
                 log.warning("could not put job %s back after finding a target queued for it (%s); "
                             "removing it with its targets", job_id, exc)
         finish_gone(core, gone, job_id, entry=entry)
+        core.deps.resolve_children(job_id)  # a waiting job purged: its children hear it is gone
     except BaseException:
         # A fault midway (EIO, say): the job is removed for every reader already; the rest is
         # retried by this store's next recovery pass (another's once this process is gone).
@@ -99,8 +106,11 @@ def finish_gone(core: Core, gone: str, job_id: str, *, entry: str | None = None)
     """Steps 2 and 3 of a removal whose fence (``gone``, the temp file) is done. Idempotent:
     a removal cut short is finished by running this again (recovery does, for a gone owner)."""
     lay = core.layout
-    if entry is None:
-        entry = _find_entry(core, gone, job_id)
+    record = _record(core, gone)
+    if entry is None and record is not None and record.finished_at is not None:
+        entry = _find_entry(core, record, job_id)
+    if record is not None:
+        release_key(core, record)  # its unique key's entry, if it still names this job
     # The job is ours since the fence, so ids/<id> names it whatever inode it is: no create can
     # have replaced it (a create frees an id only when no gone temp names it: _create).
     fs.unlink(lay.id_marker(job_id))
@@ -127,15 +137,17 @@ def _remove_dir(path: str) -> None:
             raise
 
 
-def _find_entry(core: Core, gone: str, job_id: str) -> str | None:
-    """The finished-index entry of the job in ``gone``, from its ``finished_at``; None if it is
-    not final, cannot be read, or has none (a stale entry left anyway is unlinked when met)."""
+def _record(core: Core, gone: str) -> Record | None:
     try:
-        record = core.tree.read_record(gone)
+        return core.tree.read_record(gone)
     except (FileNotFoundError, fs.Unreadable, ValueError):
         return None
-    if record.finished_at is None:
-        return None
+
+
+def _find_entry(core: Core, record: Record, job_id: str) -> str | None:
+    """The finished-index entry of the final job ``record``, from its ``finished_at``; None if
+    it has none (a stale entry left anyway is unlinked when met)."""
+    assert record.finished_at is not None
     fin = micros(record.finished_at)
     bucket = core.layout.finished_bucket(bucket_field(fin))
     for name in fs.scan_names(bucket):

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from . import _buckets
 from . import _fsops as fs
@@ -48,6 +49,22 @@ class Settings:
     wall: Callable[[], float]
 
 
+class Dependents(Protocol):
+    """What the store's layers below ``_deps`` call of it (``_deps.Deps``)."""
+
+    def resolve_children(self, parent: str) -> None: ...
+
+    def sweep(self, *, deep: bool) -> int: ...
+
+
+class _NoDependents:
+    def resolve_children(self, parent: str) -> None:
+        pass
+
+    def sweep(self, *, deep: bool) -> int:
+        return 0
+
+
 class Core:
     """Shared state of one open store. Thread-safe; reset in a forked child."""
 
@@ -67,6 +84,9 @@ class Core:
         self.tree = Tree(layout, durable=settings.durable, record_cap=record_cap, perms=perms,
                          bell=self.doorbell.ring)
         self.tree.default_retain = default_retain  # for jobs whose record does not say (format 2)
+        # The jobs waiting for others (_deps.Deps, made by JobStore once the calls it needs
+        # exist): resolved when a job becomes final or is removed, and swept by recovery.
+        self.deps: Dependents = _NoDependents()
         self._reset()
 
     def _reset(self) -> None:

@@ -37,7 +37,7 @@ from . import _buckets
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._control import Control
-from ._layout import BUCKET_RE, FINISHED_RE, PENDING_RE, SCHEDULED_RE
+from ._layout import BUCKET_RE, DEFERRED_RE, FINISHED_RE, PENDING_RE, SCHEDULED_RE
 from ._pending import ENOUGH
 from ._shared import Core
 
@@ -62,6 +62,7 @@ class StoreStatistics:
     watching: bool  # whether *this process* gets inotify wake-ups (it has waited in a pull)
     # Every queue that has a job in any state: its jobs per state (all six states, zeros too).
     by_queue: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    deferred: int = 0  # waiting for the jobs they were made after
     oldest_pending_by_queue: Mapping[str, float] = field(default_factory=dict)  # age, seconds, of each queue's
 
 
@@ -203,7 +204,7 @@ def _believed(key: str, value: object) -> bool:
 
 
 _FINAL = ("fulfilled", "failed", "cancelled")
-_STATES = ("pending", "scheduled", "active", *_FINAL)
+_STATES = ("pending", "scheduled", "deferred", "active", *_FINAL)
 
 
 @dataclass(slots=True)
@@ -304,6 +305,11 @@ def statistics(core: Core, control: Control, counts: DirCounts, active_queue: Ca
         m = SCHEDULED_RE.match(name)
         if m:
             add(m["queue"], "scheduled")
+    deferred = fs.scan_names(lay.deferred)
+    for name in deferred:
+        d = DEFERRED_RE.match(name)
+        if d:
+            add(d["queue"], "deferred")
     active = fs.scan_names(lay.active)
     for name in active:
         of = active_queue(name)
@@ -335,4 +341,5 @@ def statistics(core: Core, control: Control, counts: DirCounts, active_queue: Ca
         watching=bool(waker and waker.watching),
         by_queue=by_queue,
         oldest_pending_by_queue=oldest,
+        deferred=sum(1 for n in deferred if DEFERRED_RE.match(n)),
     )

@@ -36,6 +36,7 @@ from ._codec import check_job_id, check_queue_name
 from ._control import Control
 from ._counters import Counters
 from ._create import new_record, publish_new
+from ._deps import Deps
 from ._direct import ById
 from ._errors import InvalidRequest, WaitTimeout
 from ._heart import Heart
@@ -169,6 +170,8 @@ class JobStore(Operating):
                                   core.tree.perms.file_mode, wall_clock)
         self._work = Work(core, self._notifier, self._control)
         self._direct = ById(core, self._work, self._notifier, self._control)
+        self._deps = Deps(core, lambda job_id, why: self._direct.cancel(job_id, why))
+        core.deps = self._deps
         self._heart = Heart(core, self._work, self._notifier, self._control)
         self._waiting = Waiting(core, self._heart)
         self.group: int | None = config.perms.gid
@@ -232,7 +235,9 @@ class JobStore(Operating):
     # == creating ==================================================================================
     def create(self, request: Any, *, queue: str = "default", priority: int = 0, delay: float | timedelta | None = None,
                run_at: float | datetime | None = None, max_attempts: int | None = None, job_id: str | None = None,
-               timeout: float | None = None, retain: float | timedelta | str | None = None) -> Job:
+               timeout: float | None = None, retain: float | timedelta | str | None = None,
+               unique_key: str | None = None, after: Sequence[str] | None = None,
+               on_parent_failure: str = "cancel") -> Job:
         """Store a new job and return its snapshot once it is durable.
 
         ``priority``: lower runs sooner (-999,999 .. 999,999); equal priorities run in creation
@@ -244,15 +249,25 @@ class JobStore(Operating):
         any process takes the job over once it overran by a further ``lease_duration``.
         ``retain``: how long the job is kept once final (seconds, a timedelta, or ``"forever"``;
         0: removed as soon as it is final and its targets have heard); default: the store's
-        ``retain``. A removed job's id may be used again.
+        ``retain``. A removed job's id may be used again. ``unique_key``: while a job with this
+        key is not final, a create with it makes nothing and returns that job (compare ids);
+        once it is final, the key may be used again. ``after``: ids of jobs this one waits for
+        (``deferred`` until they are all final): it runs once they are all fulfilled; if one
+        fails, is cancelled or is removed first, it is cancelled saying why, unless
+        ``on_parent_failure="run"``. Each must exist (:class:`JobNotFound`).
         """
         self._check_open()
         record = new_record(self._core, request, queue=queue, priority=priority, delay=delay, run_at=run_at,
                             max_attempts=max_attempts, job_id=job_id, timeout=timeout, retain=retain,
-                            default_timeout=self.default_timeout, default_retain=self._retain)
-        job = record.snapshot(JobState(publish_new(self._core, record, explicit=job_id is not None)))
-        self._counters.add(job.queue, "created")
-        return job
+                            default_timeout=self.default_timeout, default_retain=self._retain,
+                            unique_key=unique_key, after=after, on_parent_failure=on_parent_failure)
+        made = publish_new(self._core, record, explicit=job_id is not None)
+        if isinstance(made, Job):
+            return made  # the job that holds the unique key
+        self._counters.add(record.queue, "created")
+        if made == "deferred":  # its parents may have ended meanwhile: it may have moved on already
+            return self.get(record.id)
+        return record.snapshot(JobState(made))
 
     # == claiming work =============================================================================
     def pull_work(self, *, queues: str | Sequence[str] | None = None, timeout: float | None = 0,

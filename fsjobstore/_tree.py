@@ -26,6 +26,7 @@ from ._errors import JobNotFound, StorageError
 from ._job import JobState
 from ._layout import (
     ACTIVE_RE,
+    DEFERRED_RE,
     FINAL_RE,
     GENERATED_ID_RE,
     PENDING_RE,
@@ -240,6 +241,8 @@ class Tree:
         if dest == "scheduled":
             return lay.scheduled_path(record.not_before or 0.0, record.queue, record.priority,
                                       record.seq, record.id)
+        if dest == "deferred":
+            return lay.deferred_path(record.seq, record.queue, record.id)
         return lay.final_path(dest, record.id)
 
     def publish(self, tmp_path: str, record: Record, dest: str) -> str:
@@ -254,6 +257,14 @@ class Tree:
         if dest == "pending":
             self.into_pending(tmp_path, dst)
             self.bell("work")
+        elif dest == "deferred":
+            try:
+                self.rename_into(tmp_path, dst)
+            except FileNotFoundError:
+                if not sc.lexists(tmp_path):
+                    raise
+                self.ensure_dir(self.layout.deferred)  # a store made before deferred jobs
+                self.rename_into(tmp_path, dst)
         else:
             self.rename_into(tmp_path, dst)
         return dst
@@ -344,7 +355,7 @@ class Tree:
         def pending(job_id: str) -> Iterator[Location]:
             return self._in_pending(job_id, thorough=thorough)
 
-        places = (self._in_final, self._in_active, pending, self._in_scheduled)
+        places = (self._in_final, self._in_active, pending, self._in_scheduled, self.in_deferred)
         for look in reversed(places) if forward else places:
             yield from look(job_id)
 
@@ -433,6 +444,14 @@ class Tree:
         for name in fs.scan_names(self.layout.scheduled):
             if name.endswith(tail) and SCHEDULED_RE.match(name):
                 yield Location(JobState.SCHEDULED, os.path.join(self.layout.scheduled, name))
+
+    def in_deferred(self, job_id: str) -> Iterator[Location]:
+        tail = f".{job_id}.json"
+        for name in fs.scan_names(self.layout.deferred):
+            if name.endswith(tail):
+                m = DEFERRED_RE.match(name)
+                if m and m["id"] == job_id:
+                    yield Location(JobState.DEFERRED, os.path.join(self.layout.deferred, name))
 
     def exists(self, job_id: str) -> bool:
         """Whether a job with this id exists, even while it moves.
