@@ -28,6 +28,7 @@ import os
 
 from . import _fsops as fs
 from . import _syscalls as sc
+from ._groups import forget_if_empty as forget_group_if_empty
 from ._layout import FINISHED_RE, bucket_field, micros
 from ._notify import has_targets
 from ._records import Record
@@ -123,6 +124,8 @@ def finish_gone(core: Core, gone: str, job_id: str, *, entry: str | None = None)
     if entry is not None:
         fs.unlink(entry)
     fs.unlink(gone)  # last: until here, recovery can find this removal and finish it
+    if record is not None and record.group is not None:
+        forget_group_if_empty(core, record.group)  # its last member gone: the manifest goes too
 
 
 def _remove_dir(path: str) -> None:

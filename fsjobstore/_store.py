@@ -47,6 +47,7 @@ from ._notify import Notifier
 from ._opening import open_skeleton
 from ._operating import Operating
 from ._recovery import RecoveryReport, recover
+from ._relations import Relations
 from ._retention import index_strays
 from ._shared import Core, Settings
 from ._stats import DirCounts
@@ -59,7 +60,7 @@ log = logging.getLogger("fsjobstore")
 _LIVE_STORES: weakref.WeakSet[JobStore] = weakref.WeakSet()
 
 
-class JobStore(Operating):
+class JobStore(Operating, Relations):
     """A job store in one directory, shared by any number of threads and processes.
 
     :param path: the store's directory. A store is made there if the directory is missing or
@@ -264,10 +265,13 @@ class JobStore(Operating):
         made = publish_new(self._core, record, explicit=job_id is not None)
         if isinstance(made, Job):
             return made  # the job that holds the unique key
-        self._counters.add(record.queue, "created")
+        self._count_created(record.queue)
         if made == "deferred":  # its parents may have ended meanwhile: it may have moved on already
             return self.get(record.id)
         return record.snapshot(JobState(made))
+
+    def _count_created(self, queue: str) -> None:
+        self._counters.add(queue, "created")
 
     # == claiming work =============================================================================
     def pull_work(self, *, queues: str | Sequence[str] | None = None, timeout: float | None = 0,

@@ -1,0 +1,132 @@
+"""The store's side of jobs that know about each other, a part of :class:`JobStore` (which
+inherits it): groups made all or none (``_groups``), and waiting for them. Unique keys and
+``after=`` are ``create``'s options (``_unique``, ``_deps``)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import _groups
+from ._create import new_record, publish_new
+from ._errors import InvalidRequest, JobExists, JobNotFound, WaitTimeout
+from ._groups import Group
+from ._job import Job
+from ._records import Record
+from ._shared import Core
+
+# What a member of a group may say: create()'s options, less the two that name one job alone.
+_MEMBER_OPTIONS = frozenset({"request", "queue", "priority", "delay", "run_at", "max_attempts", "timeout", "retain",
+                             "after", "on_parent_failure"})
+
+
+class Relations:
+    """What :class:`JobStore` offers for groups (see its docstring for the rest)."""
+
+    _core: Core
+    _retain: float
+    default_timeout: float | None
+
+    def _check_open(self) -> None:
+        raise NotImplementedError  # JobStore's
+
+    def get(self, job_id: str) -> Job:
+        raise NotImplementedError  # JobStore's
+
+    def wait(self, job_id: str, timeout: float | None = None) -> Job:
+        raise NotImplementedError  # JobStore's
+
+    def _count_created(self, queue: str) -> None:
+        raise NotImplementedError  # JobStore's
+
+    def create_group(self, jobs: Sequence[Mapping[str, Any]], *, group_id: str | None = None) -> Group:
+        """Make several jobs at once, all or none: each item is a dict of :meth:`create`'s
+        options (``request`` required; not ``job_id`` or ``unique_key``: members get generated
+        ids, and ``group_id``, an id of your choosing, makes the group an idempotent unit:
+        :class:`JobExists` the second time). ``after`` may name jobs that exist, or earlier
+        members by their index in ``jobs``. Returns the group, its members in order."""
+        self._check_open()
+        core = self._core
+        if isinstance(jobs, Mapping | str | bytes) or not isinstance(jobs, Sequence):
+            raise InvalidRequest("jobs must be a list of dicts of create()'s options")
+        _groups.check_size(len(jobs))
+        gid = _groups.new_group_id(core, group_id)
+        records: list[Record] = []
+        for i, spec in enumerate(jobs):
+            records.append(self._member(gid, i, spec, records))
+        inside = {r.id for r in records}
+        for i, record in enumerate(records):
+            for parent in record.after:
+                if parent not in inside and core.tree.locate(parent) is None:
+                    raise JobNotFound(f"jobs[{i}]: after names no job {parent!r} in {core.layout.root}")
+        _groups.make(core, gid, records, self._publish_member)
+        for record in records:
+            self._count_created(record.queue)
+        return self.get_group(gid)
+
+    def _member(self, gid: str, i: int, spec: object, earlier: list[Record]) -> Record:
+        if not isinstance(spec, Mapping):
+            raise InvalidRequest(f"jobs[{i}] must be a dict of create()'s options, got {type(spec).__name__}")
+        unknown = sorted(set(spec) - _MEMBER_OPTIONS)
+        if unknown:
+            raise InvalidRequest(f"jobs[{i}]: {', '.join(map(repr, unknown))} cannot be given to a member of a group "
+                                 f"(it may have {', '.join(sorted(_MEMBER_OPTIONS))})")
+        if "request" not in spec:
+            raise InvalidRequest(f"jobs[{i}] has no request")
+        options = dict(spec)
+        after = options.pop("after", None)
+        if after is not None:
+            if isinstance(after, str) or not isinstance(after, Sequence):
+                raise InvalidRequest(f"jobs[{i}]: after must be a list of job ids or of earlier members' indexes")
+            after = [self._parent(i, p, earlier) for p in after]
+        request = options.pop("request")
+        record = new_record(self._core, request, job_id=None, after=after, default_timeout=self.default_timeout,
+                            default_retain=self._retain, **{"queue": "default", "priority": 0, "max_attempts": None,
+                                                            "timeout": None, "retain": None, **options})
+        return dataclasses.replace(record, group=gid)
+
+    @staticmethod
+    def _parent(i: int, parent: object, earlier: list[Record]) -> object:
+        if isinstance(parent, bool):
+            raise InvalidRequest(f"jobs[{i}]: after holds {parent!r}, neither a job id nor a member's index")
+        if isinstance(parent, int):
+            if not 0 <= parent < i:
+                raise InvalidRequest(f"jobs[{i}]: after may name earlier members only (0 to {i - 1}), got {parent}")
+            return earlier[parent].id
+        return parent
+
+    def _publish_member(self, record: Record) -> None:
+        # Reserved as a chosen id is, so a member is published once; JobExists: published
+        # already (a recoverer finishing the group while we were slow).
+        with contextlib.suppress(JobExists):
+            publish_new(self._core, record, explicit=True)
+
+    def get_group(self, group_id: str) -> Group:
+        """A group's members, as they are now (:class:`JobNotFound` for an unknown group; a
+        member removed by retention is left out)."""
+        self._check_open()
+        jobs = []
+        for record in _groups.read(self._core, group_id):
+            try:
+                jobs.append(self.get(record.id))
+            except JobNotFound:
+                continue
+        return Group(group_id, tuple(jobs))
+
+    def wait_group(self, group_id: str, timeout: float | None = None) -> Group:
+        """Block until every member of the group is final, and return it; :class:`WaitTimeout`
+        after ``timeout`` seconds (None: wait forever)."""
+        self._check_open()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for record in _groups.read(self._core, group_id):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                self.wait(record.id, left)
+            except JobNotFound:
+                continue  # removed by retention: it was final
+            except WaitTimeout:
+                raise WaitTimeout(f"group {group_id} was not all final after {timeout} s") from None
+        return self.get_group(group_id)
