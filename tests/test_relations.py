@@ -1,0 +1,241 @@
+"""Jobs that know about each other: unique keys, dependencies (``after=``) and groups, in one
+process and across processes (FORMAT.md, "Unique keys", "Dependencies", "Groups")."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fsjobstore import InvalidRequest, InvalidState, JobExists, JobNotFound, JobState, JobStore, WaitTimeout
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[JobStore]:
+    with JobStore(str(tmp_path / "s"), backoff=lambda attempt: 0.0) as s:
+        yield s
+
+
+def _run(store: JobStore, queues: list[str] | None = None, fail: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+    """Claim and commit every job that becomes due, in order; the requests' "n" of each run."""
+    ran = []
+    while (lease := store.pull_work(queues=queues)) is not None:
+        n = lease.request["n"]
+        ran.append(n)
+        if n in fail:
+            lease.fail(f"{n} failed", retry=False)
+        else:
+            lease.fulfill(n)
+    return ran
+
+
+# -- unique keys --------------------------------------------------------------------------------------
+def test_a_unique_key_makes_one_job_until_it_is_final_then_the_key_is_free(store: JobStore) -> None:
+    first = store.create({"n": 1}, unique_key="report:2026-11")
+    again = store.create({"n": 2}, unique_key="report:2026-11")
+    assert again.id == first.id and again.request == {"n": 1} and again.unique_key == "report:2026-11"
+    other = store.create({"n": 3}, unique_key="report:2026-12")
+    assert other.id != first.id
+    lease = store.pull_work()
+    assert lease is not None and lease.id == first.id
+    assert store.create({"n": 4}, unique_key="report:2026-11").id == first.id  # running: not final
+    lease.fulfill("done")
+    fresh = store.create({"n": 5}, unique_key="report:2026-11")
+    assert fresh.id != first.id and fresh.state is JobState.PENDING
+    assert store.statistics().pending == 2
+
+
+def test_retry_of_a_job_whose_key_another_job_now_holds_is_refused(store: JobStore) -> None:
+    old = store.create({"n": 1}, unique_key="k")
+    store.cancel(old.id)
+    new = store.create({"n": 2}, unique_key="k")
+    with pytest.raises(InvalidState, match="held by job"):
+        store.retry(old.id)
+    assert store.get(old.id).state is JobState.CANCELLED
+    store.cancel(new.id)
+    assert store.retry(old.id).state is JobState.PENDING  # free again: it takes it back
+    assert store.create({"n": 3}, unique_key="k").id == old.id
+
+
+def test_a_bad_unique_key_is_refused_and_a_removed_jobs_key_entry_goes(store: JobStore, tmp_path: Path) -> None:
+    for bad in ("", "x" * 513, "tab\there", 5):
+        with pytest.raises(InvalidRequest, match="unique_key"):
+            store.create(1, unique_key=bad)  # type: ignore[arg-type]
+    job = store.create(1, unique_key="gone-soon")
+    store.cancel(job.id)
+    assert len(os.listdir(tmp_path / "s" / "unique")) == 1
+    store.purge(states="cancelled")
+    assert os.listdir(tmp_path / "s" / "unique") == []
+
+
+def _make_unique(root: str, key: str, n: int, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    with JobStore(root) as s:
+        out.put([s.create({"p": os.getpid(), "i": i}, unique_key=key).id for i in range(n)])
+
+
+def test_processes_creating_one_key_at_once_make_one_job(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    JobStore(root).close()
+    ctx = multiprocessing.get_context("fork")
+    out: multiprocessing.Queue = ctx.Queue()  # type: ignore[type-arg]
+    procs = [ctx.Process(target=_make_unique, args=(root, "one", 20, out)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    ids = [i for _ in procs for i in out.get(timeout=60)]
+    for p in procs:
+        p.join(30)
+    assert len(set(ids)) == 1
+    with JobStore(root) as s:
+        assert s.statistics().pending == 1
+
+
+# -- dependencies -------------------------------------------------------------------------------------
+def test_a_job_after_others_waits_until_they_are_all_fulfilled(store: JobStore) -> None:
+    a, b = store.create({"n": "a"}), store.create({"n": "b"})
+    c = store.create({"n": "c"}, after=[a.id, b.id])
+    assert c.state is JobState.DEFERRED and c.after == (a.id, b.id)
+    assert store.statistics().deferred == 1 and [j.id for j in store.jobs(state="deferred")] == [c.id]
+    assert _run(store) == ["a", "b", "c"]
+    assert store.get(c.id).state is JobState.FULFILLED
+
+
+def test_a_failed_parent_cancels_its_children_down_the_chain_saying_why(store: JobStore) -> None:
+    a = store.create({"n": "a"})
+    chain = [a]
+    for i in range(50):
+        chain.append(store.create({"n": i}, after=[chain[-1].id]))
+    assert _run(store, fail={"a"}) == ["a"]
+    child = store.get(chain[1].id)
+    assert child.state is JobState.CANCELLED and f"its parent {a.id} failed" in (child.error or "")
+    assert all(store.get(j.id).state is JobState.CANCELLED for j in chain[1:])
+    assert os.listdir(os.path.join(store.path, "deps")) == []
+
+
+def test_on_parent_failure_run_runs_it_anyway_and_a_cancelled_or_purged_parent_counts_as_failed(
+        store: JobStore) -> None:
+    a = store.create({"n": "a"})
+    runs = store.create({"n": "runs"}, after=[a.id], on_parent_failure="run")
+    stops = store.create({"n": "stops"}, after=[a.id])
+    store.cancel(a.id)
+    assert store.get(runs.id).state is JobState.PENDING
+    assert "was cancelled" in (store.get(stops.id).error or "")
+    p = store.create({"n": "p"}, queue="other")
+    orphan = store.create({"n": "o"}, after=[p.id])
+    assert store.purge(states="pending", queue="other") == 1
+    assert "removed before it was fulfilled" in (store.get(orphan.id).error or "")
+
+
+def test_a_job_after_fulfilled_parents_is_pending_at_once_and_after_unknown_ones_is_refused(
+        store: JobStore) -> None:
+    a = store.create({"n": "a"})
+    store.fulfill(a.id, 1)
+    assert store.create({"n": "b"}, after=[a.id]).state is JobState.PENDING
+    with pytest.raises(JobNotFound, match="after names no job"):
+        store.create(1, after=["no-such-job"])
+    with pytest.raises(InvalidRequest, match="after"):
+        store.create(1, after="not-a-list")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match="on_parent_failure"):
+        store.create(1, after=[a.id], on_parent_failure="maybe")
+
+
+def test_a_fulfilled_parent_removed_by_retention_still_lets_its_waiting_child_run(tmp_path: Path) -> None:
+    with JobStore(str(tmp_path / "s")) as store:
+        a = store.create({"n": "a"}, retain=0)  # removed the moment it is final
+        b = store.create({"n": "b"}, after=[a.id])
+        assert _run(store) == ["a", "b"]
+        with pytest.raises(JobNotFound):
+            store.get(a.id)
+        assert store.get(b.id).state is JobState.FULFILLED
+
+
+def test_a_child_whose_resolution_a_crash_interrupted_is_resolved_by_recovery(store: JobStore) -> None:
+    a = store.create({"n": "a"})
+    b = store.create({"n": "b"}, after=[a.id])
+    lease = store.pull_work()
+    assert lease is not None
+    deps = store._core.deps
+    store._core.deps = type(deps).__new__(type(deps))  # as if the committer died before resolving
+    store._core.deps.resolve_children = lambda parent: None  # type: ignore[method-assign]
+    try:
+        lease.fulfill("x")
+    finally:
+        store._core.deps = deps
+    assert store.get(b.id).state is JobState.DEFERRED
+    assert store.recover().children_resolved == 1
+    assert store.get(b.id).state is JobState.PENDING
+
+
+# -- groups -------------------------------------------------------------------------------------------
+def test_a_group_is_made_at_once_and_a_chord_runs_after_all_of_it(store: JobStore) -> None:
+    group = store.create_group([{"request": {"n": 1}}, {"request": {"n": 2}, "queue": "q"},
+                                {"request": {"n": 3}, "after": [0, 1]}], group_id="batch-7")
+    assert group.id == "batch-7" and [j.state for j in group.jobs] == [JobState.PENDING, JobState.PENDING,
+                                                                       JobState.DEFERRED]
+    assert all(j.group == "batch-7" for j in group.jobs)
+    chord = store.create({"n": "sum"}, after=list(group.ids))
+    with pytest.raises(JobExists):
+        store.create_group([{"request": 1}], group_id="batch-7")
+    with pytest.raises(WaitTimeout):
+        store.wait_group("batch-7", timeout=0.1)
+    assert sorted(_run(store, queues=["default", "q"]), key=str) == [1, 2, 3, "sum"]
+    done = store.wait_group("batch-7", timeout=5)
+    assert done.done and store.get(chord.id).state is JobState.FULFILLED
+
+
+def test_a_group_with_a_bad_member_makes_nothing(store: JobStore) -> None:
+    for bad, match in (([{"request": 1}, {"queue": "q"}], "has no request"),
+                       ([{"request": 1, "job_id": "x"}], "cannot be given"),
+                       ([{"request": 1, "unique_key": "x"}], "cannot be given"),
+                       ([{"request": 1}, {"request": 2, "after": [1]}], "earlier members"),
+                       ([{"request": 1, "after": ["nobody"]}], "after names no job"),
+                       ([{"request": 1, "queue": "bad.name"}], "queue"), ([], "1 to"), ("x", "list")):
+        with pytest.raises((InvalidRequest, JobNotFound), match=match):
+            store.create_group(bad)  # type: ignore[arg-type]
+    assert store.statistics().pending == 0 and not os.path.exists(os.path.join(store.path, "groups"))
+
+
+MAKER = textwrap.dedent("""
+    import os, sys
+    from fsjobstore import JobStore
+    store = JobStore(sys.argv[1])
+    print("ready", flush=True)
+    sys.stdin.readline()
+    store.create_group([{"request": {"i": i}} for i in range(int(sys.argv[2]))], group_id=sys.argv[3])
+    print("made", flush=True)
+""")
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.002, 0.01, 0.03, 0.08])
+def test_sigkill_in_the_middle_of_making_a_group_leaves_all_of_it_or_none_after_recovery(
+        tmp_path: Path, delay: float) -> None:
+    root = str(tmp_path / "s")
+    JobStore(root).close()
+    n = 60
+    proc = subprocess.Popen([sys.executable, "-c", MAKER, root, str(n), "g"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout.readline().strip() == "ready"
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    with JobStore(root) as store:
+        store.recover()
+        jobs = list(store.jobs(limit=None))
+        assert len(jobs) in (0, n), f"a group of {n} left {len(jobs)} jobs"
+        if jobs:
+            assert len(store.get_group("g").jobs) == n
+        else:
+            with pytest.raises(JobNotFound):
+                store.get_group("g")
+        groups = os.path.join(root, "groups")
+        assert not [m for m in (os.listdir(groups) if os.path.isdir(groups) else []) if m.endswith(".open")]
