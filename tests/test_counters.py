@@ -176,8 +176,8 @@ def test_statistics_count_every_state_per_queue_and_the_oldest_pending_job_of_ea
         lease = store.pull_work(queues="a")
         assert lease is not None
         stats = store.statistics()
-        assert stats.by_queue["a"] == {"pending": 0, "scheduled": 0, "active": 1, "fulfilled": 0, "failed": 0,
-                                       "cancelled": 0}
+        assert stats.by_queue["a"] == {"pending": 0, "scheduled": 0, "deferred": 0, "active": 1, "fulfilled": 0,
+                                       "failed": 0, "cancelled": 0}
         assert stats.by_queue["b"]["pending"] == 2 and stats.by_queue["b"]["scheduled"] == 1
         assert (stats.by_queue["c"]["fulfilled"], stats.by_queue["c"]["cancelled"]) == (1, 1)
         assert stats.pending_by_queue == {"a": 0, "b": 2, "c": 0}
