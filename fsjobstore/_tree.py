@@ -13,6 +13,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 from . import _buckets
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._codec import dumps
 from ._errors import JobNotFound, StorageError
 from ._job import JobState
 from ._layout import (
@@ -40,6 +40,7 @@ from ._layout import (
     prio_field,
     seq_of_generated,
 )
+from ._quarantine import move_aside
 from ._records import FINAL_STATES, LOST_DATA, LostJobData, Parsed, Record
 
 log = logging.getLogger("fsjobstore")
@@ -257,15 +258,7 @@ class Tree:
         if dest == "pending":
             self.into_pending(tmp_path, dst)
             self.bell("work")
-        elif dest == "deferred":
-            try:
-                self.rename_into(tmp_path, dst)
-            except FileNotFoundError:
-                if not sc.lexists(tmp_path):
-                    raise
-                self.ensure_dir(self.layout.deferred)  # a store made before deferred jobs
-                self.rename_into(tmp_path, dst)
-        else:
+        else:  # jobs/deferred/ too: every open makes it (_opening), in older stores as well
             self.rename_into(tmp_path, dst)
         return dst
 
@@ -440,18 +433,19 @@ class Tree:
                         yield Location(JobState.PENDING, os.path.join(bdir, name))
 
     def _in_scheduled(self, job_id: str) -> Iterator[Location]:
-        tail = f".{job_id}.json"
-        for name in fs.scan_names(self.layout.scheduled):
-            if name.endswith(tail) and SCHEDULED_RE.match(name):
-                yield Location(JobState.SCHEDULED, os.path.join(self.layout.scheduled, name))
+        return self._named(self.layout.scheduled, SCHEDULED_RE, JobState.SCHEDULED, job_id)
 
     def in_deferred(self, job_id: str) -> Iterator[Location]:
+        return self._named(self.layout.deferred, DEFERRED_RE, JobState.DEFERRED, job_id)
+
+    @staticmethod
+    def _named(directory: str, pattern: re.Pattern[str], state: JobState, job_id: str) -> Iterator[Location]:
+        """The files of ``job_id`` in a directory whose names end in ``.<id>.json``."""
         tail = f".{job_id}.json"
-        for name in fs.scan_names(self.layout.deferred):
-            if name.endswith(tail):
-                m = DEFERRED_RE.match(name)
-                if m and m["id"] == job_id:
-                    yield Location(JobState.DEFERRED, os.path.join(self.layout.deferred, name))
+        for name in fs.scan_names(directory):
+            m = pattern.match(name) if name.endswith(tail) else None
+            if m and m["id"] == job_id:
+                yield Location(state, os.path.join(directory, name))
 
     def exists(self, job_id: str) -> bool:
         """Whether a job with this id exists, even while it moves.
@@ -514,19 +508,4 @@ class Tree:
     # -- quarantine ----------------------------------------------------------------------------
     def quarantine(self, path: str, reason: str) -> bool:
         """Move ``path`` aside with a reason file; False if it was already gone."""
-        lay = self.layout
-        rel = os.path.relpath(path, lay.root).replace(os.sep, "~")
-        stamp = f"{time.time_ns():020d}"
-        dest = os.path.join(lay.quarantine, f"{stamp}.{rel}")
-        try:
-            sc.rename(path, dest)
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            log.warning("cannot quarantine %s (%s): %s", path, reason, exc)
-            return False
-        with contextlib.suppress(OSError):
-            doc = {"from": os.path.relpath(path, lay.root), "reason": reason, "at": time.time()}
-            fs.write_new(dest + ".reason", dumps(doc) + b"\n", durable=False, mode=self.perms.file_mode)
-        log.warning("quarantined %s: %s", path, reason)
-        return True
+        return move_aside(self.layout, self.perms.file_mode, path, reason)

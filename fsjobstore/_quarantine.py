@@ -1,0 +1,39 @@
+"""Quarantine: a file the store cannot use is moved aside, never deleted, with a note saying why.
+
+``quarantine/<ns>.<path with / as ~>`` keeps the file, ``... .reason`` a JSON note (``from``,
+``reason``, ``at``), as FORMAT.md describes under quarantine/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+
+from . import _fsops as fs
+from . import _syscalls as sc
+from ._codec import dumps
+from ._layout import Layout
+
+log = logging.getLogger("fsjobstore")
+
+
+def move_aside(lay: Layout, file_mode: int, path: str, reason: str) -> bool:
+    """Move ``path`` into quarantine with a reason file; False if it was already gone (or
+    cannot be moved: then it is logged and left)."""
+    rel = os.path.relpath(path, lay.root).replace(os.sep, "~")
+    stamp = f"{time.time_ns():020d}"
+    dest = os.path.join(lay.quarantine, f"{stamp}.{rel}")
+    try:
+        sc.rename(path, dest)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        log.warning("cannot quarantine %s (%s): %s", path, reason, exc)
+        return False
+    with contextlib.suppress(OSError):
+        doc = {"from": os.path.relpath(path, lay.root), "reason": reason, "at": time.time()}
+        fs.write_new(dest + ".reason", dumps(doc) + b"\n", durable=False, mode=file_mode)
+    log.warning("quarantined %s: %s", path, reason)
+    return True
