@@ -71,6 +71,7 @@ from ._errors import (
     WaitTimeout,
     WorkerFailing,
 )
+from ._groups import Group
 from ._job import AttemptError, Job, JobState, LogLine, Progress
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
 from ._leases import NotificationLease, WorkLease
@@ -111,6 +112,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AttemptError",
     "FORMAT_VERSION",
+    "Group",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "CorruptJob",

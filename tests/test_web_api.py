@@ -246,3 +246,48 @@ def test_every_documented_operation_is_exercised_and_the_docs_page_lists_it(api:
     for _, path in ops:
         assert path in docs, path
     assert api.spec["info"]["title"] == "fsjobstore"
+
+
+def test_a_unique_key_answers_the_job_that_holds_it_until_that_job_is_final(api: CheckedClient,
+                                                                           store: JobStore) -> None:
+    first = _create(api, request={"n": 1}, unique_key="daily-report")
+    again = _create(api, request={"n": 2}, unique_key="daily-report")
+    assert again["id"] == first["id"] and again["unique_key"] == "daily-report" and again["request"] == {"n": 1}
+    lease = store.pull_work()
+    assert lease is not None
+    lease.fulfill("done")
+    third = _create(api, request={"n": 3}, unique_key="daily-report")
+    assert third["id"] != first["id"] and third["state"] == "pending"
+
+
+def test_a_job_made_after_another_is_deferred_and_listed_until_its_parent_is_fulfilled(
+        api: CheckedClient, store: JobStore) -> None:
+    parent = _create(api, request="parent")
+    child = _create(api, request="child", after=[parent["id"]])
+    assert child["state"] == "deferred" and child["after"] == [parent["id"]]
+    assert [j["id"] for j in api.get("/api/jobs", params={"state": "deferred"}).json()["jobs"]] == [child["id"]]
+    assert api.get("/api/statistics").json()["deferred"] == 1
+    lease = store.pull_work()
+    assert lease is not None and lease.id == parent["id"]
+    lease.fulfill("ok")
+    assert api.get(f"/api/jobs/{child['id']}").json()["state"] == "pending"
+    r = api.post("/api/jobs", json={"request": 1, "after": ["no-such-job"]})
+    assert r.status_code == 404 and r.json()["error"] == "JobNotFound", r.text
+    r = api.post("/api/jobs", json={"request": 1, "after": [parent["id"]], "on_parent_failure": "maybe"})
+    assert r.status_code == 422, r.text
+
+
+def test_a_group_is_made_all_or_none_and_read_back(api: CheckedClient, store: JobStore) -> None:
+    r = api.post("/api/groups", json={"jobs": [{"request": "a"}, {"request": "b", "after": [0]}]})
+    assert r.status_code == 201, r.text
+    group = r.json()
+    assert [j["request"] for j in group["jobs"]] == ["a", "b"] and not group["done"]
+    assert [j["state"] for j in group["jobs"]] == ["pending", "deferred"]
+    assert group["jobs"][1]["after"] == [group["jobs"][0]["id"]]
+    before = store.statistics()
+    r = api.post("/api/groups", json={"jobs": [{"request": "c"}, {"request": "d", "after": [5]}]})
+    assert r.status_code == 422, r.text  # a member after a member that is not earlier: nothing made
+    assert store.statistics().pending == before.pending
+    again = api.get(f"/api/groups/{group['id']}").json()
+    assert again["id"] == group["id"] and [j["id"] for j in again["jobs"]] == [j["id"] for j in group["jobs"]]
+    assert api.get("/api/groups/nope").status_code == 404

@@ -78,6 +78,12 @@ def add(subparsers: Any) -> None:
                         "soon as it is final) or forever (default: the store's)")
     p.add_argument("--notify", action="append", default=[], metavar="TARGET",
                    help="a JSON target to deliver the result to (repeat it); `fsjobstore notify` delivers")
+    p.add_argument("--unique-key", default=None, metavar="KEY",
+                   help="while a job with KEY is not final, print that job instead of making another")
+    p.add_argument("--after", action="append", default=[], metavar="ID",
+                   help="wait for this job to be fulfilled first (repeat it); the job is deferred until then")
+    p.add_argument("--on-parent-failure", choices=("cancel", "run"), default="cancel",
+                   help="when a job of --after fails or is cancelled: cancel this one (default) or run it anyway")
 
     subcommand(subparsers, "get", get, positionals=("ID",), reads=True,
                help="show one job", example="fsjobstore get ./jobs 18eb1a2579860598667e72977f6424cd --json")
@@ -208,7 +214,8 @@ def create(args: argparse.Namespace) -> int:
     with open_store(args, create=True) as store:
         job = store.create(request, queue=args.queue, priority=args.priority, delay=args.delay, run_at=args.run_at,
                            max_attempts=args.max_attempts, job_id=args.job_id, timeout=args.timeout,
-                           retain=args.retain)
+                           retain=args.retain, unique_key=args.unique_key, after=args.after or None,
+                           on_parent_failure=args.on_parent_failure)
         # RACE: a worker may finish the job before its targets are queued; queue() then indexes
         # the final job for notification at once, so no target misses its result.
         for target in targets:

@@ -18,7 +18,7 @@ from . import _screen as screen
 from ._args import ENV_DIR, OK, duration, number, open_store, regex, subcommand
 
 STATES = [s.value for s in JobState]
-PURGEABLE = ["pending", "scheduled", "fulfilled", "failed", "cancelled"]
+PURGEABLE = ["pending", "scheduled", "deferred", "fulfilled", "failed", "cancelled"]
 LIST_MAX = 10_000  # the store's bound on one page (JobStore.jobs(limit=...))
 
 LIST_HELP = """\

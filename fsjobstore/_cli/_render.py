@@ -52,6 +52,10 @@ def print_job(job: Job) -> None:
         ("created", when(job.created_at)),
         ("run at", None if job.run_at is None else when(job.run_at)),
         ("finished", None if job.finished_at is None else when(job.finished_at)),
+        ("unique key", job.unique_key),
+        ("after", (", ".join(job.after) + ("" if job.on_parent_failure == "cancel" else
+                                           " (runs even if one fails)")) if job.after else None),
+        ("group", job.group),
         ("request", json.dumps(job.request, ensure_ascii=False)),
         ("value", value_text(job)),
         # A fulfilled job keeps the error of the attempt before the one that succeeded: told

@@ -112,7 +112,7 @@ def snapshot(store: JobStore) -> dict[str, Any]:
     return {
         "at": now,
         "path": str(store.path),
-        "pending": stats.pending, "scheduled": stats.scheduled, "active": stats.active,
+        "pending": stats.pending, "scheduled": stats.scheduled, "deferred": stats.deferred, "active": stats.active,
         "fulfilled": stats.fulfilled, "failed": stats.failed, "cancelled": stats.cancelled,
         "oldest_pending_age": stats.oldest_pending_age,
         "paused": sorted(stats.paused),
@@ -141,7 +141,8 @@ def render(doc: dict[str, Any], room: int, height: int | None = None) -> list[st
     at = datetime.fromtimestamp(doc["at"]).strftime("%H:%M:%S")
     age = doc["oldest_pending_age"]
     lines = [f"{at}  {doc['path']}"]
-    lines += _wrap([f"pending {doc['pending']:,}", f"scheduled {doc['scheduled']:,}", f"active {doc['active']:,}",
+    lines += _wrap([f"pending {doc['pending']:,}", f"scheduled {doc['scheduled']:,}",
+                    *([f"deferred {doc['deferred']:,}"] if doc.get("deferred") else []), f"active {doc['active']:,}",
                     f"fulfilled {doc['fulfilled']:,}", f"failed {doc['failed']:,}",
                     f"cancelled {doc['cancelled']:,}",
                     "oldest pending " + ("-" if age is None else screen.ago(age)),

@@ -48,7 +48,7 @@ def queue_rows(store: JobStore, stats: StoreStatistics | None = None) -> list[di
         rows.append({
             "name": name,
             "counts": dict(stats.by_queue.get(name, dict.fromkeys(
-                ("pending", "scheduled", "active", "fulfilled", "failed", "cancelled"), 0))),
+                ("pending", "scheduled", "deferred", "active", "fulfilled", "failed", "cancelled"), 0))),
             "paused": name in stats.paused,
             "oldest_pending_age": stats.oldest_pending_by_queue.get(name),
             "created": c.created if c else 0,

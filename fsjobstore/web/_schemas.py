@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 JsonValue = Any  # any JSON document
 
-State = Literal["pending", "scheduled", "active", "fulfilled", "failed", "cancelled"]
-Removable = Literal["pending", "scheduled", "fulfilled", "failed", "cancelled"]
+State = Literal["pending", "scheduled", "deferred", "active", "fulfilled", "failed", "cancelled"]
+Removable = Literal["pending", "scheduled", "deferred", "fulfilled", "failed", "cancelled"]
 
 
 _FINAL: tuple[Removable, ...] = ("fulfilled", "failed", "cancelled")
@@ -35,6 +35,12 @@ class CreateJob(_Strict):
     timeout: float | None = Field(None, description="seconds one attempt may run")
     retain: float | Literal["forever"] | None = Field(None, description="seconds kept once final, or \"forever\"")
     notify: list[JsonValue] = Field(default_factory=list, description="targets to deliver the result to")
+    unique_key: str | None = Field(None, description="while a job with this key is not final, answer it "
+                                   "instead of making another")
+    after: list[str] = Field(default_factory=list, description="ids of jobs this one waits for (deferred "
+                             "until all are fulfilled)")
+    on_parent_failure: Literal["cancel", "run"] = Field("cancel", description="when one of `after` fails or "
+                                                        "is cancelled: cancel this job, or run it anyway")
 
 
 class Reason(_Strict):
@@ -127,6 +133,40 @@ class JobOut(BaseModel):
     delivery_attempts: int
     delivery_error: str | None
     attempt_errors: list[AttemptErrorOut]
+    unique_key: str | None
+    after: list[str]
+    on_parent_failure: str
+    group: str | None
+
+
+class GroupMember(_Strict):
+    """One job of a group: ``CreateJob`` without ``job_id``, ``unique_key`` and ``notify``
+    (members get generated ids); ``after`` names jobs in the store by id, or earlier members of
+    the group by their index in ``jobs``."""
+
+    request: JsonValue
+    queue: str = "default"
+    priority: int = 0
+    delay: float | None = None
+    run_at: float | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None
+    retain: float | Literal["forever"] | None = None
+    after: list[str | int] = Field(default_factory=list)
+    on_parent_failure: Literal["cancel", "run"] = "cancel"
+
+
+class CreateGroup(_Strict):
+    """``JobStore.create_group``: the jobs are made all or none."""
+
+    jobs: list[GroupMember] = Field(min_length=1)
+    group_id: str | None = Field(None, description="an id of your choosing; using it twice is JobExists")
+
+
+class GroupOut(BaseModel):
+    id: str
+    jobs: list[JobOut] = Field(description="the members, in the order given")
+    done: bool = Field(description="whether every member is final")
 
 
 class JobPage(BaseModel):
@@ -164,6 +204,7 @@ class QueueOut(BaseModel):
 class StatisticsOut(BaseModel):
     pending: int
     scheduled: int
+    deferred: int
     active: int
     fulfilled: int
     failed: int
