@@ -239,3 +239,25 @@ def test_sigkill_in_the_middle_of_making_a_group_leaves_all_of_it_or_none_after_
                 store.get_group("g")
         groups = os.path.join(root, "groups")
         assert not [m for m in (os.listdir(groups) if os.path.isdir(groups) else []) if m.endswith(".open")]
+
+
+# -- the command line -------------------------------------------------------------------------------
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fsjobstore", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_the_cli_makes_unique_and_deferred_jobs_and_shows_them(tmp_path: Path) -> None:
+    d = str(tmp_path / "s")
+    parent = _cli("create", d, '{"n": 1}').stdout.strip()
+    child = _cli("create", d, '{"n": 2}', "--after", parent, "--unique-key", "k").stdout.strip()
+    again = _cli("create", d, '{"n": 3}', "--unique-key", "k")
+    assert again.returncode == 0 and again.stdout.strip() == child
+    shown = _cli("get", d, child).stdout
+    assert "deferred" in shown and f"after       {parent}" in shown and "unique key  k" in shown
+    listed = _cli("list", d, "--state", "deferred").stdout
+    assert child in listed and parent not in listed
+    assert "deferred 1" in _cli("status", d).stdout
+    missing = _cli("create", d, "{}", "--after", "no-such-job")
+    assert missing.returncode != 0 and "after names no job" in missing.stderr and "Traceback" not in missing.stderr
+    bad = _cli("create", d, "{}", "--after", parent, "--on-parent-failure", "maybe")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
