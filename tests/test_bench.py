@@ -254,3 +254,16 @@ def test_the_web_benchmark_runs_with_quick_sizes(tmp_path: Path) -> None:
     assert [line.split()[0] for line in summary[1:6]] == ["overview", "jobs", "jobs", "jobs", "api"]
     assert summary[6].startswith("  creates: API ") and "ratio" in summary[6]
     assert os.listdir(tmp_path) == []  # its store, servers' output and scratch are removed
+
+
+def test_the_relations_benchmark_runs_with_quick_sizes(tmp_path: Path) -> None:
+    import subprocess
+
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "relations.py")
+    done = subprocess.run([sys.executable, bench, "--quick", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines[1:]] == ["unique", "unique", "chain", "group"]
+    assert all("ratio" in lines[i] for i in (1, 3, 4)) and "answers/s" in lines[2]
+    assert os.listdir(tmp_path) == []  # its stores and scratch are removed
