@@ -19,6 +19,12 @@ retention threads remove it as soon as it is fulfilled, while they are being kil
 missing at the end counts as **removed** if a fulfil of it was at least invoked, and as **lost**
 otherwise (removal took a job that was never done); and nothing a removal cut short may be left
 (``ids/``, ``runs/`` or an index entry naming no job, a final job without its entry).
+
+With ``--relations`` every third job is made ``after`` the job made before it, and every fifth
+with a unique key of its own, created twice in a row (the second create answers the first job
+while it waits, or makes a new one once it is final: both are then jobs to be done). The checker
+adds **early children**: a job first claimed before a fulfil of its parent was even invoked; and
+every job must end fulfilled, none left deferred.
 """
 
 from __future__ import annotations
@@ -52,13 +58,22 @@ def _record(fh: Any, *fields: object) -> None:
 
 
 # == the processes =============================================================================
-def producer(root: str, history: str, jobs: int, rate: float, retention: bool = False) -> None:
+def producer(root: str, history: str, jobs: int, rate: float, retention: bool = False,
+             relations: bool = False) -> None:
     with JobStore(root) as store, open(history, "a") as fh:
+        previous = None
         for n in range(jobs):
-            _record(fh, "invoke", "create", n)
             retain = 0 if retention and n % 2 else None
-            job = store.create({"n": n}, max_attempts=1_000_000, retain=retain)
-            _record(fh, "ok", "create", n, job.id)
+            options: dict[str, Any] = {}
+            if relations and previous is not None and n % 3 == 0:
+                options["after"] = [previous]
+            if relations and n % 5 == 0:
+                options["unique_key"] = f"key-{n}"
+            for _ in range(2 if "unique_key" in options else 1):
+                _record(fh, "invoke", "create", n)
+                job = store.create({"n": n}, max_attempts=1_000_000, retain=retain, **options)
+                _record(fh, "ok", "create", n, job.id)
+            previous = job.id
             if rate:
                 time.sleep(random.expovariate(rate))
 
@@ -147,6 +162,13 @@ def read_history(directory: str) -> list[list[str]]:
 
 
 def check(root: str, history: list[list[str]], *, retention: bool = False) -> dict[str, Any]:
+    first_claim: dict[str, int] = {}
+    first_fulfil: dict[str, int] = {}
+    for fields in history:  # in time order: the first of each is kept
+        if fields[3] == "claim":
+            first_claim.setdefault(fields[5], int(fields[0]))
+        elif fields[3] == "fulfill" and fields[2] == "invoke":
+            first_fulfil.setdefault(fields[5], int(fields[0]))
     invoked: set[int] = set()
     fulfil_invoked: set[str] = set()
     created: dict[str, int] = {}
@@ -194,6 +216,8 @@ def check(root: str, history: list[list[str]], *, retention: bool = False) -> di
                 duplicates.append(job_id)
             if oks and job.value != oks[0]:
                 wrong_value.append(job_id)
+        early = [job_id for job_id, job in final.items() for parent in job.after
+                 if job_id in first_claim and first_claim[job_id] < first_fulfil.get(parent, 1 << 63)]
         stats = store.statistics()
     return {
         "created_ok": len(created),
@@ -204,11 +228,13 @@ def check(root: str, history: list[list[str]], *, retention: bool = False) -> di
         "claims": sum(claims.values()),
         "repeated_executions": sum(n - 1 for n in claims.values() if n > 1),
         "fulfils_refused_lease_lost": fulfil_lost,
-        "left_pending_or_active": stats.pending + stats.active + stats.scheduled,
+        "left_pending_or_active": stats.pending + stats.active + stats.scheduled + stats.deferred,
+        "early_children": len(early),
         "removed_by_retention": removed,
         "removal_leftovers": len(leftovers),
         "failed": stats.failed,
-        "examples": {"lost": lost[:5], "unexpected": unexpected[:5], "duplicates": (duplicates + wrong_value)[:5],
+        "examples": {"early_children": early[:5],
+                     "lost": lost[:5], "unexpected": unexpected[:5], "duplicates": (duplicates + wrong_value)[:5],
                      "removal_leftovers": leftovers[:5]},
     }
 
@@ -216,7 +242,8 @@ def check(root: str, history: list[list[str]], *, retention: bool = False) -> di
 # == the controller ============================================================================
 def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir: str | None = None,
         max_seconds: float = 3600, runtime: str | None = None, roots: list[str] | None = None,
-        extra: Callable[[random.Random | None], object] | None = None, retention: bool = False) -> dict[str, Any]:
+        extra: Callable[[random.Random | None], object] | None = None, retention: bool = False,
+        relations: bool = False) -> dict[str, Any]:
     """``runtime``: None for plain pull/fulfil loops, or "processes"/"threads" for workers that
     are ``fsjobstore.Worker`` runs (signals then go to each worker's whole process group).
     ``roots``: the store as each "host" sees it (one path per mount of a shared filesystem):
@@ -262,7 +289,7 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
     expected = max(1.0, kills * 0.275)
     rate = jobs / (expected * 0.5)
     work = min(1.0, max(0.002, 2 * workers * expected / jobs))
-    prod = spawn("producer", jobs, rate, int(retention))
+    prod = spawn("producer", jobs, rate, int(retention), int(relations))
     procs = [spawn("worker", lease, work) for _ in range(workers)]
     def reap(proc: subprocess.Popen[bytes]) -> None:
         while True:
@@ -307,7 +334,7 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
     with JobStore(root) as store:
         while time.monotonic() < deadline:
             stats = store.statistics()
-            if stats.pending + stats.active + stats.scheduled == 0:
+            if stats.pending + stats.active + stats.scheduled + stats.deferred == 0:
                 break
             time.sleep(0.2)
     open(os.path.join(base, "stop"), "w").close()
@@ -327,7 +354,7 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in ("producer", "worker", "rworker"):
         role, root, history, *rest = sys.argv[1:]
         if role == "producer":
-            producer(root, history, int(rest[0]), float(rest[1]), rest[2:] == ["1"])
+            producer(root, history, int(rest[0]), float(rest[1]), rest[2] == "1", rest[3] == "1")
         elif role == "worker":
             worker(root, history, float(rest[0]), float(rest[1]))
         else:
@@ -343,12 +370,14 @@ def main() -> None:
                         help="workers are fsjobstore.Worker runs in this mode (default: plain pull loops)")
     parser.add_argument("--retention", action="store_true",
                         help="odd-numbered jobs are made with retain=0: removed while the chaos runs")
+    parser.add_argument("--relations", action="store_true",
+                        help="every third job is made after the one before it, every fifth with a unique key")
     args = parser.parse_args()
     report = run(jobs=args.jobs, workers=args.workers, kills=args.kills, lease=args.lease, seed=args.seed,
-                 runtime=args.runtime, retention=args.retention)
+                 runtime=args.runtime, retention=args.retention, relations=args.relations)
     print(json.dumps(report, indent=2))
     bad = (report["lost"] or report["unexpected"] or report["duplicate_commits"] or report["left_pending_or_active"]
-           or report["removal_leftovers"])
+           or report["removal_leftovers"] or report["early_children"])
     sys.exit(1 if bad else 0)
 
 
