@@ -28,6 +28,7 @@ import bisect
 import heapq
 import logging
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -264,28 +265,25 @@ def _pending(core: Core, queue: str | None, after: object) -> Iterator[Job]:
 
 
 def _scheduled(core: Core, queue: str | None, after: object) -> Iterator[Job]:
-    directory = core.layout.scheduled
-    low = "0" if after is None else str(after)
-    for name in _drain([n for n in fs.scan_names(directory) if n > low]):
-        m = SCHEDULED_RE.match(name)
-        if not m or (queue is not None and m["queue"] != queue):
-            continue
-        record = _read(core, Location(JobState.SCHEDULED, os.path.join(directory, name)), m["id"])
-        if record is not None:
-            yield record.snapshot(JobState.SCHEDULED)
+    return _flat(core, core.layout.scheduled, SCHEDULED_RE, JobState.SCHEDULED, queue, after)
 
 
 def _deferred(core: Core, queue: str | None, after: object) -> Iterator[Job]:
     """Jobs waiting for their parents, oldest first (their names begin with their <SEQ>)."""
-    directory = core.layout.deferred
+    return _flat(core, core.layout.deferred, DEFERRED_RE, JobState.DEFERRED, queue, after)
+
+
+def _flat(core: Core, directory: str, pattern: re.Pattern[str], state: JobState, queue: str | None,
+          after: object) -> Iterator[Job]:
+    """The jobs of a directory of one level, in name order, after the name ``after``."""
     low = "0" if after is None else str(after)
     for name in _drain([n for n in fs.scan_names(directory) if n > low]):
-        m = DEFERRED_RE.match(name)
+        m = pattern.match(name)
         if not m or (queue is not None and m["queue"] != queue):
             continue
-        record = _read(core, Location(JobState.DEFERRED, os.path.join(directory, name)), m["id"])
+        record = _read(core, Location(state, os.path.join(directory, name)), m["id"])
         if record is not None:
-            yield record.snapshot(JobState.DEFERRED)
+            yield record.snapshot(state)
 
 
 def _final(core: Core, states: frozenset[JobState], queue: str | None, after: object) -> Iterator[Job]:

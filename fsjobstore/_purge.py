@@ -190,19 +190,19 @@ def _drop_if_emptied(qdir: str, bucket: str) -> None:
 
 
 def _scheduled(core: Core, sel: Selection) -> Iterator[_Candidate]:
-    directory = core.layout.scheduled
-    for name in sorted(fs.scan_names(directory)):
-        m = SCHEDULED_RE.match(name)
-        if m and (sel.queue is None or m["queue"] == sel.queue) and _created_before(m["seq"], sel.cutoff):
-            yield _Candidate(os.path.join(directory, name), m["id"], JobState.SCHEDULED)
+    return _flat(core.layout.scheduled, SCHEDULED_RE, JobState.SCHEDULED, sel)
 
 
 def _deferred(core: Core, sel: Selection) -> Iterator[_Candidate]:
-    directory = core.layout.deferred
+    return _flat(core.layout.deferred, DEFERRED_RE, JobState.DEFERRED, sel)
+
+
+def _flat(directory: str, pattern: re.Pattern[str], state: JobState, sel: Selection) -> Iterator[_Candidate]:
+    """The jobs of a directory of one level whose names carry <queue>, <SEQ> and <id>, in name order."""
     for name in sorted(fs.scan_names(directory)):
-        m = DEFERRED_RE.match(name)
+        m = pattern.match(name)
         if m and (sel.queue is None or m["queue"] == sel.queue) and _created_before(m["seq"], sel.cutoff):
-            yield _Candidate(os.path.join(directory, name), m["id"], JobState.DEFERRED)
+            yield _Candidate(os.path.join(directory, name), m["id"], state)
 
 
 def _final(core: Core, sel: Selection, states: frozenset[str]) -> Iterator[_Candidate]:
