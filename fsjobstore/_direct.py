@@ -16,6 +16,7 @@ from typing import Any
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._control import Control
+from ._deps import link_parents, parent_states, recheck
 from ._errors import CorruptJob, InvalidState, JobNotFound, JobStoreError, StorageError
 from ._job import Job, JobState
 from ._layout import DEFERRED_RE, PENDING_BUCKET_RE, SCHEDULED_RE, token_owner
@@ -95,7 +96,9 @@ class ById:
 
     def retry(self, job_id: str) -> Job:
         """Give a failed or cancelled job a new life: back to pending with no attempts spent,
-        its earlier outcome appended to ``history``."""
+        its earlier outcome appended to ``history``. A job made ``after`` others goes back to
+        ``deferred`` while one of them is not final, and is refused while one of them failed,
+        was cancelled or is gone (unless it runs anyway: ``on_parent_failure="run"``)."""
         core, lay = self._core, self._core.layout
         for _ in range(20):
             loc = core.tree.require(job_id)
@@ -116,29 +119,34 @@ class ById:
                 with contextlib.suppress(OSError):
                     sc.rename(mine, loc.path)
                 raise
-            if old.unique_key is not None:
-                try:
+            try:
+                dest = _retry_destination(core, old)
+                if old.unique_key is not None:
                     retake_key(core, old, mine)  # another job may hold its key since it ended
-                except BaseException:
-                    with contextlib.suppress(OSError):
-                        sc.rename(mine, loc.path)
-                    raise
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    sc.rename(mine, loc.path)
+                raise
             past = {"state": loc.state.value, "attempts": old.attempts, "error": old.error,
                     "finished_at": old.finished_at}
             new = dataclasses.replace(old, attempts=0, error=None, value=None, finished_at=None, not_before=None,
                                       committed_by=token, history=(*old.history, past)[-20:],
                                       attempt_errors=())
-            self._republish(mine, new, token)
+            if dest == "deferred":
+                link_parents(core, new)  # before it is seen, as a create does
+            self._republish(mine, new, token, dest)
+            if dest == "deferred":
+                recheck(core, new)  # parents that ended meanwhile
             if old.finished_at is not None:
                 # Its old life's finished-index entry: statistics() counts final jobs from the
                 # index, and would count this one failed until retention or a listing found the
                 # entry stale (2 minutes: an operator saw a bulk retry counted twice). A crash
                 # before this unlink leaves it to them, as before.
                 fs.unlink_quietly(core.tree.finished_entry(old, loc.state.value, old.finished_at))
-            return new.snapshot(JobState.PENDING)
+            return new.snapshot(JobState(dest))
         raise InvalidState(f"job {job_id} kept moving; try again")
 
-    def _republish(self, mine: str, new: Record, token: str) -> None:
+    def _republish(self, mine: str, new: Record, token: str, dest: str) -> None:
         """Publish the new life of a job we claimed out of a final state, then drop the claim.
         Fenced as a worker's commit is: a crash before the rename to ``.commit`` leaves our
         claim, which recovery publishes back into its final state (its result line is whole:
@@ -146,7 +154,7 @@ class ById:
         finishes the retry from the temp file, or, once that is published, drops the
         ``.commit``, never publishing the old life back."""
         core, lay = self._core, self._core.layout
-        tmp = lay.commit_tmp_path(token, new.id, "pending")
+        tmp = lay.commit_tmp_path(token, new.id, dest)
         committing = lay.active_path(new.id, token, "commit")
         try:
             core.tree.write_new(tmp, new.to_bytes())
@@ -155,7 +163,7 @@ class ById:
             self._put_back(mine, tmp, new.id)
             raise
         try:
-            core.tree.publish(tmp, new, "pending")
+            core.tree.publish(tmp, new, dest)
         except StorageError as exc:
             if exc.applied:  # the new life is in place; only its fsync failed
                 core.drop(committing)
@@ -166,7 +174,7 @@ class ById:
         # Its old notification (of the outcome that was just undone) waits no more: the targets
         # stay queued, and hear of the new outcome instead.
         fs.unlink_quietly(lay.notify_path(new.id))
-        core.pending.note_published(new, "pending")
+        core.pending.note_published(new, dest)
 
     def _put_back(self, held: str, tmp: str, job_id: str) -> None:
         """Nothing was published: the old life goes back to its final directory from our claim
@@ -251,3 +259,19 @@ def _queue_of(loc: Location) -> str:
     m = SCHEDULED_RE.match(os.path.basename(loc.path))
     assert m is not None
     return m["queue"]
+
+
+def _retry_destination(core: Core, record: Record) -> str:
+    """Where a retried job goes: ``pending``, or ``deferred`` while a parent is not final;
+    :class:`InvalidState` while a parent failed, was cancelled or is gone, and the job would be
+    cancelled again at once."""
+    states = parent_states(core, record.after)
+    bad = [(p, s) for p, s in states.items() if s in ("failed", "cancelled", "gone")]
+    if bad and record.on_parent_failure == "cancel":
+        parent, state = bad[0]
+        how = "is gone" if state == "gone" else f"is {state}"
+        raise InvalidState(f"job {record.id} waits for job {parent}, which {how}: it would be cancelled again. "
+                           "Retry that job first (or make this one with on_parent_failure=\"run\")")
+    if any(s not in ("fulfilled", "failed", "cancelled", "gone") for s in states.values()):
+        return "deferred"
+    return "pending"

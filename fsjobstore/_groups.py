@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._codec import check_job_id, dumps
-from ._errors import InvalidRequest, JobExists, JobNotFound, StorageError
+from ._codec import MAX_ID_LENGTH, check_job_id, check_name, dumps
+from ._errors import InvalidJobId, InvalidRequest, JobExists, JobNotFound, StorageError
 from ._job import Job
 from ._layout import generated_id
 from ._records import Record
@@ -58,7 +58,9 @@ class Group:
 
 
 def new_group_id(core: Core, group_id: str | None) -> str:
-    return generated_id(core.next_seq()) if group_id is None else check_job_id(group_id)
+    if group_id is None:
+        return generated_id(core.next_seq())
+    return check_name(group_id, what="group id", max_length=MAX_ID_LENGTH, error=InvalidJobId)
 
 
 def _marker(core: Core, gid: str) -> str:

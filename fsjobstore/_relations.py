@@ -94,7 +94,8 @@ class Relations:
             raise InvalidRequest(f"jobs[{i}]: after holds {parent!r}, neither a job id nor a member's index")
         if isinstance(parent, int):
             if not 0 <= parent < i:
-                raise InvalidRequest(f"jobs[{i}]: after may name earlier members only (0 to {i - 1}), got {parent}")
+                earlier_ones = "the first member can name none" if i == 0 else f"0 to {i - 1}"
+                raise InvalidRequest(f"jobs[{i}]: after may name earlier members only ({earlier_ones}), got {parent}")
             return earlier[parent].id
         return parent
 

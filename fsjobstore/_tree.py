@@ -45,7 +45,7 @@ from ._records import FINAL_STATES, LOST_DATA, LostJobData, Parsed, Record
 
 log = logging.getLogger("fsjobstore")
 
-DESTS = ("pending", "scheduled", *FINAL_STATES)
+DESTS = ("pending", "scheduled", "deferred", *FINAL_STATES)
 DEFAULT_RETAIN = 7 * 24 * 3600.0  # a new store's default retention (FORMAT.md, "Opening")
 
 

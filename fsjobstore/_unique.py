@@ -36,7 +36,9 @@ MAX_KEY = 512  # characters
 
 def check_key(key: object, what: str = "unique_key") -> str:
     if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY or not key.isprintable():
-        raise InvalidRequest(f"{what} must be a printable string of 1 to {MAX_KEY} characters, got {key!r}")
+        long = isinstance(key, str) and len(key) > 60
+        shown = f"{key[:40]!r}... ({len(key):,} characters)" if long else repr(key)  # type: ignore[index,arg-type]
+        raise InvalidRequest(f"{what} must be a printable string of 1 to {MAX_KEY} characters, got {shown}")
     return key
 
 

@@ -208,9 +208,9 @@ def test_bulk_retry_and_cancel_say_how_many(tmp_path: Path) -> None:
     done = cli("retry", str(root), "--state", "failed", "--queue", "images")
     assert done.returncode == 0 and done.stdout == "retried 3 failed jobs of queue images\n", done.stderr
     again = cli("retry", str(root), "--state", "failed", "--json")
-    assert json.loads(again.stdout) == {"retried": 1, "skipped": 0}
+    assert json.loads(again.stdout) == {"retried": 1, "skipped": 0, "refused": 0}
     cancelled = cli("cancel", str(root), "--state", "pending", "--queue", "mail", "--reason", "bulk", "--json")
-    assert json.loads(cancelled.stdout) == {"cancelled": 3, "skipped": 0, "stopping": 0}
+    assert json.loads(cancelled.stdout) == {"cancelled": 3, "skipped": 0, "refused": 0, "stopping": 0}
     states = [json.loads(line)["state"] for line in cli("list", str(root), "--json").stdout.splitlines()]
     assert sorted(states) == ["cancelled"] * 3 + ["pending"] * 3
 
@@ -244,7 +244,7 @@ def test_a_job_that_moves_during_a_bulk_retry_is_counted_as_skipped(tmp_path: Pa
 
     code = _ops.bulk(args, "retry", another_operator_first)
     assert code == 0 and len(seen) == 3
-    assert json.loads(capsys.readouterr().out) == {"retried": 1, "skipped": 2}
+    assert json.loads(capsys.readouterr().out) == {"retried": 1, "skipped": 2, "refused": 0}
     with JobStore(root) as store:
         assert {store.get(i).state.value for i in ids} == {"pending"}
 

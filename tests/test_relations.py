@@ -3,6 +3,7 @@ process and across processes (FORMAT.md, "Unique keys", "Dependencies", "Groups"
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -261,3 +262,40 @@ def test_the_cli_makes_unique_and_deferred_jobs_and_shows_them(tmp_path: Path) -
     assert missing.returncode != 0 and "after names no job" in missing.stderr and "Traceback" not in missing.stderr
     bad = _cli("create", d, "{}", "--after", parent, "--on-parent-failure", "maybe")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_a_retried_child_waits_for_its_parent_again_and_is_refused_while_its_parent_failed(store: JobStore) -> None:
+    parent = store.create({"n": 1})
+    child = store.create({"n": 2}, after=[parent.id])
+    store.cancel(child.id)
+    again = store.retry(child.id)
+    assert again.state is JobState.DEFERRED and store.get(child.id).state is JobState.DEFERRED
+    assert _run(store) == [1, 2]  # the parent first, then the child: never the child alone
+    failing = store.create({"n": 3})
+    child2 = store.create({"n": 4}, after=[failing.id])
+    assert _run(store, fail={3}) == [3]
+    assert store.get(child2.id).state is JobState.CANCELLED
+    with pytest.raises(InvalidState, match="would be cancelled again"):
+        store.retry(child2.id)
+    assert store.get(child2.id).state is JobState.CANCELLED  # put back as it was
+    store.retry(failing.id)
+    assert store.retry(child2.id).state is JobState.DEFERRED
+    assert _run(store) == [3, 4]
+
+
+def test_bulk_retry_says_which_jobs_the_store_refused_and_why(tmp_path: Path) -> None:
+    d = str(tmp_path / "s")
+    with JobStore(d) as store:
+        first = store.create({"n": 1}, unique_key="R")
+        lease = store.pull_work()
+        assert lease is not None and lease.id == first.id
+        lease.fail("no", retry=False)
+        store.create({"n": 2}, unique_key="R")  # holds R now
+    out = _cli("retry", d, "--state", "failed")
+    assert out.returncode == 0, out.stderr
+    assert "retried 0 failed jobs; refused 1 (the first:" in out.stdout and "unique key 'R' is held" in out.stdout
+    assert "moved on" not in out.stdout
+    doc = _cli("retry", d, "--state", "failed", "--json")
+    assert json.loads(doc.stdout) == {"retried": 0, "skipped": 0, "refused": 1}
+    cancelled = _cli("cancel", d, "--state", "deferred", "--json")
+    assert cancelled.returncode == 0 and json.loads(cancelled.stdout)["cancelled"] == 0

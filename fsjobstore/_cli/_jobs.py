@@ -80,7 +80,7 @@ def add(subparsers: Any) -> None:
                    help="a JSON target to deliver the result to (repeat it); `fsjobstore notify` delivers")
     p.add_argument("--unique-key", default=None, metavar="KEY",
                    help="while a job with KEY is not final, print that job instead of making another")
-    p.add_argument("--after", action="append", default=[], metavar="ID",
+    p.add_argument("--after", action="append", default=[], metavar="ID", type=_one_id,
                    help="wait for this job to be fulfilled first (repeat it); the job is deferred until then")
     p.add_argument("--on-parent-failure", choices=("cancel", "run"), default="cancel",
                    help="when a job of --after fails or is cancelled: cancel this one (default) or run it anyway")
@@ -105,7 +105,7 @@ def add(subparsers: Any) -> None:
                    example="fsjobstore cancel ./jobs invoice-7 --reason 'customer withdrew'\n"
                            "  fsjobstore cancel ./jobs --state pending --queue images   (every pending job of a queue)")
     p.add_argument("--reason", default=None, help="why (kept as the job's error)")
-    _in_bulk(p, ["pending", "scheduled", "active"], "pending")
+    _in_bulk(p, ["pending", "scheduled", "deferred", "active"], "pending")
 
     p = subcommand(subparsers, "retry", retry, positionals=("ID",), reads=True,
                    help="give a failed or cancelled job (or, with --state, every job in that state) a new life "
@@ -206,6 +206,12 @@ def init(args: argparse.Namespace) -> int:
 def _settings(store: JobStore) -> str:
     shared = f", shared with gid {store.group}" if store.group is not None else ""
     return f"(durable={store.durable}{shared}); finished jobs are {kept(store.retain)}"
+
+
+def _one_id(text: str) -> str:
+    if "," in text or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not one job id: give --after once for each job it waits for")
+    return text
 
 
 def create(args: argparse.Namespace) -> int:

@@ -59,8 +59,8 @@ def add(subparsers: Any) -> None:
                    help="remove jobs for good, chosen by state, queue, age and a pattern, and say how many")
     p.epilog = PURGE_HELP + f"\n\nDIR may be left out when {ENV_DIR} is set."
     p.add_argument("--state", dest="states", action="extend", type=_states, default=None, metavar="S",
-                   help="a state to purge (repeat it, or S1,S2): pending, scheduled, fulfilled, failed, "
-                        "cancelled (default: the three final ones)")
+                   help="a state to purge (repeat it, or S1,S2): pending, scheduled, deferred, fulfilled, "
+                        "failed, cancelled (default: the three final ones)")
     p.add_argument("--queue", default=None, help="only jobs of this queue")
     p.add_argument("--older-than", type=duration, default=None, metavar="AGE",
                    help="only jobs finished (waiting ones: created) longer ago than AGE: 90s, 15m, 12h, 7d, 2w "
@@ -181,6 +181,7 @@ def bulk(args: argparse.Namespace, verb: str, act: Callable[[JobStore, str], Job
         # Say so (it stays exit 0: "nothing to do" is a true answer); only then is it worth a look.
         no_such_queue = bool(args.queue) and not ids and next(iter(store.jobs(queue=args.queue, limit=1)), None) is None
         done = skipped = stopping = 0
+        refused: list[str] = []  # still in its state, and the store said why not (a held unique key...)
         progress = screen.Progress({"retry": "retried", "cancel": "cancelled"}[verb])
         try:
             for job_id in ids:
@@ -188,8 +189,17 @@ def bulk(args: argparse.Namespace, verb: str, act: Callable[[JobStore, str], Job
                     # RACE: the job may have moved since it was listed; the store checks its state
                     # under its own fence, and says so (InvalidState, JobNotFound): skipped.
                     after = act(store, job_id)
-                except (InvalidState, JobNotFound):
+                except JobNotFound:
                     skipped += 1
+                except InvalidState as exc:
+                    try:
+                        still = store.get(job_id).state.value == args.state
+                    except JobNotFound:
+                        still = False
+                    if still:
+                        refused.append(str(exc))
+                    else:
+                        skipped += 1
                 else:
                     done += 1
                     stopping += after.state is JobState.ACTIVE  # claimed meanwhile: asked to stop
@@ -198,7 +208,8 @@ def bulk(args: argparse.Namespace, verb: str, act: Callable[[JobStore, str], Job
             progress.end()
     what = {"retry": "retried", "cancel": "cancelled"}[verb]
     if args.json:
-        doc = {what: done, "skipped": skipped} | ({"stopping": stopping} if verb == "cancel" else {})
+        doc = {what: done, "skipped": skipped, "refused": len(refused)} | (
+            {"stopping": stopping} if verb == "cancel" else {})
         print(json.dumps(doc))
     else:
         line = f"{what} {done:,} {args.state} job{_s(done)}" + (f" of queue {args.queue}" if args.queue else "")
@@ -208,6 +219,8 @@ def bulk(args: argparse.Namespace, verb: str, act: Callable[[JobStore, str], Job
             line += f" ({stopping:,} had started: their workers are asked to stop)"
         if skipped:
             line += f"; skipped {skipped:,} that moved on meanwhile"
+        if refused:
+            line += f"; refused {len(refused):,} (the first: {refused[0]})"
         print(line)
     return OK
 

@@ -144,6 +144,7 @@ def print_stats(stats: StoreStatistics, retention: str | None = None) -> None:
     print_pairs([
         ("pending", f"{stats.pending}" + (f"  ({by_queue})" if by_queue else "")),
         ("scheduled", stats.scheduled),
+        ("deferred", stats.deferred or None),  # shown once a job waits for others
         ("active", stats.active),
         ("fulfilled", stats.fulfilled),
         ("failed", stats.failed),

@@ -35,11 +35,12 @@ QUEUE_WINDOW = "5m"  # the per-queue rate columns
 DEFAULT_INTERVAL = 2.0  # --watch's seconds between snapshots
 
 STATUS_HELP = """\
-Per queue: PEND(ing), SCHED(uled), ACT(ive) jobs, and the jobs fulfilled (OK) and failed (FAIL)
-per minute over the last 5 minutes; above them, the store's totals per state, the oldest pending
-job's age, paused queues, the live workers, and fulfilled/failed per minute over the last 1, 5 and
-15 minutes (counted from the finished jobs, at most {cap:,} per state: a rate shown with + is at
-least that; ? for a queue none of whose jobs was among those read). The text fits the terminal's width.
+Per queue: PEND(ing), SCHED(uled), DEFER(red: shown once a job waits for others), ACT(ive) jobs, and
+the jobs fulfilled (OK) and failed (FAIL) per minute over the last 5 minutes; above them, the
+store's totals per state, the oldest pending job's age, paused queues, the live workers, and
+fulfilled/failed per minute over the last 1, 5 and 15 minutes (counted from the finished jobs, at
+most {cap:,} per state: a rate shown with + is at least that; ? for a queue none of whose jobs was
+among those read). The text fits the terminal's width.
 
 --watch redraws in place on a terminal (like `rq info --interval`); piped, it prints one snapshot
 per interval, separated by a blank line (with --json: one JSON line per snapshot). Ctrl-C stops
@@ -123,6 +124,7 @@ def snapshot(store: JobStore) -> dict[str, Any]:
         "capped_windows": cut,
         "walk_cap": WALK_CAP,
         "queues": {q: {"pending": c["pending"], "scheduled": per_queue(c, "scheduled"),
+                       "deferred": stats.by_queue.get(q, {}).get("deferred", 0),
                        "active": per_queue(c, "active"),
                        f"fulfilled_per_minute_{QUEUE_WINDOW}": per_queue(c, "fulfilled", per_minute=True),
                        f"failed_per_minute_{QUEUE_WINDOW}": per_queue(c, "failed", per_minute=True),
@@ -164,14 +166,17 @@ def render(doc: dict[str, Any], room: int, height: int | None = None) -> list[st
                      "? unknown)")
     if doc["queues"]:
         lines.append("")
+        deferring = any(c["deferred"] for c in doc["queues"].values())  # a column only when in use
         rows = [[q, f"{c['pending']:,}", _count(c["scheduled"], "scheduled" in capped),
-                 _count(c["active"], "active" in capped),
+                 *([f"{c['deferred']:,}"] if deferring else []), _count(c["active"], "active" in capped),
                  _rate(c[f"fulfilled_per_minute_{QUEUE_WINDOW}"], QUEUE_WINDOW in cut.get("fulfilled", ())),
                  _rate(c[f"failed_per_minute_{QUEUE_WINDOW}"], QUEUE_WINDOW in cut.get("failed", ())),
                  "paused" if c["paused"] else ""]
                 for q, c in doc["queues"].items()]
         columns = [screen.Column("QUEUE", shrink_to=6), screen.Column("PEND", right=True),
-                   screen.Column("SCHED", right=True, drop=3), screen.Column("ACT", right=True),
+                   screen.Column("SCHED", right=True, drop=3),
+                   *([screen.Column("DEFER", right=True, drop=4)] if deferring else []),
+                   screen.Column("ACT", right=True),
                    screen.Column(f"OK/{QUEUE_WINDOW}", right=True, drop=2),
                    screen.Column(f"FAIL/{QUEUE_WINDOW}", right=True, drop=1), screen.Column("")]
         queue_lines = screen.table(columns, rows, room)  # the header, then one line per queue
