@@ -291,3 +291,12 @@ def test_a_group_is_made_all_or_none_and_read_back(api: CheckedClient, store: Jo
     again = api.get(f"/api/groups/{group['id']}").json()
     assert again["id"] == group["id"] and [j["id"] for j in again["jobs"]] == [j["id"] for j in group["jobs"]]
     assert api.get("/api/groups/nope").status_code == 404
+
+
+def test_the_overview_shows_a_deferred_column_once_a_job_waits_for_another(api: CheckedClient,
+                                                                          store: JobStore) -> None:
+    parent = store.create(1, queue="a")
+    assert "Deferred</th>" not in api.client.get("/partials/overview").text
+    store.create(2, queue="a", after=[parent.id])
+    page = api.client.get("/partials/overview").text
+    assert "Deferred</th>" in page and 'state=deferred">1</a>' in page
