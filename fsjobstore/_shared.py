@@ -84,6 +84,7 @@ class Core:
         self.tree = Tree(layout, durable=settings.durable, record_cap=record_cap, perms=perms,
                          bell=self.doorbell.ring)
         self.tree.default_retain = default_retain  # for jobs whose record does not say (format 2)
+        self.tree.lagging = not settings.lock_takeover  # a network filesystem, unless told otherwise
         # The jobs waiting for others (_deps.Deps, made by JobStore once the calls it needs
         # exist): resolved when a job becomes final or is removed, and swept by recovery.
         self.deps: Dependents = _NoDependents()

@@ -60,16 +60,14 @@ class Location:
 class Tree:
     def __init__(self, layout: Layout, *, durable: bool, record_cap: int,
                  perms: fs.Perms = fs.PRIVATE, bell: Callable[[str], None]) -> None:
-        self.layout = layout
-        self.durable = durable
-        self.record_cap = record_cap
-        self.perms = perms
+        self.layout, self.durable, self.record_cap, self.perms = layout, durable, record_cap, perms
         # Seconds a job is kept once final when its record does not say (a format-2 job, or a
         # store whose default the caller has not set yet): the store's recorded default.
         self.default_retain = DEFAULT_RETAIN
         # Rung after a job becomes due ("work") or final ("done"): the doorbell's ring, passed
         # in by whoever makes the tree (JobStore), so no other host's waiter sleeps past it.
         self.bell = bell
+        self.lagging = False  # reads may lag behind another host's writes (network fs): set by Core
 
     # -- writing, with this store's durability and permissions --------------------------------
     def write_new(self, path: str, data: bytes) -> None:
@@ -90,12 +88,16 @@ class Tree:
         return self.read_parsed(path).record
 
     def read_job(self, loc: Location) -> Record:
-        """The record of the job at ``loc``. A file in a final state that holds no result (no
-        result line, and a record that was not written final: nobody's commit, or no finish
-        time, as after a retry) lost that line to a power cut: it raises LostJobData."""
+        """The record of the job at ``loc``. A file in a final state that holds no result (no result
+        line, and a record not written final) lost that line to a power cut: LostJobData."""
         parsed = self.read_parsed(loc.path)
-        record = parsed.record
-        if loc.state.is_final and parsed.final is None and (record.committed_by is None or record.finished_at is None):
+        # On a network filesystem another host's result line (appended in place) can read cut
+        # off until the cached size expires (GlusterFS: 1 s; tests/distfs saw it): read again.
+        for pause in (0.05, 0.2, 0.5, 1.0) if self.lagging and _no_result(loc, parsed) else ():
+            time.sleep(pause)
+            if not _no_result(loc, parsed := self.read_parsed(loc.path)):
+                break
+        if _no_result(loc, parsed):
             raise LostJobData(f"is in {loc.state.value}/ but holds no result: {LOST_DATA}")
         return parsed.record
 
@@ -509,3 +511,8 @@ class Tree:
     def quarantine(self, path: str, reason: str) -> bool:
         """Move ``path`` aside with a reason file; False if it was already gone."""
         return move_aside(self.layout, self.perms.file_mode, path, reason)
+
+
+def _no_result(loc: Location, parsed: Parsed) -> bool:
+    record = parsed.record
+    return loc.state.is_final and parsed.final is None and (record.committed_by is None or record.finished_at is None)
