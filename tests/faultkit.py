@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,15 +35,21 @@ CRASH_EXIT = 77
 
 
 class CountingHook:
-    """Counts calls; at call number ``at`` (1-based) runs ``action`` (raise, or die)."""
+    """Counts the calls of the thread that made it; at call number ``at`` (1-based) runs
+    ``action`` (raise, or die). Only that thread's: the store's background threads (heartbeat,
+    recovery, the counters' flush) make calls of their own at moments no run repeats, and a CI
+    run had its fault land in one of those, so that "call 11" of an operation was another's."""
 
     def __init__(self, at: int = 0, action: Callable[[str, tuple[Any, ...]], None] | None = None) -> None:
         self.at = at
         self.action = action
         self.calls = 0
         self.fired: str | None = None
+        self.thread = threading.get_ident()
 
     def before(self, op: str, args: tuple[Any, ...]) -> None:
+        if threading.get_ident() != self.thread:
+            return
         self.calls += 1
         if self.calls == self.at and self.action is not None:
             self.fired = op
