@@ -37,8 +37,7 @@ CRASH_EXIT = 77
 class CountingHook:
     """Counts the calls of the thread that made it; at call number ``at`` (1-based) runs
     ``action`` (raise, or die). Only that thread's: the store's background threads (heartbeat,
-    recovery, the counters' flush) make calls of their own at moments no run repeats, and a CI
-    run had its fault land in one of those, so that "call 11" of an operation was another's."""
+    recovery, the counters' flush) make calls of their own at moments no run repeats."""
 
     def __init__(self, at: int = 0, action: Callable[[str, tuple[Any, ...]], None] | None = None) -> None:
         self.at = at

@@ -28,6 +28,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("glusterfs-bed"))
 
 
+@pytest.fixture(autouse=True)
+def _renameat2_as_it_was() -> Iterator[None]:
+    """A store on the volume turns off RENAME_NOREPLACE for its whole process (GlusterFS answers
+    EINVAL; _syscalls.rename_noreplace then links and unlinks): give later tests of this xdist
+    process back the local filesystems' renameat2. Without this, the fault tests that ran after
+    an in-process store on the volume counted a link and an unlink where they expect one rename
+    (5 failures in a CI run, 2026-11-27)."""
+    from fsjobstore import _syscalls
+
+    saved = _syscalls._renameat2
+    yield
+    _syscalls._renameat2 = saved
+
+
 @pytest.fixture(scope="session")
 def gluster_bed() -> Iterator[gluster.GlusterBed]:
     """glusterd and the volume, started once per session, with two DEFAULT mounts named "a" and "b"."""
