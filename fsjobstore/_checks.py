@@ -113,18 +113,6 @@ def due_time(now: float, delay: float | timedelta | None, run_at: float | dateti
     return None
 
 
-MAX_KEY = 512  # characters of a unique key
-
-
-def check_key(key: object, what: str = "unique_key") -> str:
-    """A unique key (``create(unique_key=)``): a printable string of 1 to MAX_KEY characters."""
-    if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY or not key.isprintable():
-        long = isinstance(key, str) and len(key) > 60
-        shown = f"{key[:40]!r}... ({len(key):,} characters)" if long else repr(key)  # type: ignore[index,arg-type]
-        raise InvalidRequest(f"{what} must be a printable string of 1 to {MAX_KEY} characters, got {shown}")
-    return key
-
-
 def check_timeout(value: Any, what: str) -> float | None:
     """A per-attempt time limit: None, or a positive number of seconds (a timedelta too)."""
     if value is None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._checks import check_key, check_timeout, due_time, integer, retain_seconds
+from ._checks import check_timeout, due_time, integer, retain_seconds
 from ._codec import canonical, check_job_id, check_queue_name
 from ._deps import check_after, link_parents, recheck
 from ._deps import destination as deps_destination
@@ -30,6 +30,7 @@ from ._job import Job
 from ._layout import GENERATED_ID_RE, MAX_PRIORITY, MIN_PRIORITY, generated_id
 from ._records import Record
 from ._shared import Core
+from ._unique import check_key
 from ._unique import release as give_back_key
 from ._unique import take as take_key
 

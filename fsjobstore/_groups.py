@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import MAX_ID_LENGTH, check_job_id, check_name, dumps
-from ._create import publish_new
 from ._errors import InvalidJobId, InvalidRequest, JobExists, JobNotFound, StorageError
 from ._job import Job
 from ._layout import generated_id
@@ -68,18 +67,9 @@ def _marker(core: Core, gid: str) -> str:
     return f"{core.layout.groups}/.{gid}.{core.owner_id()}.open"
 
 
-def publish_member(core: Core, record: Record) -> bool:
-    """Publish one member as a create with a chosen id: its ``ids/`` reservation makes it
-    published once. False if it was already (by its maker, or a recoverer finishing the group)."""
-    try:
-        publish_new(core, record, explicit=True)
-    except JobExists:
-        return False
-    return True
-
-
-def make(core: Core, gid: str, records: list[Record]) -> None:
-    """Steps 2-5 of the module docstring."""
+def make(core: Core, gid: str, records: list[Record], publish: Callable[[Record], object]) -> None:
+    """Steps 2-5 of the module docstring; ``publish(record)`` publishes one member (idempotent:
+    a member already published is passed over)."""
     tree, lay = core.tree, core.layout
     marker = _marker(core, gid)
     try:
@@ -102,7 +92,7 @@ def make(core: Core, gid: str, records: list[Record]) -> None:
         fs.unlink_quietly(marker)
         raise
     for record in records:  # the group exists: from here on, a failure is finished by recovery
-        publish_member(core, record)
+        publish(record)
     fs.unlink_quietly(marker)
 
 
@@ -126,7 +116,7 @@ def read(core: Core, gid: str) -> list[Record]:
     return records
 
 
-def sweep(core: Core, gone: Callable[[str], bool]) -> int:
+def sweep(core: Core, publish: Callable[[Record], object], gone: Callable[[str], bool]) -> int:
     """Finish the groups whose makers died after their manifest (recovery); remove the markers
     of those that died before it. How many members were published."""
     lay = core.layout
@@ -145,7 +135,10 @@ def sweep(core: Core, gone: Callable[[str], bool]) -> int:
         for record in records:
             if core.tree.locate(record.id) is None:
                 try:
-                    published += publish_member(core, record)
+                    publish(record)
+                    published += 1
+                except JobExists:
+                    pass
                 except StorageError as exc:
                     log.warning("group %s: member %s could not be published now: %s", gid, record.id, exc)
                     break

@@ -149,7 +149,7 @@ def _key(core: Core, record: Record, phase: str, now: JobState) -> str:
     if phase == "pending":
         return pending_name(record.priority, record.seq, record.id)
     if phase == "deferred":
-        return os.path.basename(core.layout.deferred_path(record.seq, record.queue, record.id))
+        return f"{record.seq}.{record.queue}.{record.id}.json"
     if phase == "scheduled":
         # A job that was never scheduled has no due time: it sorts before every scheduled one.
         return (f"{due_field(record.not_before or 0.0)}.{record.queue}.{prio_field(record.priority)}."
@@ -291,11 +291,11 @@ def _final(core: Core, states: frozenset[JobState], queue: str | None, after: ob
     cursor's finished-index entry name (its record's, :func:`_key`)."""
     lay = core.layout
     below = after if isinstance(after, str) else None
-    top = None if below is None else bucket_field(int(below[:17]))  # the cursor's bucket (its <FIN>)
+    top = None if below is None else below[:17]
     buckets = sorted((b for b in fs.scan_names(lay.finished) if BUCKET_RE.match(b)), reverse=True)
     wanted = {s.value for s in states}
     for bucket in buckets:
-        if top is not None and bucket > top:
+        if top is not None and bucket > bucket_field(int(top)):
             continue
         names = core.finished_lists.get(lay.finished_bucket(bucket))
         i = len(names) if below is None else bisect.bisect_left(names, below)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ._checks import MAX_ATTEMPT_ERRORS, attempt_error_text, check_key, error_text, integer, number, retry_delay
+from ._checks import MAX_ATTEMPT_ERRORS, attempt_error_text, error_text, integer, number, retry_delay
 from ._codec import check_job_id, check_queue_name, dumps, encode_value, loads
 from ._job import AttemptError, Job, JobState
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
@@ -167,7 +167,7 @@ class Record:
                 history=_history(doc.get("history")),
                 attempt_errors=_attempt_errors(doc.get("attempt_errors")),
                 retain=_retain(doc),
-                unique_key=None if doc.get("unique_key") is None else check_key(doc["unique_key"]),
+                unique_key=_opt_key(doc.get("unique_key"), "unique_key"),
                 after=_after(doc.get("after")),
                 on_parent_failure=_on_parent_failure(doc.get("on_parent_failure")),
                 group=None if doc.get("group") is None else check_job_id(doc["group"]),
@@ -311,6 +311,14 @@ def _retain(doc: dict[str, Any]) -> float | None:
         return None  # format 2: the store's default applies
     v = doc["retain"]
     return FOREVER if v is None else number(v, "retain (seconds, or null)", at_least=0, below=1e11, error=ValueError)
+
+
+def _opt_key(v: Any, name: str) -> str | None:
+    if v is None:
+        return None
+    if not isinstance(v, str) or not 0 < len(v) <= 512 or not v.isprintable():
+        raise ValueError(f"{name} must be a printable string of 1 to 512 characters")
+    return v
 
 
 def _after(v: Any) -> tuple[str, ...]:

@@ -25,7 +25,9 @@ from . import _fsops as fs
 from . import _registry as registry
 from . import _syscalls as sc
 from ._control import Control
+from ._create import publish_new
 from ._deep import deep_pass
+from ._errors import JobExists
 from ._groups import sweep as groups_sweep
 from ._layout import (
     ACTIVE_RE,
@@ -39,6 +41,7 @@ from ._layout import (
 )
 from ._liveness import NotifyLock, break_if_expired
 from ._notify import Notifier
+from ._records import Record
 from ._removal import finish_gone, finish_unfinished
 from ._shared import Core
 from ._takeover import quarantine_job, take_over
@@ -109,7 +112,8 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     counts["workers_removed"] += registry.sweep(core, me)
     _sweep_targets(core, notifier, counts)
     _sweep_cancels(core, control)
-    counts["creates_finished"] += groups_sweep(core, lambda owner: owner != me and _gone(core, owner))
+    counts["creates_finished"] += groups_sweep(core, lambda record: _publish_member(core, record),
+                                               lambda owner: owner != me and _gone(core, owner))
     counts["children_resolved"] += core.deps.sweep(deep=deep is not False)
     return RecoveryReport(**counts, lost_ids=tuple(counts.lost_ids))
 
@@ -127,6 +131,13 @@ def boot_pass(core: Core, stop: Callable[[], bool]) -> int:
     except Exception:
         log.exception("the pass looking for job files a power cut emptied failed; the next process makes it")
     return counts["lost_to_power_loss"]
+
+
+def _publish_member(core: Core, record: Record) -> None:
+    """A member of a group whose maker died after its manifest (``_groups``): published as its
+    maker would have, once."""
+    with contextlib.suppress(JobExists):
+        publish_new(core, record, explicit=True)
 
 
 def _gone(core: Core, owner: str) -> bool:

@@ -4,14 +4,15 @@ inherits it): groups made all or none (``_groups``), and waiting for them. Uniqu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _groups
-from ._create import new_record
-from ._errors import InvalidRequest, JobNotFound, WaitTimeout
+from ._create import new_record, publish_new
+from ._errors import InvalidRequest, JobExists, JobNotFound, WaitTimeout
 from ._groups import Group
 from ._job import Job
 from ._records import Record
@@ -61,7 +62,7 @@ class Relations:
             for parent in record.after:
                 if parent not in inside and core.tree.locate(parent) is None:
                     raise JobNotFound(f"jobs[{i}]: after names no job {parent!r} in {core.layout.root}")
-        _groups.make(core, gid, records)
+        _groups.make(core, gid, records, self._publish_member)
         for record in records:
             self._count_created(record.queue)
         return self.get_group(gid)
@@ -98,6 +99,11 @@ class Relations:
             return earlier[parent].id
         return parent
 
+    def _publish_member(self, record: Record) -> None:
+        # Reserved as a chosen id is, so a member is published once; JobExists: published
+        # already (a recoverer finishing the group while we were slow).
+        with contextlib.suppress(JobExists):
+            publish_new(self._core, record, explicit=True)
 
     def get_group(self, group_id: str) -> Group:
         """A group's members, as they are now (:class:`JobNotFound` for an unknown group; a

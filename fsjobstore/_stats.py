@@ -305,12 +305,11 @@ def statistics(core: Core, control: Control, counts: DirCounts, active_queue: Ca
         m = SCHEDULED_RE.match(name)
         if m:
             add(m["queue"], "scheduled")
-    deferred = 0
-    for name in fs.scan_names(lay.deferred):
+    deferred = fs.scan_names(lay.deferred)
+    for name in deferred:
         d = DEFERRED_RE.match(name)
         if d:
             add(d["queue"], "deferred")
-            deferred += 1
     active = fs.scan_names(lay.active)
     for name in active:
         of = active_queue(name)
@@ -342,5 +341,5 @@ def statistics(core: Core, control: Control, counts: DirCounts, active_queue: Ca
         watching=bool(waker and waker.watching),
         by_queue=by_queue,
         oldest_pending_by_queue=oldest,
-        deferred=deferred,
+        deferred=sum(1 for n in deferred if DEFERRED_RE.match(n)),
     )

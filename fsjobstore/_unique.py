@@ -24,12 +24,23 @@ import stat
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._errors import InvalidState, StorageError
+from ._errors import InvalidRequest, InvalidState, StorageError
 from ._job import Job, JobState
 from ._records import Record
 from ._shared import Core
 
 log = logging.getLogger("fsjobstore")
+
+MAX_KEY = 512  # characters
+
+
+def check_key(key: object, what: str = "unique_key") -> str:
+    if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY or not key.isprintable():
+        long = isinstance(key, str) and len(key) > 60
+        shown = f"{key[:40]!r}... ({len(key):,} characters)" if long else repr(key)  # type: ignore[index,arg-type]
+        raise InvalidRequest(f"{what} must be a printable string of 1 to {MAX_KEY} characters, got {shown}")
+    return key
+
 
 def key_name(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
