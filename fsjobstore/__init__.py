@@ -75,6 +75,7 @@ from ._groups import Group
 from ._job import AttemptError, Job, JobState, LogLine, Progress
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
 from ._leases import NotificationLease, WorkLease
+from ._limits import Limit
 from ._recovery import RecoveryReport
 from ._registry import WorkerInfo
 from ._stats import StoreStatistics
@@ -113,6 +114,7 @@ __all__ = [
     "AttemptError",
     "FORMAT_VERSION",
     "Group",
+    "Limit",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "CorruptJob",

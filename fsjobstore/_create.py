@@ -41,7 +41,8 @@ def new_record(core: Core, request: Any, *, queue: str, priority: int, max_attem
                timeout: float | None, retain: float | timedelta | str | None, default_timeout: float | None,
                default_retain: float, delay: float | timedelta | None = None,
                run_at: float | datetime | None = None, unique_key: str | None = None,
-               after: Sequence[str] | None = None, on_parent_failure: str = "cancel") -> Record:
+               after: Sequence[str] | None = None, on_parent_failure: str = "cancel",
+               concurrency_key: str | None = None) -> Record:
     """The record of a new job, every argument checked (``JobStore.create`` documents them):
     bad input raises here, before anything is written."""
     settings = core.settings
@@ -58,12 +59,13 @@ def new_record(core: Core, request: Any, *, queue: str, priority: int, max_attem
     limit = default_timeout if timeout is None else check_timeout(timeout, "timeout")
     kept = retain_seconds(retain)
     key = None if unique_key is None else check_key(unique_key)
+    limited = None if concurrency_key is None else check_key(concurrency_key, "concurrency_key")
     parents, if_failed = check_after(after, on_parent_failure)
     now = core.wall()
     return Record(id=job_id, queue=queue, priority=priority, request=request, created_at=now, seq=seq,
                   max_attempts=attempts_cap, not_before=due_time(now, delay, run_at), timeout=limit,
                   retain=default_retain if kept is None else kept, request_json=request_bytes, unique_key=key,
-                  after=parents, on_parent_failure=if_failed)
+                  after=parents, on_parent_failure=if_failed, concurrency_key=limited)
 
 
 def publish_new(core: Core, record: Record, *, explicit: bool, still_due: Callable[[], bool] | None = None

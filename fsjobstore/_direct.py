@@ -19,7 +19,7 @@ from ._control import Control
 from ._deps import link_parents, parent_states, recheck
 from ._errors import CorruptJob, InvalidState, JobNotFound, JobStoreError, StorageError
 from ._job import Job, JobState
-from ._layout import DEFERRED_RE, PENDING_BUCKET_RE, SCHEDULED_RE, token_owner
+from ._layout import DEFERRED_RE, PENDING_BUCKET_RE, SCHEDULED_RE, WAITING_RE, token_owner
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record
 from ._recovery import new_counts
@@ -251,6 +251,9 @@ def _queue_of(loc: Location) -> str:
         d = DEFERRED_RE.match(os.path.basename(loc.path))
         assert d is not None
         return d["queue"]
+    w = WAITING_RE.match(os.path.basename(loc.path))  # no other state's names have its shape
+    if w is not None:
+        return w["queue"]  # pending, parked by a limit (_gate)
     if loc.state is JobState.PENDING:
         parent = os.path.dirname(loc.path)  # <queue>/<bucket>, or <queue> for a flat job (_buckets)
         if PENDING_BUCKET_RE.match(os.path.basename(parent)):

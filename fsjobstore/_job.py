@@ -107,6 +107,7 @@ class Job:
     after: tuple[str, ...] = field(default=())  # create(after=...): the jobs it waits for
     on_parent_failure: str = "cancel"  # ... and whether it is cancelled or runs when one fails
     group: str | None = None  # create_group: the group it was made in
+    concurrency_key: str | None = None  # create(concurrency_key=...): at most its limit of these run at once
 
     def result(self) -> Any:
         """The value of a fulfilled job; raises :class:`JobFailed` (with the error) for a failed

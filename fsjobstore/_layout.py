@@ -35,6 +35,11 @@ ACTIVE_RE = re.compile(rf"(?P<id>{_ID})\.(?P<token>{_TOKEN})\.(?P<kind>json|comm
 FINAL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
 # A job waiting for its parents (create(after=...)): jobs/deferred/<SEQ>.<queue>.<id>.json.
 DEFERRED_RE = re.compile(rf"(?P<seq>\d{{20}})\.(?P<queue>{_Q})\.(?P<id>{_ID})\.json\Z")
+# A job waiting for a slot or a start of its limit (_gate): jobs/waiting/<H>.<P>.<SEQ>.<queue>.<id>.json.
+WAITING_RE = re.compile(
+    rf"(?P<limit>[0-9a-f]{{16}})\.(?P<prio>\d{{7}})\.(?P<seq>\d{{20}})\.(?P<queue>{_Q})\.(?P<id>{_ID})\.json\Z"
+)
+LIMIT_RE = re.compile(r"(?P<limit>[0-9a-f]{16})\.json\Z")  # control/limits/<H>.json
 DEP_RE = re.compile(rf"(?P<id>{_ID})\Z")  # deps/<parent>/<child>, and deps/<parent> itself
 DEADLINE_RE = re.compile(rf"(?P<due>\d{{17}})\.(?P<id>{_ID})\.(?P<token>{_TOKEN})\Z")
 CANCEL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
@@ -69,6 +74,7 @@ class Layout:
     pending: str = field(init=False)
     scheduled: str = field(init=False)
     deferred: str = field(init=False)  # jobs waiting for their parents (made when first used; _deps)
+    waiting: str = field(init=False)  # jobs waiting for a slot or a start of a limit (made when first used; _gate)
     active: str = field(init=False)
     fulfilled: str = field(init=False)
     failed: str = field(init=False)
@@ -81,6 +87,7 @@ class Layout:
     cancels: str = field(init=False)
     schedules: str = field(init=False)  # periodic schedules and their ticks (made when first used)
     metrics: str = field(init=False)  # counters every process adds to (made when first used; _counters)
+    limit_decls: str = field(init=False)  # control/limits/<H>.json: declared limits (made when first used)
     deadlines: str = field(init=False)
     runs: str = field(init=False)  # progress and logs of each claim
     workers: str = field(init=False)
@@ -89,6 +96,7 @@ class Layout:
     unique: str = field(init=False)  # unique keys' entries (made when first used; _unique)
     deps: str = field(init=False)  # deps/<parent>/<child>: who waits for whom (made when first used; _deps)
     groups: str = field(init=False)  # groups/<gid>.json: the jobs made together (made when first used; _groups)
+    limits: str = field(init=False)  # limits/<H>/: a limit's slots and start tickets (made when first used; _gate)
     tmp: str = field(init=False)
     quarantine: str = field(init=False)
     finished: str = field(init=False)  # the finished index (retention and listings walk it)
@@ -99,16 +107,18 @@ class Layout:
 
         put("marker", os.path.join(self.root, MARKER))
         put("jobs", os.path.join(self.root, "jobs"))
-        for sub in ("pending", "scheduled", "deferred", "active", "fulfilled", "failed", "cancelled", "notify"):
+        for sub in ("pending", "scheduled", "deferred", "waiting", "active", "fulfilled", "failed", "cancelled",
+                    "notify"):
             put(sub, os.path.join(self.jobs, sub))
-        for sub in ("targets", "control", "runs", "workers", "leases", "ids", "unique", "deps", "groups", "tmp",
-                    "quarantine", "finished"):
+        for sub in ("targets", "control", "runs", "workers", "leases", "ids", "unique", "deps", "groups", "limits",
+                    "tmp", "quarantine", "finished"):
             put(sub, os.path.join(self.root, sub))
         for sub in ("paused", "deadlines", "doorbell"):
             put(sub, os.path.join(self.control, sub))
         put("cancels", os.path.join(self.control, "cancel"))
         put("schedules", os.path.join(self.control, "schedules"))
         put("metrics", os.path.join(self.control, "metrics"))
+        put("limit_decls", os.path.join(self.control, "limits"))
 
     def all_dirs(self) -> tuple[str, ...]:
         """Every directory of the skeleton, parents first."""
@@ -140,6 +150,15 @@ class Layout:
 
     def deferred_path(self, seq: str, queue: str, job_id: str) -> str:
         return f"{self.deferred}/{seq}.{queue}.{job_id}.json"
+
+    def waiting_path(self, limit: str, priority: int, seq: str, queue: str, job_id: str) -> str:
+        return f"{self.waiting}/{limit}.{prio_field(priority)}.{seq}.{queue}.{job_id}.json"
+
+    def limit_dir(self, limit: str) -> str:
+        return f"{self.limits}/{limit}"
+
+    def limit_decl(self, limit: str) -> str:
+        return f"{self.limit_decls}/{limit}.json"
 
     def dep_dir(self, parent: str) -> str:
         return f"{self.deps}/{parent}"

@@ -31,7 +31,6 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 from . import _buckets
 from . import _fsops as fs
@@ -47,6 +46,7 @@ from ._layout import (
     PENDING_RE,
     QUEUE_RE,
     SCHEDULED_RE,
+    WAITING_RE,
     bucket_field,
     due_field,
     micros,
@@ -58,7 +58,6 @@ from ._retention import STALE_AFTER, later_life
 from ._shared import Core
 from ._tree import Location
 
-_T = TypeVar("_T")
 log = logging.getLogger("fsjobstore")
 
 MAX_LIMIT = 10_000
@@ -240,9 +239,23 @@ def _drain(names: list[str]) -> Iterator[str]:
         yield heapq.heappop(names)
 
 
-def _tagged(items: Iterator[_T], queue: str) -> Iterator[tuple[_T, str]]:
-    for item in items:
-        yield item, queue
+def _in_queue(qdir: str, queue: str, low: str) -> Iterator[tuple[str, str, str]]:
+    """``(name, path, queue)`` of a queue's pending jobs in run order, from the name ``low`` on."""
+    for bucket, name in _buckets.walk(qdir, low):
+        yield name, f"{qdir}/{bucket}/{name}", queue
+
+
+def _parked(core: Core, queue: str | None, low: str) -> Iterator[tuple[str, str, str]]:
+    """The same of the pending jobs a limit parked in ``jobs/waiting/`` (``_gate``): ``name`` is
+    the name each has in its queue, so they sort among the others as they will run."""
+    found = []
+    for entry in fs.scan_names(core.layout.waiting):
+        w = WAITING_RE.match(entry)
+        if w is not None and (queue is None or w["queue"] == queue):
+            name = f"{w['prio']}.{w['seq']}.{w['id']}.json"
+            if name > low:
+                found.append((name, f"{core.layout.waiting}/{entry}", w["queue"]))
+    return iter(sorted(found))
 
 
 def _pending(core: Core, queue: str | None, after: object) -> Iterator[Job]:
@@ -250,16 +263,14 @@ def _pending(core: Core, queue: str | None, after: object) -> Iterator[Job]:
     # Names of jobs sort from "0"; dot names (a writer's temp file) sort before them.
     low = "0" if after is None else str(after)
     queues = [queue] if queue is not None else [q for q in fs.scan_names(lay.pending) if QUEUE_RE.match(q)]
-    streams = []
-    for q in queues:
-        # One bucket at a time (_buckets.walk), as the caller reads on: a page of a deep queue
-        # reads the names of the buckets it returns from, not the whole backlog.
-        streams.append(_tagged(_buckets.walk(lay.pending_dir(q), low), q))
-    for (bucket, name), q in heapq.merge(*streams, key=lambda item: item[0][1]):
+    # One bucket at a time (_buckets.walk), as the caller reads on: a page of a deep queue
+    # reads the names of the buckets it returns from, not the whole backlog.
+    streams = [_in_queue(lay.pending_dir(q), q, low) for q in queues]
+    for name, path, q in heapq.merge(*streams, _parked(core, queue, low)):
         m = PENDING_RE.match(name)
         if not m:
             continue
-        record = _read(core, Location(JobState.PENDING, f"{lay.pending_dir(q)}/{bucket}/{name}"), m["id"])
+        record = _read(core, Location(JobState.PENDING, path), m["id"])
         if record is not None and record.queue == q:
             yield record.snapshot(JobState.PENDING)
 

@@ -334,6 +334,15 @@ class Pending:
         if index is not None:
             index.add(pending_rel(record.priority, record.seq, record.id))
 
+    def note_name(self, queue: str, rel: str) -> None:
+        """We just put ``<bucket>/<name>`` back into ``queue`` (a promotion from a limit's line)."""
+        with self._mutex:
+            index = self._indexes.get(queue)
+            if index is None:
+                self._queues_listed_at = float("-inf")
+        if index is not None:
+            index.add(rel)
+
     def note_due(self, due: float) -> None:
         """Something becomes due at ``due``: make sure pullers look (and wake) by then."""
         with self._sched_mutex:

@@ -30,7 +30,17 @@ from ._checks import integer, seconds
 from ._codec import check_queue_name, dumps
 from ._errors import InvalidRequest
 from ._job import JobState
-from ._layout import BUCKET_RE, BUCKET_US, DEFERRED_RE, FINISHED_RE, PENDING_RE, QUEUE_RE, SCHEDULED_RE, micros
+from ._layout import (
+    BUCKET_RE,
+    BUCKET_US,
+    DEFERRED_RE,
+    FINISHED_RE,
+    PENDING_RE,
+    QUEUE_RE,
+    SCHEDULED_RE,
+    WAITING_RE,
+    micros,
+)
 from ._listing import check_states
 from ._records import Record
 from ._removal import notification_due, remove_job
@@ -180,6 +190,7 @@ def _pending(core: Core, sel: Selection) -> Iterator[_Candidate]:
                 yield _Candidate(f"{qdir}/{bucket}/{name}", m["id"], JobState.PENDING)
         if last is not None:
             _drop_if_emptied(qdir, last)
+    yield from _flat(lay.waiting, WAITING_RE, JobState.PENDING, sel)  # parked by a limit (_gate)
 
 
 def _drop_if_emptied(qdir: str, bucket: str) -> None:

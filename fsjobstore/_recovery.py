@@ -75,6 +75,7 @@ class RecoveryReport:
     removed: int = 0  # jobs removed: retention's, and removals others began and did not finish
     indexed: int = 0  # final jobs given their missing finished-index entry (explicit recover() only)
     children_resolved: int = 0  # jobs waiting for parents that had ended: promoted or cancelled (_deps)
+    waiting_promoted: int = 0  # jobs parked by a limit moved back to their queue, room having freed (_gate)
 
 
 class Counts(dict[str, int]):
@@ -115,6 +116,7 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     counts["creates_finished"] += groups_sweep(core, lambda record: _publish_member(core, record),
                                                lambda owner: owner != me and _gone(core, owner))
     counts["children_resolved"] += core.deps.sweep(deep=deep is not False)
+    counts["waiting_promoted"] += core.sweep_waiting()
     return RecoveryReport(**counts, lost_ids=tuple(counts.lost_ids))
 
 

@@ -1,6 +1,7 @@
 """The store's side of jobs that know about each other, a part of :class:`JobStore` (which
-inherits it): groups made all or none (``_groups``), and waiting for them. Unique keys and
-``after=`` are ``create``'s options (``_unique``, ``_deps``)."""
+inherits it): groups made all or none (``_groups``), and waiting for them; the limits jobs run
+under (``_limits``, ``_gate``). Unique keys, ``after=`` and ``concurrency_key=`` are ``create``'s
+options (``_unique``, ``_deps``, ``_gate``)."""
 
 from __future__ import annotations
 
@@ -10,23 +11,27 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import _fsops as fs
 from . import _groups
+from . import _limits as lim
 from ._create import new_record, publish_new
 from ._errors import InvalidRequest, JobExists, JobNotFound, WaitTimeout
 from ._groups import Group
 from ._job import Job
 from ._records import Record
 from ._shared import Core
+from ._work import Work
 
 # What a member of a group may say: create()'s options, less the two that name one job alone.
 _MEMBER_OPTIONS = frozenset({"request", "queue", "priority", "delay", "run_at", "max_attempts", "timeout", "retain",
-                             "after", "on_parent_failure"})
+                             "after", "on_parent_failure", "concurrency_key"})
 
 
 class Relations:
     """What :class:`JobStore` offers for groups (see its docstring for the rest)."""
 
     _core: Core
+    _work: Work
     _retain: float
     default_timeout: float | None
 
@@ -131,3 +136,43 @@ class Relations:
             except WaitTimeout:
                 raise WaitTimeout(f"group {group_id} was not all final after {timeout} s") from None
         return self.get_group(group_id)
+
+    # == limits ===================================================================================
+    def set_limit(self, *, key: str | None = None, queue: str | None = None, concurrency: int | None = None,
+                  rate: tuple[int, float] | str | None = None) -> lim.Limit:
+        """Declare (or replace) the limit of a concurrency key (``key=``: the jobs made with
+        ``concurrency_key=key``) or of a queue (``queue=``), for every process on the directory:
+        at most ``concurrency`` of its jobs run at once, and at most ``rate`` of them start in any
+        period (``(10, 60.0)`` or ``"10/m"``: ten a minute; units s, m, h, d). The others wait, in
+        their order. A key nobody declared runs one job at a time. Takes effect within a second
+        (each process reads declarations at most once a second)."""
+        self._check_open()
+        kind, name = lim.check_target(key, queue)
+        limit = lim.Limit(kind, name, lim.check_concurrency(concurrency), lim.parse_rate(rate))
+        if limit.concurrency is None and limit.rate is None:
+            raise InvalidRequest("give concurrency= or rate= (or both); to remove a limit, use clear_limit()")
+        core = self._core
+        lim.write_declaration(core.layout, limit, token=core.new_token(), durable=core.durable,
+                              perms=core.tree.perms, ensure_dir=core.tree.ensure_dir)
+        self._work.gate.declarations.forget()
+        self._work.gate.limit_changed(limit)
+        return limit
+
+    def clear_limit(self, *, key: str | None = None, queue: str | None = None) -> bool:
+        """Remove a declared limit (a key then runs one job at a time again; a queue, without a
+        limit); False if none was declared."""
+        self._check_open()
+        kind, name = lim.check_target(key, queue)
+        core = self._core
+        limit_id = lim.limit_name(kind, name)
+        found = fs.unlink(core.layout.limit_decl(limit_id))
+        lim.remove_files(core.layout, limit_id)
+        self._work.gate.declarations.forget()
+        self._work.gate.limit_changed(lim.Limit(kind, name, 1 if kind == "key" else None, None))
+        return found
+
+    def limits(self) -> list[lim.Limit]:
+        """Every declared limit, and every concurrency key with jobs waiting for it, with its
+        slots held now (``running``) and the jobs waiting for it (``waiting``)."""
+        self._check_open()
+        return self._work.gate.overview()

@@ -88,6 +88,8 @@ class Core:
         # The jobs waiting for others (_deps.Deps, made by JobStore once the calls it needs
         # exist): resolved when a job becomes final or is removed, and swept by recovery.
         self.deps: Dependents = _NoDependents()
+        # Promotes what waits in jobs/waiting/ (_gate.Gate.sweep, set by Work): every recovery pass.
+        self.sweep_waiting: Callable[[], int] = lambda: 0
         self._reset()
 
     def _reset(self) -> None:
@@ -190,6 +192,12 @@ class Core:
                 self.final_waker = Waker((lay.fulfilled, lay.failed, lay.cancelled), lambda path: None)
                 self.final_waker.start()
             return self.final_waker
+
+    def kick_waker(self) -> None:
+        """Wake this process's waiting pullers (a slot of a limit freed)."""
+        waker = self.waker
+        if waker is not None:
+            waker.kick()
 
     def stop_waker(self) -> None:
         for waker in (self.waker, self.final_waker):

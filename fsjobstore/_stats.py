@@ -37,7 +37,7 @@ from . import _buckets
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._control import Control
-from ._layout import BUCKET_RE, DEFERRED_RE, FINISHED_RE, PENDING_RE, SCHEDULED_RE
+from ._layout import BUCKET_RE, DEFERRED_RE, FINISHED_RE, PENDING_RE, SCHEDULED_RE, WAITING_RE
 from ._pending import ENOUGH
 from ._shared import Core
 
@@ -300,6 +300,11 @@ def statistics(core: Core, control: Control, counts: DirCounts, active_queue: Ca
         add(q, "pending", n)
         if first is not None:
             oldest[q] = max(0.0, now - first / 1e9)
+    for name in fs.scan_names(lay.waiting):  # parked by a limit (_gate): pending, out of their queue
+        w = WAITING_RE.match(name)
+        if w:
+            pending[w["queue"]] = pending.get(w["queue"], 0) + 1
+            add(w["queue"], "pending")
     scheduled = fs.scan_names(lay.scheduled)
     for name in scheduled:
         m = SCHEDULED_RE.match(name)

@@ -238,7 +238,7 @@ class JobStore(Operating, Relations):
                run_at: float | datetime | None = None, max_attempts: int | None = None, job_id: str | None = None,
                timeout: float | None = None, retain: float | timedelta | str | None = None,
                unique_key: str | None = None, after: Sequence[str] | None = None,
-               on_parent_failure: str = "cancel") -> Job:
+               on_parent_failure: str = "cancel", concurrency_key: str | None = None) -> Job:
         """Store a new job and return its snapshot once it is durable.
 
         ``priority``: lower runs sooner (-999,999 .. 999,999); equal priorities run in creation
@@ -256,12 +256,16 @@ class JobStore(Operating, Relations):
         (``deferred`` until they are all final): it runs once they are all fulfilled; if one
         fails, is cancelled or is removed first, it is cancelled saying why, unless
         ``on_parent_failure="run"``. Each must exist (:class:`JobNotFound`).
+        ``concurrency_key``: jobs sharing it run at most the key's limit at once (one, unless
+        :meth:`set_limit` says otherwise), across every process on the directory; the others
+        wait in order, and show as ``pending``.
         """
         self._check_open()
         record = new_record(self._core, request, queue=queue, priority=priority, delay=delay, run_at=run_at,
                             max_attempts=max_attempts, job_id=job_id, timeout=timeout, retain=retain,
                             default_timeout=self.default_timeout, default_retain=self._retain,
-                            unique_key=unique_key, after=after, on_parent_failure=on_parent_failure)
+                            unique_key=unique_key, after=after, on_parent_failure=on_parent_failure,
+                            concurrency_key=concurrency_key)
         made = publish_new(self._core, record, explicit=job_id is not None)
         if isinstance(made, Job):
             return made  # the job that holds the unique key

@@ -249,6 +249,11 @@ def try_lock_shared(fd: int) -> bool:
     return True
 
 
+def wait_lock_shared(fd: int) -> None:
+    """Block until a shared flock is ours (a watcher waiting for a holder to let go)."""
+    _call("flock", fcntl.flock, fd, fcntl.LOCK_SH)
+
+
 def _lock_nb(fd: int) -> bool:
     return lock_descriptor(fd, blocking=False)
 

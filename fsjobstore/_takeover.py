@@ -229,3 +229,33 @@ def quarantine_job(core: Core, path: str, reason: str, exc: Exception, counts: d
         counts["quarantined"] += 1
         if isinstance(exc, LostJobData):
             note_lost(counts, job_id_of(os.path.basename(path)))
+
+
+def publish_found_result(core: Core, notifier: Notifier, active: str, record: Record, state: str) -> None:
+    """A queued file that already ends in a whole result line is a commit whose renames a
+    power cut undid (its claim's rename back into the queue too: nothing fsyncs a claim).
+    The result stands, so it is published, as recovery publishes a dead holder's; running
+    the job again would make a second result for it. Nothing here fails the pull."""
+    tree = core.tree
+    try:
+        tree.publish_found_result(active, record, state)
+    except FileExistsError:
+        # A result exists already: this was a second copy (a restored backup). Kept aside.
+        tree.quarantine(active, f"a second copy of job {record.id}, which is already final")
+        return
+    except FileNotFoundError:
+        return  # RACE: taken over in the instant since our claim; the recoverer finishes it
+    except StorageError as exc:
+        # Not applied: recovery publishes it from active/ once this process is gone, as it
+        # does any claim that ends in a whole result line. Applied: it is in its final
+        # directory, only not known durable.
+        log.warning("job %s was queued with its result already written; publishing it: %s", record.id, exc)
+        if not exc.applied:
+            return
+    else:
+        log.warning("job %s was queued with its %s result already written (a power cut undid the renames of "
+                    "its commit); it is published as %s", record.id, state, state)
+    try:
+        notifier.after_final(record.id)
+    except StorageError as exc:  # every recovery pass restores missing index entries
+        log.warning("job %s is published but its notification was not indexed: %s", record.id, exc)

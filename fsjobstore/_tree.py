@@ -32,6 +32,7 @@ from ._layout import (
     PENDING_RE,
     SCHEDULED_RE,
     SEQ_PER_BUCKET,
+    WAITING_RE,
     Layout,
     bucket_of_name,
     expiry,
@@ -335,13 +336,10 @@ class Tree:
     def locate(self, job_id: str) -> Location | None:
         """Find a job's file. Jobs move while we look, so a miss is retried a few times."""
         for _ in range(3):
-            found = self._locate_once(job_id)
+            found = next(self._locations(job_id), None)
             if found is not None:
                 return found
         return None
-
-    def _locate_once(self, job_id: str) -> Location | None:
-        return next(self._locations(job_id), None)
 
     def _locations(self, job_id: str, *, forward: bool = False, thorough: bool = False) -> Iterator[Location]:
         """Every file that is this job under the grammar. Names that merely end like the job's
@@ -350,7 +348,7 @@ class Tree:
         def pending(job_id: str) -> Iterator[Location]:
             return self._in_pending(job_id, thorough=thorough)
 
-        places = (self._in_final, self._in_active, pending, self._in_scheduled, self.in_deferred)
+        places = (self._in_final, self._in_active, pending, self._in_waiting, self._in_scheduled, self.in_deferred)
         for look in reversed(places) if forward else places:
             yield from look(job_id)
 
@@ -436,6 +434,9 @@ class Tree:
 
     def _in_scheduled(self, job_id: str) -> Iterator[Location]:
         return self._named(self.layout.scheduled, SCHEDULED_RE, JobState.SCHEDULED, job_id)
+
+    def _in_waiting(self, job_id: str) -> Iterator[Location]:  # parked by a limit (_gate): pending
+        return self._named(self.layout.waiting, WAITING_RE, JobState.PENDING, job_id)
 
     def in_deferred(self, job_id: str) -> Iterator[Location]:
         return self._named(self.layout.deferred, DEFERRED_RE, JobState.DEFERRED, job_id)

@@ -50,7 +50,8 @@ _BY_FD = os.path.isdir("/proc/self/fd")
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
 # Pullers wait on pending, scheduled and notify; nobody waits for a claim, and waiting for
 # results (JobStore.wait) uses a Waker of its own on the final directories.
-_UNWATCHED = frozenset({"active", "fulfilled", "failed", "cancelled"})
+# Jobs parked by a limit (waiting/) wake nobody either: their promotion into a queue does.
+_UNWATCHED = frozenset({"active", "fulfilled", "failed", "cancelled", "waiting"})
 
 
 _INIT = libc_function("inotify_init1", [ctypes.c_int])
@@ -268,9 +269,22 @@ class Waker:
                     self._reading = False
                     self._cond.notify_all()
 
+    def kick(self) -> None:
+        """Wake every waiting thread, as an arrival would (a limit's slot freed: nothing on disk
+        changed that inotify could see)."""
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+            if self._pipe is not None and not self._stopped:
+                with contextlib.suppress(OSError):
+                    os.write(self._pipe[1], b"k")
+
     def _read_once(self, timeout: float) -> None:
         assert self._poller is not None
         ready = {fd for fd, _ in self._poller.poll(max(0, math.ceil(timeout * 1000)))}
+        if self._pipe is not None and self._pipe[0] in ready and not self._stopped:
+            with contextlib.suppress(OSError):
+                os.read(self._pipe[0], 4096)  # kicks: drained, or every later poll would return at once
         if self._fd in ready and not self._stopped:
             self._read_events()
             with self._cond:

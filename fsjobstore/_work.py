@@ -25,13 +25,17 @@ from . import _syscalls as sc
 from ._checks import number, result_value, time_limit_error
 from ._control import Control
 from ._errors import InvalidRequest, InvalidState, JobCancelled, LeaseLost, StorageError
+from ._gate import Gate
 from ._layout import PENDING_RE
 from ._leases import ClaimEnd, OnCompromised, WorkLease
+from ._limits import Declarations
+from ._liveness import NotifyLock
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record, next_record, result_line
 from ._removal import remove_job
 from ._runs import RunLog
 from ._shared import Core
+from ._takeover import publish_found_result
 
 log = logging.getLogger("fsjobstore")
 
@@ -45,10 +49,13 @@ class Work:
         self.control = control
         self._mutex = threading.Lock()
         self._held: dict[str, WorkClaim] = {}
+        self.gate = Gate(core, Declarations(core.layout, core.clock), core.kick_waker)
+        core.sweep_waiting = self.gate.sweep
 
     def after_fork(self) -> None:
         self._mutex = threading.Lock()
         self._held = {}
+        self.gate.after_fork()
 
     def held(self) -> list[WorkClaim]:
         with self._mutex:
@@ -56,15 +63,22 @@ class Work:
 
     # == claiming ==================================================================================
     def claim(self, queues: list[str] | None, on_compromised: OnCompromised | None) -> WorkLease | None:
-        core = self._core
+        core, gate = self._core, self.gate
         core.pending.promote_due()
-        paused = self.control.paused_for_claim()
-        for _ in range(10_000):  # bounded: every turn consumes one name
-            index = core.pending.pick(queues, paused)
+        gate.promote_due()
+        skip = self.control.paused_for_claim()
+        for _ in range(10_000):  # bounded: every turn consumes one name, or passes over one queue
+            index = core.pending.pick(queues, skip)
             if index is None:
                 return None
+            queue = os.path.basename(index.directory)
+            held = gate.queue_turn(queue)
+            if held is None:  # at its limit: its jobs wait in it, in their order
+                skip = skip | {queue}
+                continue
             name = index.pop()
             if name is None:
+                gate.release(None, held)
                 continue
             m = PENDING_RE.match(name, name.index("/") + 1)  # "<bucket>/<name>"
             assert m is not None  # the index only holds valid names
@@ -74,6 +88,7 @@ class Work:
             try:
                 sc.rename(src, active)
             except OSError as exc:
+                gate.release(None, held)
                 # ESTALE: on a network filesystem, its bucket was emptied and removed by another
                 # host (_buckets), which took the job. Nothing moved either way.
                 if exc.errno not in fs.GONE:
@@ -81,16 +96,23 @@ class Work:
                 index.lost(name)  # another worker claimed it first
                 continue
             index.won()
-            claim = self.claim_from_active(active, m["id"], os.path.basename(index.directory), token,
-                                           on_compromised, give_back=src)
+            claim = None
+            try:
+                claim = self.claim_from_active(active, m["id"], queue, token, on_compromised, give_back=src, held=held)
+            finally:
+                if claim is None:
+                    gate.release(None, held)  # (it never ran; a job that waits for its key let go already)
             if claim is not None:
                 return claim.lease
         return None
 
     def claim_from_active(self, active: str, job_id: str, queue: str, token: str,
-                          on_compromised: OnCompromised | None, *, give_back: str) -> WorkClaim | None:
+                          on_compromised: OnCompromised | None, *, give_back: str,
+                          held: list[NotifyLock] | None = None) -> WorkClaim | None:
         """Read a file we just claimed into a lease; None (and the file quarantined) if it is
-        not a job that may run. ``give_back``: where it came from, for a read fault."""
+        not a job that may run. ``give_back``: where it came from, for a read fault. ``held``
+        (a worker's claim from a queue, not one by id): the slots its queue's limit gave it; the
+        job's own limits are met here, and a job that meets a full one waits (``_gate``)."""
         tree = self._core.tree
         try:
             parsed, extra_links, data = tree.read_parsed_links(active)
@@ -118,43 +140,17 @@ class Work:
             tree.quarantine(active, f"file content names job {record.id!r} in queue {record.queue!r}")
             return None
         if parsed.final is not None:
-            self._finish_found_result(active, record, parsed.final)
+            publish_found_result(self._core, self._notifier, active, record, parsed.final)
             return None
+        if held is not None and not self.gate.admit(record, active, give_back, held):
+            return None  # it waits for its limit (and held was let go)
         claim = WorkClaim(self, record, token, on_compromised, size=parsed.complete, clean=not parsed.torn)
+        claim.slots = held or []
         if record.timeout is not None:
             self._limit(claim, record.timeout)
         with self._mutex:
             self._held[token] = claim
         return claim
-
-    def _finish_found_result(self, active: str, record: Record, state: str) -> None:
-        """A queued file that already ends in a whole result line is a commit whose renames a
-        power cut undid (its claim's rename back into the queue too: nothing fsyncs a claim).
-        The result stands, so it is published, as recovery publishes a dead holder's; running
-        the job again would make a second result for it. Nothing here fails the pull."""
-        tree = self._core.tree
-        try:
-            tree.publish_found_result(active, record, state)
-        except FileExistsError:
-            # A result exists already: this was a second copy (a restored backup). Kept aside.
-            tree.quarantine(active, f"a second copy of job {record.id}, which is already final")
-            return
-        except FileNotFoundError:
-            return  # RACE: taken over in the instant since our claim; the recoverer finishes it
-        except StorageError as exc:
-            # Not applied: recovery publishes it from active/ once this process is gone, as it
-            # does any claim that ends in a whole result line. Applied: it is in its final
-            # directory, only not known durable.
-            log.warning("job %s was queued with its result already written; publishing it: %s", record.id, exc)
-            if not exc.applied:
-                return
-        else:
-            log.warning("job %s was queued with its %s result already written (a power cut undid the renames of "
-                        "its commit); it is published as %s", record.id, state, state)
-        try:
-            self._notifier.after_final(record.id)
-        except StorageError as exc:  # every recovery pass restores missing index entries
-            log.warning("job %s is published but its notification was not indexed: %s", record.id, exc)
 
     def _limit(self, claim: WorkClaim, seconds: float) -> None:
         """Give the attempt ``seconds`` from now: locally (``claim.deadline``, on the monotonic
@@ -387,6 +383,8 @@ class Work:
         self.control.clear_deadline(claim.deadline_path)
         with self._mutex:
             self._held.pop(claim.token, None)
+        if claim.slots:
+            self.gate.release(claim.record, claim.slots)
 
     # == a running attempt (called by WorkClaim) ===================================================
     def touch(self, claim: WorkClaim, extend: float | None) -> None:
@@ -458,6 +456,7 @@ class WorkClaim(ClaimEnd):
         self.deadline_path: str | None = None
         self.run: RunLog | None = None
         self.on_cancel: Callable[[WorkLease], object] | None = None
+        self.slots: list[NotifyLock] = []  # of the limits it runs under (_gate): let go when it ends
         self._cancel_seen = False
         self.lease = WorkLease(self)
 

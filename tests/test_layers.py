@@ -96,7 +96,7 @@ def test_the_public_api_is_exactly_all() -> None:
         "InvalidQueueName", "InvalidRequest",
         "InvalidState", "Job", "JobCancelled", "JobContext", "JobEvent", "JobExists", "JobFailed", "JobNotFound",
         "JobState",
-        "JobStore", "JobStoreError", "LeaseLost", "LogLine", "NotificationLease", "Progress", "QueueCounters",
+        "JobStore", "JobStoreError", "LeaseLost", "Limit", "LogLine", "NotificationLease", "Progress", "QueueCounters",
         "RecoveryReport", "StoreCounters",
         "RunSummary", "Schedule", "ScheduleInfo", "tick_of",
         "StorageError", "StorageFull", "StoreClosed", "StoreFormatError", "StoreNotFound", "StoreStatistics",

@@ -80,6 +80,8 @@ def add(subparsers: Any) -> None:
                    help="a JSON target to deliver the result to (repeat it); `fsjobstore notify` delivers")
     p.add_argument("--unique-key", default=None, metavar="KEY",
                    help="while a job with KEY is not final, print that job instead of making another")
+    p.add_argument("--concurrency-key", default=None, metavar="KEY",
+                   help="run at most KEY's limit of such jobs at once (one, unless `fsjobstore limit` says more)")
     p.add_argument("--after", action="append", default=[], metavar="ID", type=_one_id,
                    help="wait for this job to be fulfilled first (repeat it); the job is deferred until then")
     p.add_argument("--on-parent-failure", choices=("cancel", "run"), default="cancel",
@@ -221,7 +223,7 @@ def create(args: argparse.Namespace) -> int:
         job = store.create(request, queue=args.queue, priority=args.priority, delay=args.delay, run_at=args.run_at,
                            max_attempts=args.max_attempts, job_id=args.job_id, timeout=args.timeout,
                            retain=args.retain, unique_key=args.unique_key, after=args.after or None,
-                           on_parent_failure=args.on_parent_failure)
+                           on_parent_failure=args.on_parent_failure, concurrency_key=args.concurrency_key)
         # RACE: a worker may finish the job before its targets are queued; queue() then indexes
         # the final job for notification at once, so no target misses its result.
         for target in targets:

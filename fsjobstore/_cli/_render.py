@@ -53,6 +53,7 @@ def print_job(job: Job) -> None:
         ("run at", None if job.run_at is None else when(job.run_at)),
         ("finished", None if job.finished_at is None else when(job.finished_at)),
         ("unique key", job.unique_key),
+        ("concurrency key", job.concurrency_key),
         ("after", (", ".join(job.after) + ("" if job.on_parent_failure == "cancel" else
                                            " (runs even if one fails)")) if job.after else None),
         ("group", job.group),

@@ -86,7 +86,8 @@ def create_job(body: CreateJob, c: Ctx) -> Response:
     job = c.store.create(body.request, queue=body.queue, priority=body.priority, delay=body.delay,
                          run_at=body.run_at, max_attempts=body.max_attempts, job_id=body.job_id,
                          timeout=body.timeout, retain=body.retain, unique_key=body.unique_key,
-                         after=body.after or None, on_parent_failure=body.on_parent_failure)
+                         after=body.after or None, on_parent_failure=body.on_parent_failure,
+                         concurrency_key=body.concurrency_key)
     for target in body.notify:
         c.store.queue(job.id, target)
     # Answered as is, not validated again against JobOut: the busiest endpoint skips that work
@@ -106,6 +107,15 @@ def create_group(body: CreateGroup, c: Ctx) -> dict[str, Any]:
 def get_group(group_id: str, c: Ctx) -> dict[str, Any]:
     """A group's members as they are now (``JobStore.get_group``)."""
     return _group(c.store.get_group(group_id))
+
+
+@router.get("/limits", tags=["limits"])
+def list_limits(c: Ctx) -> list[dict[str, Any]]:
+    """Every declared limit, and every concurrency key with jobs waiting, with the jobs running and
+    waiting under each (``JobStore.limits``); ``rate`` is ``[starts, per_seconds]`` or null."""
+    return [{"kind": lim.kind, "name": lim.name, "concurrency": lim.concurrency,
+             "rate": None if lim.rate is None else list(lim.rate), "running": lim.running, "waiting": lim.waiting}
+            for lim in c.store.limits()]
 
 
 def _group(group: Group) -> dict[str, Any]:

@@ -41,6 +41,8 @@ class CreateJob(_Strict):
                              "until all are fulfilled)")
     on_parent_failure: Literal["cancel", "run"] = Field("cancel", description="when one of `after` fails or "
                                                         "is cancelled: cancel this job, or run it anyway")
+    concurrency_key: str | None = Field(None, description="run at most the key's limit of these at once "
+                                        "(one, unless a limit is declared)")
 
 
 class Reason(_Strict):
@@ -137,6 +139,7 @@ class JobOut(BaseModel):
     after: list[str]
     on_parent_failure: str
     group: str | None
+    concurrency_key: str | None
 
 
 class GroupMember(_Strict):
@@ -154,6 +157,7 @@ class GroupMember(_Strict):
     retain: float | Literal["forever"] | None = None
     after: list[str | int] = Field(default_factory=list)
     on_parent_failure: Literal["cancel", "run"] = "cancel"
+    concurrency_key: str | None = None
 
 
 class CreateGroup(_Strict):
