@@ -71,6 +71,7 @@ from ._errors import (
     WaitTimeout,
     WorkerFailing,
 )
+from ._fanout import Subscription, check_interest
 from ._groups import Group
 from ._job import AttemptError, Job, JobState, LogLine, Progress
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
@@ -115,6 +116,8 @@ __all__ = [
     "FORMAT_VERSION",
     "Group",
     "Limit",
+    "Subscription",
+    "check_interest",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "CorruptJob",

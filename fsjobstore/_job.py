@@ -108,6 +108,7 @@ class Job:
     on_parent_failure: str = "cancel"  # ... and whether it is cancelled or runs when one fails
     group: str | None = None  # create_group: the group it was made in
     concurrency_key: str | None = None  # create(concurrency_key=...): at most its limit of these run at once
+    topic: str | None = None  # a subscription's copy: the queue the job was created into (subscribe())
 
     def result(self) -> Any:
         """The value of a fulfilled job; raises :class:`JobFailed` (with the error) for a failed

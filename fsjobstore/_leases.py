@@ -192,6 +192,11 @@ class WorkLease(_Lease):
         return self._claim.record.queue
 
     @property
+    def topic(self) -> str | None:
+        """A subscription's copy: the queue the job was created into (``subscribe``); else None."""
+        return self._claim.record.topic
+
+    @property
     def priority(self) -> int:
         """The job's priority (lower runs sooner)."""
         return self._claim.record.priority

@@ -25,6 +25,7 @@ from . import _buckets
 from . import _fsops as fs
 from ._codec import check_queue_name
 from ._errors import InvalidRequest
+from ._fanout import is_pattern, matches
 from ._layout import PENDING_RE, SCHEDULED_RE, Layout, bucket_of_name, pending_rel, prio_value
 from ._records import Record
 from ._tree import Tree
@@ -254,18 +255,27 @@ class Pending:
 
     def pick(self, queues: list[str] | None, skip: frozenset[str] = frozenset()) -> QueueIndex | None:
         """The index to claim from next: the first non-empty of ``queues`` in order, or across
-        all queues the one whose head sorts first (lowest priority number, then oldest).
-        Queues in ``skip`` (the paused ones) are passed over."""
-        if queues is not None:
-            for q in queues:
-                if q in skip:
-                    continue
-                index = self._index(q)
-                if index.peek() is not None:
+        all queues the one whose head sorts first (lowest priority number, then oldest). A
+        pattern among ``queues`` (``_fanout``) stands for every queue it matches, taken as all
+        queues are. Queues in ``skip`` (the paused ones, those at their limit) are passed over."""
+        if queues is None:
+            return self._best(self._all_queues(), skip)
+        for q in queues:
+            if is_pattern(q):
+                index = self._best([name for name in self._all_queues() if matches(q, name)], skip)
+                if index is not None:
                     return index
-            return None
+                continue
+            if q in skip:
+                continue
+            index = self._index(q)
+            if index.peek() is not None:
+                return index
+        return None
+
+    def _best(self, queues: list[str], skip: frozenset[str]) -> QueueIndex | None:
         best: tuple[str, QueueIndex] | None = None
-        for q in self._all_queues():
+        for q in queues:
             if q in skip:
                 continue
             index = self._index(q)

@@ -62,6 +62,8 @@ class Record:
     group: str | None = None
     # Jobs sharing it run at most the key's limit at once (``create(concurrency_key=)``; ``_gate``).
     concurrency_key: str | None = None
+    # The queue it was created into, for a copy a subscription got (``_fanout``); None otherwise.
+    topic: str | None = None
     # The request already serialised (create has it): spares serialising it a second time.
     request_json: bytes | None = field(default=None, compare=False, repr=False)
 
@@ -96,6 +98,8 @@ class Record:
             doc["group"] = self.group
         if self.concurrency_key is not None:
             doc["concurrency_key"] = self.concurrency_key
+        if self.topic is not None:
+            doc["topic"] = self.topic
         if self.request_json is not None:  # "request" comes last either way
             return dumps(doc, what="job record")[:-1] + b',"request":' + self.request_json + b"}\n"
         doc["request"] = self.request
@@ -176,6 +180,7 @@ class Record:
                 on_parent_failure=_on_parent_failure(doc.get("on_parent_failure")),
                 group=None if doc.get("group") is None else check_job_id(doc["group"]),
                 concurrency_key=_opt_key(doc.get("concurrency_key"), "concurrency_key"),
+                topic=None if doc.get("topic") is None else check_queue_name(doc["topic"]),
             )
         except KeyError as exc:
             raise ValueError(f"missing field {exc.args[0]!r}") from None
@@ -198,7 +203,7 @@ class Record:
             error=self.error, finished_at=self.finished_at, waiting=waiting,
             timeout=self.timeout, history=self.history, attempt_errors=self._errors_shown(state),
             unique_key=self.unique_key, after=self.after, on_parent_failure=self.on_parent_failure,
-            group=self.group, concurrency_key=self.concurrency_key, **extra,
+            group=self.group, concurrency_key=self.concurrency_key, topic=self.topic, **extra,
         )
 
     def with_failed_attempt(self, attempt: int, at: float, error: str) -> tuple[dict[str, Any], ...]:

@@ -14,8 +14,10 @@ from typing import Any
 from . import _fsops as fs
 from . import _groups
 from . import _limits as lim
+from ._codec import check_queue_name
 from ._create import new_record, publish_new
 from ._errors import InvalidRequest, JobExists, JobNotFound, WaitTimeout
+from ._fanout import Subscription, Subscriptions, check_interest
 from ._groups import Group
 from ._job import Job
 from ._records import Record
@@ -32,6 +34,7 @@ class Relations:
 
     _core: Core
     _work: Work
+    _subscriptions: Subscriptions
     _retain: float
     default_timeout: float | None
 
@@ -109,6 +112,56 @@ class Relations:
         # already (a recoverer finishing the group while we were slow).
         with contextlib.suppress(JobExists):
             publish_new(self._core, record, explicit=True)
+
+    def _fan_out(self, subs: list[Subscription], request: Any, options: dict[str, Any]) -> Job:
+        """``create`` into a queue that subscriptions fan out: a copy for each, in its queue, all or
+        none (a group); returns the first copy (``Job.group`` names the rest)."""
+        queue = options.pop("queue")
+        if options.get("job_id") is not None or options.get("unique_key") is not None:
+            raise InvalidRequest(f"queue {queue!r} is fanned out to subscription(s) {', '.join(s.name for s in subs)}: "
+                                 "its copies get generated ids, so job_id and unique_key cannot be given")
+        options.pop("job_id", None)
+        options.pop("unique_key", None)
+        core = self._core
+        gid = _groups.new_group_id(core, None)
+        records = [dataclasses.replace(new_record(core, request, queue=sub.name, job_id=None, **options),
+                                       group=gid, topic=queue) for sub in subs]
+        for parent in records[0].after:
+            if core.tree.locate(parent) is None:
+                raise JobNotFound(f"after names no job {parent!r} in {core.layout.root}")
+        _groups.make(core, gid, records, self._publish_member)
+        for record in records:
+            self._count_created(record.queue)
+        return self.get(records[0].id)
+
+    # == subscriptions ============================================================================
+    def subscribe(self, name: str, pattern: str) -> Subscription:
+        """Give the subscription ``name`` its own copy of every job created from now on into a
+        queue ``pattern`` matches (a queue name, or a glob: ``order-*``), whether or not anything
+        works on it then: the copy is a job of its own in the queue ``name`` (work it as any
+        queue), with its own lease, attempts and result; ``Job.topic`` says where it was created.
+        Such a create makes one copy per matching subscription, all or none, and no job in the
+        queue it named. Declared again, its pattern is replaced. Applies to every process's
+        creates within a second."""
+        self._check_open()
+        name = check_queue_name(name, "a subscription's name")
+        pattern = check_interest(pattern, "a subscription's pattern")
+        core = self._core
+        sub = Subscription(name, pattern, core.wall())
+        self._subscriptions.write(sub, token=core.new_token(), durable=core.durable, perms=core.tree.perms,
+                                  ensure_dir=core.tree.ensure_dir)
+        return sub
+
+    def unsubscribe(self, name: str) -> bool:
+        """Stop copying jobs for subscription ``name`` (copies made stay in its queue); False if
+        there was none."""
+        self._check_open()
+        return self._subscriptions.remove(check_queue_name(name, "a subscription's name"), durable=self._core.durable)
+
+    def subscriptions(self) -> list[Subscription]:
+        """Every subscription, by name."""
+        self._check_open()
+        return self._subscriptions.all()
 
     def get_group(self, group_id: str) -> Group:
         """A group's members, as they are now (:class:`JobNotFound` for an unknown group; a

@@ -39,6 +39,7 @@ from ._create import new_record, publish_new
 from ._deps import Deps
 from ._direct import ById
 from ._errors import InvalidRequest, WaitTimeout
+from ._fanout import Subscriptions, check_interest
 from ._heart import Heart
 from ._job import Job, JobState
 from ._layout import Layout
@@ -173,6 +174,7 @@ class JobStore(Operating, Relations):
         self._direct = ById(core, self._work, self._notifier, self._control)
         self._deps = Deps(core, lambda job_id, why: self._direct.cancel(job_id, why))
         core.deps = self._deps
+        self._subscriptions = Subscriptions(core.layout, core.clock)
         self._heart = Heart(core, self._work, self._notifier, self._control)
         self._waiting = Waiting(core, self._heart)
         self.group: int | None = config.perms.gid
@@ -261,6 +263,13 @@ class JobStore(Operating, Relations):
         wait in order, and show as ``pending``.
         """
         self._check_open()
+        subs = self._subscriptions.matching(check_queue_name(queue))
+        if subs:
+            return self._fan_out(subs, request, dict(
+                queue=queue, priority=priority, delay=delay, run_at=run_at, max_attempts=max_attempts, job_id=job_id,
+                timeout=timeout, retain=retain, default_timeout=self.default_timeout, default_retain=self._retain,
+                unique_key=unique_key, after=after, on_parent_failure=on_parent_failure,
+                concurrency_key=concurrency_key))
         record = new_record(self._core, request, queue=queue, priority=priority, delay=delay, run_at=run_at,
                             max_attempts=max_attempts, job_id=job_id, timeout=timeout, retain=retain,
                             default_timeout=self.default_timeout, default_retain=self._retain,
@@ -282,13 +291,14 @@ class JobStore(Operating, Relations):
                   on_compromised: OnCompromised | None = None) -> WorkLease | None:
         """Lease one due job, or return None.
 
-        ``queues``: a name or a list in priority order (all queues when None). ``timeout``: 0
+        ``queues``: a name or a list in priority order (all queues when None); a pattern (``order-*``)
+        stands for every queue it matches, the most urgent job of them first. ``timeout``: 0
         never waits; a positive number waits up to that many seconds; None waits forever.
         ``on_compromised`` is installed before the lease is visible, so no loss is missed.
         """
         self._check_open()
         wanted = [queues] if isinstance(queues, str) else queues
-        names = None if wanted is None else [check_queue_name(q, "queues") for q in wanted]
+        names = None if wanted is None else [check_interest(q, "queues") for q in wanted]
         return self._waiting.pull(lambda: self._work.claim(names, on_compromised), timeout)
 
     # == resolving by id ===========================================================================

@@ -446,6 +446,11 @@ def _lstat(path: str) -> os.stat_result:
     dfd, name, how, _ = _beneath.split(path)
     if how == _KEPT:  # the hot path (a commit asks three of these): no descriptor to close or retry
         return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    if how == _CLOSE:  # a bucket not cached: this descriptor is ours to close (it leaked, one a
+        try:           # lookup, until a store with 40 queues ran out of descriptors: issue 22)
+            return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        finally:
+            os.close(dfd)  # type: ignore[arg-type]
     return _one(_stat_at, path)
 
 

@@ -16,6 +16,7 @@ Built on fsjobstore's public API only, like any user's code would be (a test che
 
 from __future__ import annotations
 
+import fnmatch
 import inspect
 import logging
 import math
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Literal
 
-from . import InvalidRequest, JobStore, JobStoreError, check_queue_name
+from . import InvalidRequest, JobStore, JobStoreError, check_interest
 from ._runtime._asyncio import AsyncPool
 from ._runtime._bell import Bell
 from ._runtime._deliverer import Deliverer
@@ -97,11 +98,35 @@ def _number(value: object, what: str, *, low: float, high: float = math.inf, int
     return value
 
 
+class _Handlers(dict[str, "Handler"]):
+    """``{queue or pattern: handler}``: a queue without a handler of its own gets the first
+    pattern's (in the order they were registered) that matches it."""
+
+    def __missing__(self, queue: str) -> Handler:
+        for key, fn in self.items():
+            if fnmatch.fnmatchcase(queue, key):
+                return fn
+        raise KeyError(queue)
+
+    def __contains__(self, queue: object) -> bool:
+        try:
+            self[queue]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+
+def _served(queue: str, queues: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(queue, q) for q in queues)
+
+
 class Worker:
     """Runs handlers for jobs of their queues, ``concurrency`` at a time.
 
     :param store: the store to work on.
-    :param handlers: ``{queue: handler}``; more with :meth:`handler`. A handler takes a
+    :param handlers: ``{queue: handler}``; more with :meth:`handler`. A key may be a pattern over
+        queue names (``"order-*"``): it serves every queue it matches that has no handler of its
+        own (the first such pattern registered wins). A handler takes a
         :class:`JobContext` and returns the job's value (bytes, or any JSON), or raises: a failed
         attempt, retried with the store's backoff while attempts remain.
     :param concurrency: jobs run at once.
@@ -136,10 +161,10 @@ class Worker:
         self.mode: Mode = mode
         self.grace = float(grace)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self._handlers: dict[str, Handler] = {}
+        self._handlers: dict[str, Handler] = _Handlers()
         if isinstance(queues, str):
             queues = [queues]
-        self._queues = None if queues is None else [check_queue_name(q, "queues") for q in queues]
+        self._queues = None if queues is None else [check_interest(q, "queues") for q in queues]
         for queue, fn in (handlers or {}).items():
             self.handler(queue)(fn)
         self._paused = threading.Event()
@@ -151,8 +176,8 @@ class Worker:
 
     # -- handlers --------------------------------------------------------------------------------
     def handler(self, queue: str) -> Callable[[Handler], Handler]:
-        """Decorator: ``fn`` handles the jobs of ``queue``."""
-        check_queue_name(queue, "a handler's queue")
+        """Decorator: ``fn`` handles the jobs of ``queue`` (a name, or a pattern: ``"img-*"``)."""
+        check_interest(queue, "a handler's queue")
 
         def register(fn: Handler) -> Handler:
             if not callable(fn):
@@ -164,7 +189,7 @@ class Worker:
 
     @property
     def handlers(self) -> Mapping[str, Handler]:
-        return dict(self._handlers)
+        return _Handlers(self._handlers)
 
     # -- hooks -----------------------------------------------------------------------------------
     @property
@@ -244,7 +269,7 @@ class Worker:
                                  f"queue(s) {', '.join(blocking)} is not one (use mode 'threads' or 'processes')")
         self.schedule.declare(self.store)  # a schedule's bad job options raise here, before anything runs
         for p in self.schedule:
-            if p.queue not in queues:
+            if not _served(p.queue, queues):
                 log.warning("schedule %s makes jobs in queue %s, which this worker does not serve", p.name, p.queue)
         self._stop.clear()
         self._stop_now.clear()
@@ -270,7 +295,7 @@ class Worker:
             if q in paused and by_queue.get(q, 0):
                 log.warning("queue %s is paused: its %d pending job(s) were left (resume it: fsjobstore "
                             "resume %s %s)", q, by_queue[q], self.store.path, q)
-        others = {q: n for q, n in by_queue.items() if n and q not in queues}
+        others = {q: n for q, n in by_queue.items() if n and not _served(q, queues)}
         if others and not summary.attempts:
             log.warning("no job of queue(s) %s was due; jobs wait in other queues: %s", ", ".join(queues),
                         ", ".join(f"{q} ({n})" for q, n in sorted(others.items())))
@@ -366,7 +391,7 @@ class Worker:
         if count is not None and self._gate.spent():
             return False
         stats = self.store.statistics()  # (its paused: the same read as store.paused())
-        return any(stats.pending_by_queue.get(q, 0) > 0 for q in queues if q not in stats.paused)
+        return any(n > 0 and q not in stats.paused and _served(q, queues) for q, n in stats.pending_by_queue.items())
 
     def _apply_pause(self) -> None:
         self._gate.set_paused(self._paused.is_set())

@@ -264,6 +264,6 @@ def test_the_relations_benchmark_runs_with_quick_sizes(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert [line.split()[0] for line in lines[1:]] == ["unique", "unique", "chain", "group"]
-    assert all("ratio" in lines[i] for i in (1, 3, 4)) and "answers/s" in lines[2]
+    assert [line.split()[0] for line in lines[1:]] == ["unique", "unique", "keyed", "chain", "fan-out", "group"]
+    assert all("ratio" in lines[i] for i in (1, 3, 4, 5, 6)) and "answers/s" in lines[2]
     assert os.listdir(tmp_path) == []  # its stores and scratch are removed

@@ -102,7 +102,8 @@ def test_the_public_api_is_exactly_all() -> None:
         "StorageError", "StorageFull", "StoreClosed", "StoreFormatError", "StoreNotFound", "StoreStatistics",
         "UntrustedStore", "ValueTooLarge", "VerifyCheck", "VerifyReport", "WaitTimeout", "Wakeups", "WorkLease",
         "Worker",
-        "WorkerFailing", "WorkerInfo", "__version__", "check_queue_name", "default_backoff", "verify",
+        "WorkerFailing", "WorkerInfo", "__version__", "check_interest", "check_queue_name",
+        "Subscription", "default_backoff", "verify",
         "verify_across_hosts",
     }, "the public API changed: update this list (and the README's API table) on purpose"
 

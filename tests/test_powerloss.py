@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import powerloss
 import pytest
@@ -79,10 +80,10 @@ def test_the_checker_catches_a_claim_that_quarantines_a_queued_file_holding_its_
 ) -> None:
     from fsjobstore import _work
 
-    def quarantine_it(self: _work.Work, active: str, record: object, state: str) -> None:
-        self._core.tree.quarantine(active, f"a queued job file already holds a {state} result")
+    def quarantine_it(core: Any, notifier: object, active: str, record: object, state: str) -> None:
+        core.tree.quarantine(active, f"a queued job file already holds a {state} result")
 
-    monkeypatch.setattr(_work.Work, "_finish_found_result", quarantine_it)
+    monkeypatch.setattr(_work, "publish_found_result", quarantine_it)
     report = powerloss.run()
     assert any("after a drain: acknowledged job" in p for p in report["problems"]), report["problems"][:5]
 

@@ -300,3 +300,16 @@ def test_the_overview_shows_a_deferred_column_once_a_job_waits_for_another(api: 
     store.create(2, queue="a", after=[parent.id])
     page = api.client.get("/partials/overview").text
     assert "Deferred</th>" in page and 'state=deferred">1</a>' in page
+
+
+def test_limits_and_subscriptions_show_over_the_api(api: CheckedClient, store: JobStore) -> None:
+    store.set_limit(key="api", concurrency=2, rate="10/m")
+    made = _create(api, request={"n": 1}, concurrency_key="api")
+    assert made["concurrency_key"] == "api" and made["state"] == "pending"
+    assert api.get("/api/limits").json() == [{"kind": "key", "name": "api", "concurrency": 2, "rate": [10, 60.0],
+                                              "running": 0, "waiting": 0}]
+    store.subscribe("emails", "order-*")
+    copy = _create(api, request={"o": 1}, queue="order-eu")
+    assert (copy["queue"], copy["topic"]) == ("emails", "order-eu")
+    [sub] = api.get("/api/subscriptions").json()
+    assert (sub["name"], sub["pattern"]) == ("emails", "order-*")

@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     import argparse
 
     from .. import __version__ as version
-    from . import _jobs, _limits, _ops, _process, _schedules, _status, _web
+    from . import _interest, _jobs, _limits, _ops, _process, _schedules, _status, _web
     from ._args import ENV_DIR, EXIT_CODES, Parser
 
     parser = Parser(
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     _process.add(subparsers)
     _schedules.add(subparsers)
     _limits.add(subparsers)
+    _interest.add(subparsers)
     _web.add(subparsers)
     return parser
 

@@ -54,6 +54,7 @@ def print_job(job: Job) -> None:
         ("finished", None if job.finished_at is None else when(job.finished_at)),
         ("unique key", job.unique_key),
         ("concurrency key", job.concurrency_key),
+        ("topic", None if job.topic is None else f"{job.topic} (a subscription's copy)"),
         ("after", (", ".join(job.after) + ("" if job.on_parent_failure == "cancel" else
                                            " (runs even if one fails)")) if job.after else None),
         ("group", job.group),

@@ -34,7 +34,7 @@ class WorkerShutdown(BaseException):
 class JobContext:
     """What a handler gets: the job, and the calls a running job may make.
 
-    ``id``, ``queue``, ``request``, ``attempt``, ``max_attempts``, ``priority``, ``token`` (the
+    ``id``, ``queue``, ``topic``, ``request``, ``attempt``, ``max_attempts``, ``priority``, ``token`` (the
     idempotency key for side effects outside the store), ``timeout``; :meth:`progress`,
     :meth:`log`, :meth:`touch`, :attr:`cancel_requested` and :meth:`raise_if_cancelled`.
     ``lease`` is the underlying :class:`WorkLease` (return a value rather than committing it).
@@ -46,6 +46,7 @@ class JobContext:
 
     id = property(lambda self: self.lease.id, doc="The job's id.")
     queue = property(lambda self: self.lease.queue, doc="The job's queue.")
+    topic = property(lambda self: self.lease.topic, doc="A subscription's copy: the queue it was created into.")
     request = property(lambda self: self.lease.request, doc="The job's request (JSON, as stored).")
     attempt = property(lambda self: self.lease.attempt, doc="1 for the first run, 2 for the first retry, ...")
     max_attempts = property(lambda self: self.lease.max_attempts, doc="Attempts before the job fails for good.")

@@ -118,6 +118,13 @@ def list_limits(c: Ctx) -> list[dict[str, Any]]:
             for lim in c.store.limits()]
 
 
+@router.get("/subscriptions", tags=["limits"])
+def list_subscriptions(c: Ctx) -> list[dict[str, Any]]:
+    """Every subscription (``JobStore.subscriptions``): each gets its own copy, in the queue of its
+    name, of every job created into a queue its pattern matches."""
+    return [{"name": s.name, "pattern": s.pattern, "since": s.since} for s in c.store.subscriptions()]
+
+
 def _group(group: Group) -> dict[str, Any]:
     return {"id": group.id, "jobs": [_out(j) for j in group.jobs], "done": group.done}
 

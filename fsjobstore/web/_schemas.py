@@ -140,6 +140,7 @@ class JobOut(BaseModel):
     on_parent_failure: str
     group: str | None
     concurrency_key: str | None
+    topic: str | None
 
 
 class GroupMember(_Strict):

@@ -24,7 +24,11 @@ With ``--relations`` every third job is made ``after`` the job made before it, a
 with a unique key of its own, created twice in a row (the second create answers the first job
 while it waits, or makes a new one once it is final: both are then jobs to be done). The checker
 adds **early children**: a job first claimed before a fulfil of its parent was even invoked; and
-every job must end fulfilled, none left deferred.
+every job must end fulfilled, none left deferred. Every fourth job (from the second on) also has a
+concurrency key, ``ck-0`` (declared with a limit of 2) or ``ck-1`` (undeclared: one at a time);
+the checker adds **over limit**: the most jobs of a key that ran at once beyond its limit, counted
+over the attempts whose worker lived from its claim to its fulfil (a killed holder's slot frees
+when it dies, an instant the history does not record).
 """
 
 from __future__ import annotations
@@ -61,6 +65,8 @@ def _record(fh: Any, *fields: object) -> None:
 def producer(root: str, history: str, jobs: int, rate: float, retention: bool = False,
              relations: bool = False) -> None:
     with JobStore(root) as store, open(history, "a") as fh:
+        if relations:
+            store.set_limit(key="ck-0", concurrency=2)
         previous = None
         for n in range(jobs):
             retain = 0 if retention and n % 2 else None
@@ -69,6 +75,8 @@ def producer(root: str, history: str, jobs: int, rate: float, retention: bool = 
                 options["after"] = [previous]
             if relations and n % 5 == 0:
                 options["unique_key"] = f"key-{n}"
+            if relations and concurrency_key(n) is not None:
+                options["concurrency_key"] = concurrency_key(n)
             for _ in range(2 if "unique_key" in options else 1):
                 _record(fh, "invoke", "create", n)
                 job = store.create({"n": n}, max_attempts=1_000_000, retain=retain, **options)
@@ -76,6 +84,35 @@ def producer(root: str, history: str, jobs: int, rate: float, retention: bool = 
             previous = job.id
             if rate:
                 time.sleep(random.expovariate(rate))
+
+
+def concurrency_key(n: int) -> str | None:
+    return f"ck-{n // 4 % 2}" if n % 4 == 1 else None
+
+
+LIMITS = {"ck-0": 2, "ck-1": 1}
+
+
+def _over_limit(history: list[list[str]]) -> int:
+    """How far the jobs of a concurrency key that ran at once went past its limit (0: never)."""
+    began: dict[tuple[str, str], tuple[int, int]] = {}  # (pid, token) -> (n, claim time)
+    spans: defaultdict[str, list[tuple[int, int]]] = defaultdict(list)
+    for fields in history:
+        if fields[3] == "claim":
+            began[(fields[1], fields[6])] = (int(fields[4]), int(fields[0]))
+        elif fields[3] == "fulfill" and fields[2] == "invoke" and (fields[1], fields[6]) in began:
+            n, at = began.pop((fields[1], fields[6]))
+            key = concurrency_key(n)
+            if key is not None:
+                spans[key].append((at, int(fields[0])))
+    worst = 0
+    for key, got in spans.items():
+        events = sorted([(a, 1) for a, _ in got] + [(b, -1) for _, b in got])
+        running = 0
+        for _, step in events:
+            running += step
+            worst = max(worst, running - LIMITS[key])
+    return worst
 
 
 def worker(root: str, history: str, lease: float, work: float) -> None:
@@ -216,6 +253,7 @@ def check(root: str, history: list[list[str]], *, retention: bool = False) -> di
                 duplicates.append(job_id)
             if oks and job.value != oks[0]:
                 wrong_value.append(job_id)
+        over = _over_limit(history)
         early = [job_id for job_id, job in final.items() for parent in job.after
                  if job_id in first_claim and first_claim[job_id] < first_fulfil.get(parent, 1 << 63)]
         stats = store.statistics()
@@ -230,6 +268,7 @@ def check(root: str, history: list[list[str]], *, retention: bool = False) -> di
         "fulfils_refused_lease_lost": fulfil_lost,
         "left_pending_or_active": stats.pending + stats.active + stats.scheduled + stats.deferred,
         "early_children": len(early),
+        "over_limit": over,
         "removed_by_retention": removed,
         "removal_leftovers": len(leftovers),
         "failed": stats.failed,
@@ -371,13 +410,14 @@ def main() -> None:
     parser.add_argument("--retention", action="store_true",
                         help="odd-numbered jobs are made with retain=0: removed while the chaos runs")
     parser.add_argument("--relations", action="store_true",
-                        help="every third job is made after the one before it, every fifth with a unique key")
+                        help="every third job is made after the one before it, every fifth with a unique key, "
+                             "every fourth with a concurrency key")
     args = parser.parse_args()
     report = run(jobs=args.jobs, workers=args.workers, kills=args.kills, lease=args.lease, seed=args.seed,
                  runtime=args.runtime, retention=args.retention, relations=args.relations)
     print(json.dumps(report, indent=2))
     bad = (report["lost"] or report["unexpected"] or report["duplicate_commits"] or report["left_pending_or_active"]
-           or report["removal_leftovers"] or report["early_children"])
+           or report["removal_leftovers"] or report["early_children"] or report["over_limit"])
     sys.exit(1 if bad else 0)
 
 
