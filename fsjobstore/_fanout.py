@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from . import _fsops as fs
-from . import _syscalls as sc
 from ._codec import QUEUE_PATTERN, check_queue_name, dumps
 from ._errors import InvalidRequest
 from ._layout import Layout
@@ -113,15 +112,9 @@ class Subscriptions:
     def write(self, sub: Subscription, *, token: str, durable: bool, perms: fs.Perms,
               ensure_dir: Callable[[str], None]) -> None:
         doc = {"name": sub.name, "pattern": sub.pattern, "since": sub.since}
-        tmp = self._layout.tmp_path(token, "aux", "subscription.json")
         ensure_dir(self._dir)
-        fs.write_new(tmp, dumps(doc, what="subscription") + b"\n", durable=durable, mode=perms.file_mode)
-        try:
-            sc.rename(tmp, self.path(sub.name))
-        except BaseException:
-            fs.unlink_quietly(tmp)
-            raise
-        fs.sync_applied(self._dir, durable=durable)
+        fs.replace_with(self._layout.tmp_path(token, "aux", "subscription.json"), self.path(sub.name),
+                        dumps(doc, what="subscription") + b"\n", durable=durable, mode=perms.file_mode)
         self.forget()
 
     def remove(self, name: str, *, durable: bool) -> bool:

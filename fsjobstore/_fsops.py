@@ -100,6 +100,18 @@ def write_new(path: str, data: bytes, *, durable: bool, mode: int = FILE_MODE) -
         raise
 
 
+def replace_with(tmp: str, dst: str, data: bytes, *, durable: bool, mode: int) -> None:
+    """Write ``data`` to the new file ``tmp``, then rename it over ``dst`` (a small declaration: a
+    schedule, a limit, a subscription), fsynced where ``durable``; ``tmp`` goes if that fails."""
+    write_new(tmp, data, durable=durable, mode=mode)
+    try:
+        sc.rename(tmp, dst)
+    except BaseException:
+        unlink_quietly(tmp)
+        raise
+    sync_applied(os.path.dirname(dst), durable=durable)
+
+
 def open_lock(path: str, perms: Perms) -> int:
     """A descriptor of the lock file ``path`` (``control/boot.lock``, ``retention.lock``,
     ``migrate.lock``), made if missing, for ``flock`` only; non-blocking (a FIFO planted there

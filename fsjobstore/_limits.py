@@ -177,15 +177,9 @@ def write_declaration(layout: Layout, limit: Limit, *, token: str, durable: bool
     """Write (or replace) ``control/limits/<H>.json``: a temp file renamed over it."""
     doc = {"kind": limit.kind, "name": limit.name, "concurrency": limit.concurrency,
            "rate": None if limit.rate is None else list(limit.rate)}
-    tmp = layout.tmp_path(token, "aux", "limit.json")
     ensure_dir(layout.limit_decls)
-    fs.write_new(tmp, dumps(doc, what="limit") + b"\n", durable=durable, mode=perms.file_mode)
-    try:
-        sc.rename(tmp, layout.limit_decl(limit.id))
-    except BaseException:
-        fs.unlink_quietly(tmp)
-        raise
-    fs.sync_applied(layout.limit_decls, durable=durable)
+    fs.replace_with(layout.tmp_path(token, "aux", "limit.json"), layout.limit_decl(limit.id),
+                    dumps(doc, what="limit") + b"\n", durable=durable, mode=perms.file_mode)
 
 
 # -- start tickets --------------------------------------------------------------------------------

@@ -337,12 +337,7 @@ class Pending:
     def note_pending(self, record: Record) -> None:
         """We just put a job in pending: our own index need not wait for inotify or a rescan
         (inotify cannot even report files in a queue directory created a moment ago)."""
-        with self._mutex:
-            index = self._indexes.get(record.queue)
-            if index is None:
-                self._queues_listed_at = float("-inf")
-        if index is not None:
-            index.add(pending_rel(record.priority, record.seq, record.id))
+        self.note_name(record.queue, pending_rel(record.priority, record.seq, record.id))
 
     def note_name(self, queue: str, rel: str) -> None:
         """We just put ``<bucket>/<name>`` back into ``queue`` (a promotion from a limit's line)."""

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from . import _fsops as fs
-from . import _syscalls as sc
 from ._codec import MAX_QUEUE_LENGTH, QUEUE_PATTERN, check_queue_name, dumps
 from ._errors import InvalidRequest, JobExists
 from ._job import Job
@@ -174,15 +173,9 @@ def declare(core: Core, name: str, *, spec: str, queue: str) -> ScheduleInfo:
                     found.spec, found.queue, spec, queue)
     since = found.since if found is not None else now
     doc = {"schedule": name, "spec": spec, "queue": queue, "since": since, "declared_at": now}
-    tmp = lay.tmp_path(core.new_token(), "aux", "schedule.json")
     core.tree.ensure_dir(lay.schedules)
-    fs.write_new(tmp, dumps(doc, what="schedule") + b"\n", durable=core.durable, mode=core.tree.perms.file_mode)
-    try:
-        sc.rename(tmp, lay.schedule_path(name))
-    except BaseException:
-        fs.unlink_quietly(tmp)
-        raise
-    fs.sync_applied(lay.schedules, durable=core.durable)
+    fs.replace_with(lay.tmp_path(core.new_token(), "aux", "schedule.json"), lay.schedule_path(name),
+                    dumps(doc, what="schedule") + b"\n", durable=core.durable, mode=core.tree.perms.file_mode)
     return ScheduleInfo(name, spec, queue, since, *_last(core, name), now)
 
 

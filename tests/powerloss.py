@@ -263,6 +263,10 @@ def workload(root: str) -> tuple[Snapshot, Recorder]:
         rec.ack("job", b)
         c = store.create({"job": "c"}, queue="w", job_id="chosen").id
         rec.ack("job", c)
+        # A unique key's entry is not fsynced on its own: the publish's directory fsync after it
+        # must carry it (names in program order), or a cut could leave the job without its entry.
+        u = store.create({"job": "u"}, queue="uq", unique_key="once").id
+        rec.ack("job", u)
         store.queue(a, "target-a")
         lease = store.pull_work(queues="w")
         assert lease is not None and lease.id == a
@@ -312,6 +316,7 @@ def check_all(log: list[tuple[Any, ...]], snap: Snapshot, old_root: str, *, limi
                     store.recover()
                     problems += [f"{where}: {p}" for p in check_store(dest, ctx, settled=True)]
                     problems += [f"{where}: {p}" for p in full_cycle(store)]
+                    problems += [f"{where}: {p}" for p in _unique_held(store, ctx)]
                     problems += [f"{where}: {p}" for p in drain_survivors(store, dest, ctx)]
             except Exception as exc:  # any failure to open or recover is a finding
                 problems.append(f"{where}: {type(exc).__name__}: {exc}")
@@ -321,6 +326,23 @@ def check_all(log: list[tuple[Any, ...]], snap: Snapshot, old_root: str, *, limi
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"calls_recorded": len(log), "states_checked": states, "problems": problems}
+
+
+def _unique_held(store: JobStore, ctx: Ctx) -> list[str]:
+    """Every acknowledged job with a unique key that is not final still holds its key: a create
+    with the key answers it rather than making a second job."""
+    problems = []
+    for job_id in ctx.jobs:
+        try:
+            job = store.get(job_id)
+        except Exception:
+            continue  # check_store reports a lost job
+        if job.unique_key is not None and not job.state.is_final:
+            again = store.create({"job": "again"}, queue="uq", unique_key=job.unique_key)
+            if again.id != job_id:
+                problems.append(f"unique key {job.unique_key!r} of job {job_id} made a second job {again.id}")
+                store.purge(states="pending", match=again.id)
+    return problems
 
 
 def run(*, limit: int | None = None) -> dict[str, Any]:

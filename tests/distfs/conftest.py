@@ -64,3 +64,13 @@ def shared_dir(gluster_bed: gluster.GlusterBed, request: pytest.FixtureRequest) 
     yield SharedDir(a.path / name, b.path / name, a, b)
     gluster_bed.heal()
     shutil.rmtree(a.path / name)  # through mount A, so the next test starts from an empty volume again
+
+
+@pytest.fixture
+def stores(shared_dir: SharedDir) -> Iterator[tuple[str, str]]:
+    """One store as the two hosts see it: (host A's path, host B's path), made through A."""
+    from fsjobstore import JobStore
+
+    a, b = str(shared_dir.a / "store"), str(shared_dir.b / "store")
+    JobStore(a).close()
+    yield a, b

@@ -9,22 +9,14 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from distfs.gluster import SharedDir
 from fsjobstore import JobState, JobStore
 
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture
-def stores(shared_dir: SharedDir) -> Iterator[tuple[str, str]]:
-    a, b = str(shared_dir.a / "store"), str(shared_dir.b / "store")
-    JobStore(a).close()
-    yield a, b
 
 
 RUNNER = textwrap.dedent("""

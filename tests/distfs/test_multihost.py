@@ -13,7 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -44,14 +44,6 @@ def wait_until(check: Callable[[], bool], timeout: float) -> float:
             return time.monotonic() - started
         time.sleep(0.05)
     raise AssertionError(f"the condition did not hold within {timeout} s")
-
-
-@pytest.fixture
-def stores(shared_dir: SharedDir) -> Iterator[tuple[str, str]]:
-    """The path of one store as host A and as host B see it (made through A)."""
-    a, b = str(shared_dir.a / "store"), str(shared_dir.b / "store")
-    JobStore(a).close()
-    yield a, b
 
 
 def test_a_store_on_the_shared_mount_runs_heartbeat_only_with_a_doorbell(stores: tuple[str, str]) -> None:
