@@ -45,7 +45,13 @@ def check_interest(text: object, what: str = "queues") -> str:
             raise InvalidRequest(f"{what}: {text!r} is not a pattern over queue names (a glob of letters, digits, "
                                  "_ and -, with *, ?, [...] and [!...]; at most 128 characters)")
         return text
-    return check_queue_name(text, what)
+    try:
+        return check_queue_name(text, what)
+    except InvalidRequest as exc:
+        if isinstance(text, str) and any(c in text for c in "{},./"):
+            raise type(exc)(f"{exc} (a pattern over queue names is a glob: *, ?, [...] and [!...]; "
+                            "no {a,b}, dots or slashes)") from None
+        raise
 
 
 def matches(pattern: str, queue: str) -> bool:

@@ -59,6 +59,7 @@ class Gate:
         self._closed: dict[str, float] = {}  # queue -> wall time its rate lets a start again
         self._due: dict[str, tuple[float, Limit]] = {}  # line -> (wall time, limit): promote then
         self._watched: set[str] = set()
+        self._lines_watched_at = float("-inf")
 
     def after_fork(self) -> None:
         self._mutex = threading.Lock()
@@ -229,13 +230,30 @@ class Gate:
     def sweep(self) -> int:
         """Promote what every line has room for (a recovery pass): lines whose parker and holders
         are gone, or whose holders' slots were judged expired. Returns how many moved."""
+        return sum(self.promote(limit) for limit in self._line_limits().values())
+
+    def watch_lines(self) -> None:
+        """An idle puller's look at the lines (at most once a second a process): promote what
+        has room, and watch the busy slots of the rest, so that a holder that dies starts the
+        next job at once even when the process that parked it died with it."""
+        now = self._core.clock()
+        with self._mutex:
+            if now - self._lines_watched_at < 1.0:
+                return
+            self._lines_watched_at = now
+        for limit in self._line_limits().values():
+            if limit.concurrency is None or not self.promote(limit):
+                self._watch(limit)
+
+    def _line_limits(self) -> dict[str, Limit]:
+        """The limit of each line in ``jobs/waiting/``, named by its head's record."""
         core = self._core
         heads: dict[str, str] = {}
         for name in sorted(fs.scan_names(core.layout.waiting)):
             m = WAITING_RE.match(name)
             if m is not None:
                 heads.setdefault(m["limit"], name)
-        moved = 0
+        found = {}
         for h, name in heads.items():
             try:
                 record = core.tree.read_record(f"{core.layout.waiting}/{name}")
@@ -243,8 +261,8 @@ class Gate:
                 continue  # moved meanwhile; a bad file is quarantined by whoever claims it
             limit = self.key_limit(record.concurrency_key)
             if limit is not None and limit.id == h:
-                moved += self.promote(limit)
-        return moved
+                found[h] = limit
+        return found
 
     def limit_changed(self, limit: Limit) -> None:
         """A limit was declared or cleared here: what waits may fit now."""
@@ -264,16 +282,8 @@ class Gate:
             if m is not None:
                 waiting.setdefault(m["limit"], []).append(name)
         found = {limit.id: limit for limit in self.declarations.all()}
-        for h, names in waiting.items():
-            if h in found:
-                continue
-            try:
-                record = core.tree.read_record(f"{core.layout.waiting}/{names[0]}")
-            except (FileNotFoundError, fs.Unreadable, ValueError):
-                continue
-            limit = self.key_limit(record.concurrency_key)
-            if limit is not None and limit.id == h:
-                found[h] = limit
+        for h, limit in self._line_limits().items():
+            found.setdefault(h, limit)
         return sorted((replace(limit, running=self.running(limit), waiting=len(waiting.get(limit.id, ())))
                        for limit in found.values()), key=lambda limit: (limit.kind, limit.name))
 
@@ -289,7 +299,10 @@ class Gate:
         for i in range(limit.concurrency):
             got = NotifyLock.try_acquire(self._slot_path(limit, i), me, mode)
             if got is not None:
-                return got
+                if not self._past(limit) or self.running(limit) <= limit.concurrency:
+                    return got
+                got.release()  # the limit was lowered: slots past it still run, and count
+                break
         if not core.probe.trust_locks:
             # A hung host keeps its locks: a slot whose holder's heartbeat expired is broken.
             for i in range(limit.concurrency):
@@ -323,13 +336,31 @@ class Gate:
                 with contextlib.suppress(OSError):
                     sc.unlock(fd)
                 sc.close_read(fd)
-        return free
+        return max(0, free - len(self._past(limit)))
 
     def running(self, limit: Limit) -> int:
-        """Slots of ``limit`` held now (``JobStore.limits``)."""
+        """Slots of ``limit`` held now (``JobStore.limits``), past a lowered limit's too."""
         if limit.concurrency is None:
             return 0
-        return sum(1 for i in range(limit.concurrency) if self._busy(self._slot_path(limit, i)))
+        return (sum(1 for i in range(limit.concurrency) if self._busy(self._slot_path(limit, i)))
+                + len(self._past(limit)))
+
+    def _past(self, limit: Limit) -> list[str]:
+        """Slots held past ``concurrency`` (taken before the limit was lowered); the free ones
+        among them are unlinked, so that once they have ended a claim looks at no more than N."""
+        assert limit.concurrency is not None
+        held = []
+        directory = self._core.layout.limit_dir(limit.id)
+        for name in fs.scan_names(directory):
+            if name[:1] == "c" and name[1:].isdigit() and int(name[1:]) >= limit.concurrency:
+                path = f"{directory}/{name}"
+                if self._busy(path):
+                    held.append(path)
+                else:
+                    lock = NotifyLock.try_acquire(path, self._core.owner_id(), self._core.tree.perms.file_mode)
+                    if lock is not None:
+                        lock.release()  # unlinks it, then lets go
+        return held
 
     def _busy(self, path: str) -> bool:
         try:

@@ -82,8 +82,7 @@ def check_concurrency(value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONCURRENCY:
-        raise InvalidRequest(f"concurrency must be a whole number from 1 to {MAX_CONCURRENCY:,}, or None; "
-                             f"got {value!r}")
+        raise InvalidRequest(f"concurrency must be a whole number from 1 to {MAX_CONCURRENCY:,}; got {value!r}")
     return value
 
 

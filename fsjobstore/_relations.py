@@ -198,7 +198,9 @@ class Relations:
         at most ``concurrency`` of its jobs run at once, and at most ``rate`` of them start in any
         period (``(10, 60.0)`` or ``"10/m"``: ten a minute; units s, m, h, d). The others wait, in
         their order. A key nobody declared runs one job at a time. Takes effect within a second
-        (each process reads declarations at most once a second)."""
+        (each process reads declarations at most once a second). A declaration replaces the
+        previous one whole: give both ``concurrency`` and ``rate`` to keep both. Lowering a
+        limit stops no running job; new ones wait until the running ones fit under it."""
         self._check_open()
         kind, name = lim.check_target(key, queue)
         limit = lim.Limit(kind, name, lim.check_concurrency(concurrency), lim.parse_rate(rate))

@@ -70,6 +70,7 @@ class Work:
         for _ in range(10_000):  # bounded: every turn consumes one name, or passes over one queue
             index = core.pending.pick(queues, skip)
             if index is None:
+                gate.watch_lines()  # idle: be the one that sees a holder die (_gate)
                 return None
             queue = os.path.basename(index.directory)
             held = gate.queue_turn(queue)

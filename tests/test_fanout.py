@@ -4,6 +4,7 @@ subscriptions that each get their own copy of a job (scope all)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -166,6 +167,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_cli_subscribes_lists_and_fans_out(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
+    missing = _cli("subscribe", root, "emails", "order-*")  # a mistyped DIR makes no store
+    assert missing.returncode == 3 and not os.path.exists(root), missing.stderr
+    assert _cli("init", root).returncode == 0
     assert _cli("subscribe", root, "emails", "order-*").returncode == 0
     made = _cli("create", root, '{"o": 1}', "--queue", "order-eu", "--json")
     assert made.returncode == 0, made.stderr

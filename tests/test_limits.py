@@ -280,3 +280,51 @@ def test_the_cli_declares_lists_and_clears_limits(tmp_path: Path) -> None:
     assert _cli("limit", root, "--key", "api").returncode == 2
     assert "cleared" in _cli("limit", root, "--key", "api", "--clear").stdout
     assert json.loads(_cli("limits", root, "--json").stdout) == []
+
+
+HOLDER_AND_PARKER = """
+import sys, time
+from fsjobstore import JobStore
+s = JobStore(sys.argv[1], lease_duration=60)
+lease = s.pull_work(timeout=10)
+assert s.pull_work() is None  # this process parks the second job too, and dies with it
+print(lease.id, flush=True)
+time.sleep(600)
+"""
+
+
+def test_an_idle_puller_starts_the_next_job_at_once_when_holder_and_parker_die_together(root: str) -> None:
+    with JobStore(root, lease_duration=60) as s:
+        first = s.create("first", concurrency_key="one").id
+        second = s.create("second", concurrency_key="one").id
+        proc = subprocess.Popen([sys.executable, "-c", HOLDER_AND_PARKER, root], stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == first
+            waiter = in_background(lambda: s.pull_work(timeout=20), settle=1.5)  # idle: it looked at the line
+            killed = time.monotonic()
+            proc.send_signal(signal.SIGKILL)
+            lease = waiter()
+            waited = time.monotonic() - killed
+        finally:
+            proc.kill()
+            proc.wait()
+        assert lease is not None and lease.id == second
+        assert waited < 10, f"the next job started {waited:.1f} s after its holder and parker died"
+
+
+def test_a_lowered_limit_holds_back_new_starts_until_the_running_ones_fit(store: JobStore) -> None:
+    store.set_limit(key="k", concurrency=3)
+    ids = [store.create(i, concurrency_key="k").id for i in range(5)]
+    running = [store.pull_work() for _ in range(3)]
+    assert all(running) and store.pull_work() is None
+    store.set_limit(key="k", concurrency=1)
+    assert store.limits()[0].running == 3  # the slots taken before the change count too
+    running[0].fulfill(None)  # type: ignore[union-attr]
+    store.create("late", concurrency_key="k")  # in its queue, not waiting: a claim meets the limit itself
+    assert store.pull_work() is None  # two still run, against a limit of one
+    running[1].fulfill(None)  # type: ignore[union-attr]
+    assert store.pull_work() is None
+    running[2].fulfill(None)  # type: ignore[union-attr]
+    nxt = store.pull_work(timeout=5)
+    assert nxt is not None and nxt.id == ids[3]
+    assert store.limits()[0].running == 1 and store.pull_work() is None

@@ -26,7 +26,7 @@ def add(subparsers: Any) -> None:
 
 
 def subscribe(args: argparse.Namespace) -> int:
-    with open_store(args, create=True) as store:
+    with open_store(args) as store:
         sub = store.subscribe(args.name, args.pattern)
     print(f"subscription {sub.name}: a copy of every job created into a queue matching {sub.pattern}, "
           f"in queue {sub.name}")
