@@ -139,7 +139,7 @@ def _publish_member(core: Core, record: Record) -> None:
     """A member of a group whose maker died after its manifest (``_groups``): published as its
     maker would have, once."""
     with contextlib.suppress(JobExists):
-        publish_new(core, record, explicit=True)
+        publish_new(core, record, explicit=True, member=True)
 
 
 def _gone(core: Core, owner: str) -> bool:

@@ -111,7 +111,7 @@ class Relations:
         # Reserved as a chosen id is, so a member is published once; JobExists: published
         # already (a recoverer finishing the group while we were slow).
         with contextlib.suppress(JobExists):
-            publish_new(self._core, record, explicit=True)
+            publish_new(self._core, record, explicit=True, member=True)
 
     def _fan_out(self, subs: list[Subscription], request: Any, options: dict[str, Any]) -> Job:
         """``create`` into a queue that subscriptions fan out: a copy for each, in its queue, all or
