@@ -1,8 +1,8 @@
 """The gate a claim passes through when a limit applies: FORMAT.md, "Limits".
 
 **Slots.** A limit with ``concurrency = N`` has ``N`` slots, ``limits/<H>/c<i>``, each a lock file
-of the kind notifiers use (``_liveness.NotifyLock``: open-or-create, exclusive ``flock``, the
-holder's owner id inside, unlinked by its holder before it lets go). A claim holds one per limit
+(``_limits.Slot``: open-or-create, exclusive ``flock``, the holder's owner id inside, emptied by its
+holder before it lets go; the file stays). A claim holds one per limit
 that applies to it until the claim ends, however it ends (``Work._finish``). A holder that dies
 lets go of its ``flock`` in that instant, so on its host its slot is free at once; where locks are
 not trusted (heartbeat-only, across hosts) a slot whose holder's heartbeat expired is broken as a
@@ -37,8 +37,8 @@ from dataclasses import replace
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._layout import WAITING_RE, pending_rel, prio_value
-from ._limits import Declarations, Limit, Ticket, take_ticket
-from ._liveness import NotifyLock, break_if_expired
+from ._limits import Declarations, Limit, Slot, Ticket, holder_died, take_ticket
+from ._liveness import break_if_expired
 from ._records import Record
 from ._shared import Core
 
@@ -66,7 +66,7 @@ class Gate:
         self._closed, self._due, self._watched = {}, {}, set()
 
     # == before a claim ===========================================================================
-    def queue_turn(self, queue: str) -> list[NotifyLock] | None:
+    def queue_turn(self, queue: str) -> list[Slot] | None:
         """What a claim from ``queue`` must hold: ``[]`` if the queue has no concurrency limit,
         its slot, or None when the queue is at its limit (or its rate is spent) now."""
         if queue not in self.declarations.queues():
@@ -83,7 +83,7 @@ class Gate:
         return None if slot is None else [slot]
 
     # == after the claim read its job =============================================================
-    def admit(self, record: Record, active: str, source: str, held: list[NotifyLock]) -> bool:
+    def admit(self, record: Record, active: str, source: str, held: list[Slot]) -> bool:
         """Whether the claim at ``active`` may run. True: ``held`` has every slot it needs. False:
         the job went back where it waits (``source``, its queue, for a queue's rate; the key's line
         otherwise) and ``held`` was let go."""
@@ -96,7 +96,7 @@ class Gate:
             slot = self._take_slot(key_limit)
             if slot is None:
                 self._let_go(held)
-                self._park(record, active, key_limit, None)
+                self._park(record, active, source, key_limit, None)
                 return False
             held.append(slot)
         tickets: list[Ticket] = []
@@ -112,7 +112,7 @@ class Gate:
                 ticket.give_back()
             self._let_go(held)
             if limit is key_limit:
-                self._park(record, active, limit, got)
+                self._park(record, active, source, limit, got)
             else:
                 self._give_back(record, active, source, got)
             return False
@@ -139,14 +139,26 @@ class Gate:
             self._closed[record.queue] = until
         core.pending.note_due(until)
 
-    def _park(self, record: Record, active: str, limit: Limit, due: float | None) -> None:
+    def _park(self, record: Record, active: str, source: str, limit: Limit, due: float | None) -> None:
         core = self._core
         dst = core.layout.waiting_path(limit.id, record.priority, record.seq, record.queue, record.id)
-        self._ensure_dir(core.layout.waiting)
-        try:
-            sc.rename(active, dst)  # a claim's rename, undone: nothing fsyncs a claim either
-        except FileNotFoundError:
-            return  # RACE: taken over since our claim (we are alive, so only by a deadline): theirs now
+        for _ in range(3):
+            self._ensure_dir(core.layout.waiting)
+            try:
+                sc.rename(active, dst)  # a claim's rename, undone: nothing fsyncs a claim either
+                break
+            except FileNotFoundError:
+                if not sc.lexists(active):
+                    return  # RACE: taken over since our claim (we are alive, so only by a deadline): theirs
+                # It was waiting/ that was missing: on GlusterFS a client may hold a stale "no such
+                # directory" for it after another host made it (seen on the bed: the job was left
+                # claimed by a live process that had given up on it). Made again, or looked up anew.
+                self._dirs.discard(core.layout.waiting)
+        else:
+            log.warning("job %s could not wait in %s; it goes back to its queue", record.id, core.layout.waiting)
+            with contextlib.suppress(FileNotFoundError):
+                core.tree.into_pending(active, source, durable=False)
+            return
         log.debug("job %s waits for a %s of concurrency key %r", record.id, "start" if due else "slot", limit.name)
         if due is not None:
             with self._mutex:
@@ -156,7 +168,7 @@ class Gate:
             self.promote(limit)  # a slot may have freed since our try (see RACE above)
 
     # == when a claim ends ========================================================================
-    def release(self, record: Record | None, held: list[NotifyLock]) -> None:
+    def release(self, record: Record | None, held: list[Slot]) -> None:
         """Let go of a finished claim's slots, then promote the next job of its key, if one waits
         (``record`` None: a claim that never ran, which held only its queue's slot)."""
         if not held:
@@ -171,7 +183,7 @@ class Gate:
         self._core.tree.bell("work")  # other hosts' pullers of a limited queue look again
 
     @staticmethod
-    def _let_go(held: list[NotifyLock]) -> None:
+    def _let_go(held: list[Slot]) -> None:
         while held:
             held.pop().release()
 
@@ -291,13 +303,13 @@ class Gate:
     def _slot_path(self, limit: Limit, i: int) -> str:
         return f"{self._core.layout.limit_dir(limit.id)}/c{i}"
 
-    def _take_slot(self, limit: Limit) -> NotifyLock | None:
+    def _take_slot(self, limit: Limit) -> Slot | None:
         core = self._core
         assert limit.concurrency is not None
         self._ensure_dir(core.layout.limit_dir(limit.id))
         me, mode = core.owner_id(), core.tree.perms.file_mode
         for i in range(limit.concurrency):
-            got = NotifyLock.try_acquire(self._slot_path(limit, i), me, mode)
+            got = Slot.take(self._slot_path(limit, i), me, mode)
             if got is not None:
                 if not self._past(limit) or self.running(limit) <= limit.concurrency:
                     return got
@@ -308,7 +320,7 @@ class Gate:
             for i in range(limit.concurrency):
                 path = self._slot_path(limit, i)
                 if break_if_expired(path, me, core.probe):
-                    got = NotifyLock.try_acquire(path, me, mode)
+                    got = Slot.take(path, me, mode)
                     if got is not None:
                         return got
         self._watch(limit)
@@ -329,7 +341,7 @@ class Gate:
                 continue  # planted: that slot is out of use
             try:
                 if sc.try_lock_shared(fd):
-                    free += 1  # nobody holds it: its holder died (it would have unlinked it)
+                    free += 1  # nobody holds it: let go of, or its holder died
                 elif not core.probe.trust_locks and break_if_expired(path, core.owner_id(), core.probe):
                     free += 1
             finally:
@@ -357,9 +369,9 @@ class Gate:
                 if self._busy(path):
                     held.append(path)
                 else:
-                    lock = NotifyLock.try_acquire(path, self._core.owner_id(), self._core.tree.perms.file_mode)
+                    lock = Slot.take(path, self._core.owner_id(), self._core.tree.perms.file_mode)
                     if lock is not None:
-                        lock.release()  # unlinks it, then lets go
+                        lock.release(unlink=True)
         return held
 
     def _busy(self, path: str) -> bool:
@@ -403,7 +415,7 @@ class Gate:
                     self._watched.discard(path)
 
     def _wait_for(self, path: str, limit: Limit) -> None:
-        died = True  # a holder that ends unlinks its slot before it lets go (and promotes itself)
+        died = True  # a holder that ends empties its slot before it lets go (and promotes itself)
         try:
             try:
                 fd = sc.open(path, os.O_RDONLY | fs.O_NOFOLLOW | os.O_NONBLOCK | fs.O_CLOEXEC)
@@ -413,7 +425,7 @@ class Gate:
                 try:
                     sc.wait_lock_shared(fd)
                     sc.unlock(fd)
-                    died = fs.names_file(path, sc.fstat(fd)) is True
+                    died = holder_died(fd, path)
                 finally:
                     sc.close_read(fd)
         except Exception:  # a watcher is a hint: the next poll looks anyway

@@ -47,14 +47,22 @@ def test_a_key_limit_holds_for_processes_on_both_hosts(stores: tuple[str, str], 
              for i, root in enumerate([*stores, *stores])]
     assert [p.wait(240) for p in procs] == [0, 0, 0, 0]
     spans = [s for i in range(4) for s in json.loads((tmp_path / f"{i}.json").read_text())]
-    assert len(spans) == 10
     events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
     running = most = 0
     for _, step in events:
         running += step
         most = max(most, running)
     assert most <= 2, f"{most} jobs of a key limited to 2 ran at once"
+    # Every job ran, or waits still (a parked job can be left for a recovery pass on this
+    # filesystem: FORMAT.md, "Limits"); a recovery and one more drain finish them.
     with JobStore(stores[1]) as store:
+        store.recover()
+        left = 10 - len(spans)
+        while left:
+            lease = store.pull_work(timeout=10)
+            assert lease is not None, f"{left} job(s) neither ran nor wait: {[store.get(i).state for i in ids]}"
+            lease.fulfill(None)
+            left -= 1
         assert {store.get(i).state for i in ids} == {JobState.FULFILLED}
 
 
