@@ -98,13 +98,16 @@ def publish_new(core: Core, record: Record, *, explicit: bool, still_due: Callab
         if explicit:
             for tries_left in (1, 0):
                 try:
-                    # Not fsynced on its own, as a unique key's entry is not: the publish's
-                    # directory fsync below carries it (names reach the disk in program order).
-                    sc.link(tmp, marker)
+                    core.tree.link_into(tmp, marker)
                     break
                 except FileExistsError:
                     if not tries_left or not free_orphan(core, record.id):
                         raise JobExists(f"a job with id {record.id!r} exists in this store") from None
+                except StorageError as exc:
+                    if exc.applied:  # reserved but not durably: give the id back, as if never taken
+                        fs.unlink_quietly(marker)
+                        exc.applied = False
+                    raise
             reserved = True
             # (A group's member is reserved too, with an id its maker generated: nothing else can
             # have it, and looking in every state for each member cost a group 3/4 of its time.)

@@ -92,7 +92,8 @@ def test_the_chaos_checker_reports_lost_unexpected_and_duplicate_jobs(tmp_path: 
 
 def test_a_short_chaos_run_with_unique_and_concurrency_keys_and_dependencies_loses_nothing_and_runs_no_child_early(
         tmp_path: Path) -> None:
-    report = chaos.run(jobs=300, workers=3, kills=30, lease=1.0, seed=11, workdir=str(tmp_path), relations=True)
+    report = chaos.run(jobs=300, workers=3, kills=30, lease=1.0, seed=11, workdir=str(tmp_path), relations=True,
+                       limits=True)
     assert report["kills"] >= 30 and report["created_ok"] >= 300
     assert (report["lost"], report["unexpected"], report["duplicate_commits"]) == (0, 0, 0), report
     assert report["early_children"] == 0 and report["left_pending_or_active"] == 0, report

@@ -219,7 +219,10 @@ def test_schedulers_on_both_hosts_killed_at_random_make_every_tick_once(stores: 
     # recovery only after a lease of silence (heartbeat-only store), as any cut-short create's.
     ran, kills = run_killing_schedulers((a, b), b, tmp_path, seconds=10, tail=8)
     check_each_tick_ran_once(ran)
-    assert kills >= 15 and max(ran) - min(ran) >= 10
+    # At least 5 s of ticks, not the 10 s of kills: under a whole CI run's load a scheduler killed
+    # every ~0.65 s spends much of its life starting (three clean-clone CI runs on 2026-11-27/28
+    # made 6 s of ticks, 35 kills, every tick once); alone it makes all 10 and more.
+    assert kills >= 15 and max(ran) - min(ran) >= 5
 
 
 # chaos ==============================================================================================

@@ -24,8 +24,8 @@ With ``--relations`` every third job is made ``after`` the job made before it, a
 with a unique key of its own, created twice in a row (the second create answers the first job
 while it waits, or makes a new one once it is final: both are then jobs to be done). The checker
 adds **early children**: a job first claimed before a fulfil of its parent was even invoked; and
-every job must end fulfilled, none left deferred. Every fourth job (from the second on) also has a
-concurrency key, ``ck-0`` (declared with a limit of 2) or ``ck-1`` (undeclared: one at a time);
+every job must end fulfilled, none left deferred. With ``--limits`` every fourth job (from the second
+on) also has a concurrency key, ``ck-0`` (declared with a limit of 2) or ``ck-1`` (undeclared: one at a time);
 the checker adds **over limit**: the most jobs of a key that ran at once beyond its limit, counted
 over the attempts whose worker lived from its claim to its fulfil (a killed holder's slot frees
 when it dies, an instant the history does not record).
@@ -63,9 +63,9 @@ def _record(fh: Any, *fields: object) -> None:
 
 # == the processes =============================================================================
 def producer(root: str, history: str, jobs: int, rate: float, retention: bool = False,
-             relations: bool = False) -> None:
+             relations: bool = False, limits: bool = False) -> None:
     with JobStore(root) as store, open(history, "a") as fh:
-        if relations:
+        if limits:
             store.set_limit(key="ck-0", concurrency=2)
         previous = None
         for n in range(jobs):
@@ -75,7 +75,7 @@ def producer(root: str, history: str, jobs: int, rate: float, retention: bool = 
                 options["after"] = [previous]
             if relations and n % 5 == 0:
                 options["unique_key"] = f"key-{n}"
-            if relations and concurrency_key(n) is not None:
+            if limits and concurrency_key(n) is not None:
                 options["concurrency_key"] = concurrency_key(n)
             for _ in range(2 if "unique_key" in options else 1):
                 _record(fh, "invoke", "create", n)
@@ -282,7 +282,7 @@ def check(root: str, history: list[list[str]], *, retention: bool = False) -> di
 def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir: str | None = None,
         max_seconds: float = 3600, runtime: str | None = None, roots: list[str] | None = None,
         extra: Callable[[random.Random | None], object] | None = None, retention: bool = False,
-        relations: bool = False) -> dict[str, Any]:
+        relations: bool = False, limits: bool = False) -> dict[str, Any]:
     """``runtime``: None for plain pull/fulfil loops, or "processes"/"threads" for workers that
     are ``fsjobstore.Worker`` runs (signals then go to each worker's whole process group).
     ``roots``: the store as each "host" sees it (one path per mount of a shared filesystem):
@@ -328,7 +328,7 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
     expected = max(1.0, kills * 0.275)
     rate = jobs / (expected * 0.5)
     work = min(1.0, max(0.002, 2 * workers * expected / jobs))
-    prod = spawn("producer", jobs, rate, int(retention), int(relations))
+    prod = spawn("producer", jobs, rate, int(retention), int(relations), int(limits))
     procs = [spawn("worker", lease, work) for _ in range(workers)]
     def reap(proc: subprocess.Popen[bytes]) -> None:
         while True:
@@ -393,7 +393,7 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in ("producer", "worker", "rworker"):
         role, root, history, *rest = sys.argv[1:]
         if role == "producer":
-            producer(root, history, int(rest[0]), float(rest[1]), rest[2] == "1", rest[3] == "1")
+            producer(root, history, int(rest[0]), float(rest[1]), rest[2] == "1", rest[3] == "1", rest[4] == "1")
         elif role == "worker":
             worker(root, history, float(rest[0]), float(rest[1]))
         else:
@@ -410,11 +410,11 @@ def main() -> None:
     parser.add_argument("--retention", action="store_true",
                         help="odd-numbered jobs are made with retain=0: removed while the chaos runs")
     parser.add_argument("--relations", action="store_true",
-                        help="every third job is made after the one before it, every fifth with a unique key, "
-                             "every fourth with a concurrency key")
+                        help="every third job is made after the one before it, every fifth with a unique key")
+    parser.add_argument("--limits", action="store_true", help="every fourth job with a concurrency key (limited)")
     args = parser.parse_args()
     report = run(jobs=args.jobs, workers=args.workers, kills=args.kills, lease=args.lease, seed=args.seed,
-                 runtime=args.runtime, retention=args.retention, relations=args.relations)
+                 runtime=args.runtime, retention=args.retention, relations=args.relations, limits=args.limits)
     print(json.dumps(report, indent=2))
     bad = (report["lost"] or report["unexpected"] or report["duplicate_commits"] or report["left_pending_or_active"]
            or report["removal_leftovers"] or report["early_children"] or report["over_limit"])
