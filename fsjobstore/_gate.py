@@ -1,8 +1,8 @@
 """The gate a claim passes through when a limit applies: FORMAT.md, "Limits".
 
 **Slots.** A limit with ``concurrency = N`` has ``N`` slots, ``limits/<H>/c<i>``, each a lock file
-(``_limits.Slot``: open-or-create, exclusive ``flock``, the holder's owner id inside, emptied by its
-holder before it lets go; the file stays). A claim holds one per limit
+(``_liveness.NotifyLock``: open-or-create, exclusive ``flock``, the holder's owner id inside; its
+holder empties it before it lets go, and the file stays). A claim holds one per limit
 that applies to it until the claim ends, however it ends (``Work._finish``). A holder that dies
 lets go of its ``flock`` in that instant, so on its host its slot is free at once; where locks are
 not trusted (heartbeat-only, across hosts) a slot whose holder's heartbeat expired is broken as a
@@ -37,8 +37,8 @@ from dataclasses import replace
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._layout import WAITING_RE, pending_rel, prio_value
-from ._limits import Declarations, Limit, Slot, Ticket, holder_died, take_ticket
-from ._liveness import break_if_expired
+from ._limits import Declarations, Limit, Ticket, holder_died, take_ticket
+from ._liveness import NotifyLock, break_if_expired
 from ._records import Record
 from ._shared import Core
 
@@ -66,7 +66,7 @@ class Gate:
         self._closed, self._due, self._watched = {}, {}, set()
 
     # == before a claim ===========================================================================
-    def queue_turn(self, queue: str) -> list[Slot] | None:
+    def queue_turn(self, queue: str) -> list[NotifyLock] | None:
         """What a claim from ``queue`` must hold: ``[]`` if the queue has no concurrency limit,
         its slot, or None when the queue is at its limit (or its rate is spent) now."""
         if queue not in self.declarations.queues():
@@ -83,7 +83,7 @@ class Gate:
         return None if slot is None else [slot]
 
     # == after the claim read its job =============================================================
-    def admit(self, record: Record, active: str, source: str, held: list[Slot]) -> bool:
+    def admit(self, record: Record, active: str, source: str, held: list[NotifyLock]) -> bool:
         """Whether the claim at ``active`` may run. True: ``held`` has every slot it needs. False:
         the job went back where it waits (``source``, its queue, for a queue's rate; the key's line
         otherwise) and ``held`` was let go."""
@@ -168,7 +168,7 @@ class Gate:
             self.promote(limit)  # a slot may have freed since our try (see RACE above)
 
     # == when a claim ends ========================================================================
-    def release(self, record: Record | None, held: list[Slot]) -> None:
+    def release(self, record: Record | None, held: list[NotifyLock]) -> None:
         """Let go of a finished claim's slots, then promote the next job of its key, if one waits
         (``record`` None: a claim that never ran, which held only its queue's slot)."""
         if not held:
@@ -183,9 +183,9 @@ class Gate:
         self._core.tree.bell("work")  # other hosts' pullers of a limited queue look again
 
     @staticmethod
-    def _let_go(held: list[Slot]) -> None:
+    def _let_go(held: list[NotifyLock]) -> None:
         while held:
-            held.pop().release()
+            held.pop().empty_and_release()
 
     # == promotion ================================================================================
     def promote(self, limit: Limit) -> int:
@@ -303,24 +303,24 @@ class Gate:
     def _slot_path(self, limit: Limit, i: int) -> str:
         return f"{self._core.layout.limit_dir(limit.id)}/c{i}"
 
-    def _take_slot(self, limit: Limit) -> Slot | None:
+    def _take_slot(self, limit: Limit) -> NotifyLock | None:
         core = self._core
         assert limit.concurrency is not None
         self._ensure_dir(core.layout.limit_dir(limit.id))
         me, mode = core.owner_id(), core.tree.perms.file_mode
         for i in range(limit.concurrency):
-            got = Slot.take(self._slot_path(limit, i), me, mode)
+            got = NotifyLock.try_acquire(self._slot_path(limit, i), me, mode)
             if got is not None:
                 if not self._past(limit) or self.running(limit) <= limit.concurrency:
                     return got
-                got.release()  # the limit was lowered: slots past it still run, and count
+                got.empty_and_release()  # the limit was lowered: slots past it still run, and count
                 break
         if not core.probe.trust_locks:
             # A hung host keeps its locks: a slot whose holder's heartbeat expired is broken.
             for i in range(limit.concurrency):
                 path = self._slot_path(limit, i)
                 if break_if_expired(path, me, core.probe):
-                    got = Slot.take(path, me, mode)
+                    got = NotifyLock.try_acquire(path, me, mode)
                     if got is not None:
                         return got
         self._watch(limit)
@@ -369,9 +369,9 @@ class Gate:
                 if self._busy(path):
                     held.append(path)
                 else:
-                    lock = Slot.take(path, self._core.owner_id(), self._core.tree.perms.file_mode)
+                    lock = NotifyLock.try_acquire(path, self._core.owner_id(), self._core.tree.perms.file_mode)
                     if lock is not None:
-                        lock.release(unlink=True)
+                        lock.release()  # unlinks it (it still names the file we locked), then lets go
         return held
 
     def _busy(self, path: str) -> bool:

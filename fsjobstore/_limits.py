@@ -22,7 +22,6 @@ import json
 import math
 import os
 import re
-import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._codec import check_queue_name, dumps
-from ._errors import InvalidRequest, StorageError
+from ._errors import InvalidRequest
 from ._layout import LIMIT_RE, Layout
 from ._unique import check_key
 
@@ -182,60 +181,7 @@ def write_declaration(layout: Layout, limit: Limit, *, token: str, durable: bool
                     dumps(doc, what="limit") + b"\n", durable=durable, mode=perms.file_mode)
 
 
-# -- slots ----------------------------------------------------------------------------------------
-class Slot:
-    """A slot held: an exclusive ``flock`` on ``limits/<H>/c<i>``, whose content names the holder's
-    owner while it holds it and is emptied before it lets go. The file stays: taking and letting go
-    of a slot changes no directory (an unlink and a create per claim cost a keyed claim 0.5 ms). So
-    a watcher that gets the lock and finds the owner still named knows the holder died."""
-
-    def __init__(self, fd: int, path: str) -> None:
-        self._fd: int | None = fd
-        self.path = path
-
-    @classmethod
-    def take(cls, path: str, owner: str, mode: int) -> Slot | None:
-        """The slot at ``path`` if nobody holds it (made if missing); None if held, or planted."""
-        for _ in range(3):
-            try:
-                fd = sc.open(path, os.O_RDWR | os.O_CREAT | fs.O_NOFOLLOW | os.O_NONBLOCK | fs.O_CLOEXEC, mode)
-            except StorageError:
-                raise
-            except OSError:  # a planted link or directory: that slot is out of use
-                return None
-            keep = False
-            try:
-                st = sc.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or not sc.try_lock(fd):
-                    return None
-                # Whoever unlinked it (a cleared limit, a lowered one's clean-up, a broken expired
-                # holder) did so before we locked: the name is another file now, or none.
-                if fs.names_file(path, st) is not True:
-                    continue
-                if mode != fs.FILE_MODE and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != mode:
-                    sc.fchmod(fd, mode)  # we made it; the umask took the group bits off
-                sc.pwrite(fd, owner.encode() + b"\n", 0)
-                keep = True
-                return cls(fd, path)
-            finally:
-                if not keep:
-                    _let_go(fd)
-        return None
-
-    def release(self, *, unlink: bool = False) -> None:
-        """Empty it, then let go (``unlink``: remove it first, a slot past a lowered limit)."""
-        fd, self._fd = self._fd, None
-        if fd is None:
-            return
-        if unlink:
-            with contextlib.suppress(OSError):
-                if fs.names_file(self.path, sc.fstat(fd)):
-                    sc.unlink(self.path)
-        with contextlib.suppress(OSError):
-            sc.ftruncate(fd, 0)
-        _let_go(fd)
-
-
+# -- slots (``_liveness.NotifyLock``s whose files stay: ``_gate``) -----------------------------------
 def holder_died(fd: int, path: str) -> bool:
     """After a watcher got the lock of slot ``path`` (its descriptor ``fd``): whether the holder
     let go without emptying it, as only a process that died does."""

@@ -264,6 +264,17 @@ class NotifyLock:
         fd, self._fd = self._fd, None
         _unlink_then_let_go(self.path if ours else None, fd)
 
+    def empty_and_release(self) -> None:
+        """Let go but keep the file, emptied first: a limit's slot (``_gate``), taken and let go
+        of on every claim, changes no directory that way (an unlink and a create per claim cost
+        a keyed claim 0.5 ms). A lock let go of with its file still full was a holder that died."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):
+            sc.ftruncate(fd, 0)
+        _unlink_then_let_go(None, fd)
+
 
 def _unlink_then_let_go(path: str | None, fd: int) -> None:
     """Unlink ``path`` (a lock file of ours; None: it is not ours any more), then unlock and close

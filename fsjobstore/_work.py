@@ -28,7 +28,8 @@ from ._errors import InvalidRequest, InvalidState, JobCancelled, LeaseLost, Stor
 from ._gate import Gate
 from ._layout import PENDING_RE
 from ._leases import ClaimEnd, OnCompromised, WorkLease
-from ._limits import Declarations, Slot
+from ._limits import Declarations
+from ._liveness import NotifyLock
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record, next_record, result_line
 from ._removal import remove_job
@@ -108,7 +109,7 @@ class Work:
 
     def claim_from_active(self, active: str, job_id: str, queue: str, token: str,
                           on_compromised: OnCompromised | None, *, give_back: str,
-                          held: list[Slot] | None = None) -> WorkClaim | None:
+                          held: list[NotifyLock] | None = None) -> WorkClaim | None:
         """Read a file we just claimed into a lease; None (and the file quarantined) if it is
         not a job that may run. ``give_back``: where it came from, for a read fault. ``held``
         (a worker's claim from a queue, not one by id): the slots its queue's limit gave it; the
@@ -456,7 +457,7 @@ class WorkClaim(ClaimEnd):
         self.deadline_path: str | None = None
         self.run: RunLog | None = None
         self.on_cancel: Callable[[WorkLease], object] | None = None
-        self.slots: list[Slot] = []  # of the limits it runs under (_gate): let go when it ends
+        self.slots: list[NotifyLock] = []  # of the limits it runs under (_gate): let go when it ends
         self._cancel_seen = False
         self.lease = WorkLease(self)
 
