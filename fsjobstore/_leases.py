@@ -346,6 +346,16 @@ class NotificationLease(_Lease):
         return self._claim.record.value
 
     @property
+    def queue(self) -> str:
+        """The job's queue (what a notifier naming queues or patterns was given it for)."""
+        return self._claim.record.queue
+
+    @property
+    def topic(self) -> str | None:
+        """For a subscription's copy, the queue its job was created into; else None."""
+        return self._claim.record.topic
+
+    @property
     def error(self) -> str | None:
         """The job's last error (a failed job), or its reason (a cancelled one)."""
         return self._claim.record.error

@@ -18,8 +18,9 @@ from . import _syscalls as sc
 from ._checks import error_text, integer, number
 from ._codec import canonical, dumps, loads, target_key
 from ._errors import InvalidRequest, InvalidState, LeaseLost, StorageError, ValueTooLarge
+from ._fanout import matches
 from ._job import JobState
-from ._layout import FINAL_RE, TARGET_RE, Layout
+from ._layout import FINAL_RE, QUEUE_RE, TARGET_RE, Layout
 from ._leases import ClaimEnd, NotificationLease, OnCompromised
 from ._liveness import NotifyLock, break_if_expired
 from ._records import Record
@@ -28,11 +29,13 @@ from ._shared import Core
 
 class NotifyEntry(NamedTuple):
     """``jobs/notify/<id>.json``: when the next delivery is due, how many deliveries so far
-    left targets waiting, and the last one's error."""
+    left targets waiting, the last one's error, and the job's queue (None in an entry written
+    before entries carried it: a notifier that filters by queue reads the job instead)."""
 
     not_before: float
     attempts: int
     error: str | None
+    queue: str | None
 
 
 class Notifier:
@@ -128,9 +131,11 @@ class Notifier:
 
     # -- the notify index ----------------------------------------------------------------------
     def write_entry(self, job_id: str, tmp_path: str, not_before: float, attempts: int,
-                           error: str | None) -> None:
+                    error: str | None, queue: str | None) -> None:
         """Create or replace ``jobs/notify/<id>.json`` atomically."""
-        doc = {"id": job_id, "not_before": not_before, "attempts": attempts, "error": error}
+        doc: dict[str, Any] = {"id": job_id, "not_before": not_before, "attempts": attempts, "error": error}
+        if queue is not None:  # what a notifier interested in some queues filters on, unread job
+            doc["queue"] = queue
         for tries_left in (2, 1, 0):
             self._tree.write_new(tmp_path, dumps(doc) + b"\n")
             try:
@@ -156,26 +161,42 @@ class Notifier:
             attempts = integer(attempts, "attempts", at_least=0, error=ValueError)
             if error is not None and not isinstance(error, str):
                 raise ValueError("error is not a string")
-            return NotifyEntry(due, attempts, error)
+            queue = doc.get("queue")
+            if queue is not None and not (isinstance(queue, str) and QUEUE_RE.match(queue)):
+                raise ValueError("queue is not a queue name")
+            return NotifyEntry(due, attempts, error, queue)
         except FileNotFoundError:
             return None
         except (fs.Unreadable, ValueError, TypeError, KeyError) as exc:
             self._tree.quarantine(path, f"notify entry {exc}")
             return None
 
-    def after_final(self, job_id: str) -> None:
+    def after_final(self, job_id: str, queue: str | None = None) -> None:
         """What follows a job becoming final (after it is durable), on every path that makes
         one: its notification indexed if targets are waiting, and the jobs waiting for it
-        resolved (``_deps``)."""
+        resolved (``_deps``). ``queue``: the job's, when the caller has its record."""
         if has_targets(self._layout, job_id):
-            self.mark_due_now(job_id)
+            self.mark_due_now(job_id, queue)
         self._core.deps.resolve_children(job_id)
 
-    def mark_due_now(self, job_id: str) -> None:
+    def mark_due_now(self, job_id: str, queue: str | None = None) -> None:
         prev = self.read_entry(job_id)
+        if queue is None:
+            queue = prev.queue if prev is not None and prev.queue is not None else self._queue_of(job_id)
         tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{job_id}.notify")
-        self.write_entry(job_id, tmp, 0.0, prev[1] if prev else 0, None)
+        self.write_entry(job_id, tmp, 0.0, prev.attempts if prev else 0, None, queue)
         self._tree.bell("work")
+
+    def _queue_of(self, job_id: str) -> str | None:
+        """The final job's queue, read from its file; None if it cannot be read (the entry is
+        written without one, and a claim that filters by queue reads the job again)."""
+        loc = self._tree.locate(job_id)
+        if loc is None:
+            return None
+        try:
+            return self._tree.read_job(loc).queue
+        except (OSError, fs.Unreadable, ValueError):
+            return None
 
     def _drop_entry(self, job_id: str) -> None:
         fs.unlink(self._layout.notify_path(job_id))
@@ -192,7 +213,9 @@ class Notifier:
                     raise
 
     # -- leases --------------------------------------------------------------------------------
-    def claim(self, on_compromised: OnCompromised | None) -> NotificationLease | None:
+    def claim(self, interest: list[str] | None, on_compromised: OnCompromised | None) -> NotificationLease | None:
+        """Lease the most overdue notification (of a job in a queue ``interest`` names or
+        matches, when given), or return None."""
         lay, now = self._layout, self._core.wall()
         due: list[tuple[float, str]] = []
         for name in fs.scan_names(lay.notify):
@@ -206,6 +229,8 @@ class Notifier:
                 # again with a clean entry rather than strand them.
                 if self._tree.is_final(m["id"]):
                     self.after_final(m["id"])
+                continue
+            if interest is not None and not self._wanted(m["id"], entry, interest):
                 continue
             if entry[0] > now:
                 self._core.pending.note_due(entry[0])
@@ -223,6 +248,10 @@ class Notifier:
             if claim is not None:
                 return claim.lease
         return None
+
+    def _wanted(self, job_id: str, entry: NotifyEntry, interest: list[str]) -> bool:
+        queue = entry.queue if entry.queue is not None else self._queue_of(job_id)
+        return queue is not None and any(matches(item, queue) for item in interest)
 
     def _open(self, job_id: str, lock: NotifyLock, now: float,
               on_compromised: OnCompromised | None) -> NotificationClaim | None:
@@ -281,7 +310,7 @@ class Notifier:
                 fresh = any(k not in claim.keys for k, _, _ in remaining)
                 not_before = self._core.wall() if fresh else self._core.wall() + self._core.settings.backoff(attempts)
                 tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{claim.id}.notify")
-                self.write_entry(claim.id, tmp, not_before, attempts, text)
+                self.write_entry(claim.id, tmp, not_before, attempts, text, claim.record.queue)
                 self._core.pending.note_due(not_before)
             else:
                 self._drop_entry(claim.id)

@@ -297,8 +297,7 @@ class JobStore(Operating, Relations):
         ``on_compromised`` is installed before the lease is visible, so no loss is missed.
         """
         self._check_open()
-        wanted = [queues] if isinstance(queues, str) else queues
-        names = None if wanted is None else [check_interest(q, "queues") for q in wanted]
+        names = _interest(queues)
         return self._waiting.pull(lambda: self._work.claim(names, on_compromised), timeout)
 
     # == resolving by id ===========================================================================
@@ -397,11 +396,15 @@ class JobStore(Operating, Relations):
         self._check_open()
         return self._notifier.unqueue_all(check_job_id(job_id), targets)
 
-    def pull_notification(self, *, timeout: float | None = 0,
+    def pull_notification(self, *, queues: str | Sequence[str] | None = None, timeout: float | None = 0,
                           on_compromised: OnCompromised | None = None) -> NotificationLease | None:
-        """Lease one final job whose result is waiting to be delivered, or return None."""
+        """Lease one final job whose result is waiting to be delivered, or return None.
+
+        ``queues``: only jobs of these queues (names, or patterns such as ``order-*``; all queues
+        when None), the most overdue first. ``timeout`` as for :meth:`pull_work`."""
         self._check_open()
-        return self._waiting.pull(lambda: self._notifier.claim(on_compromised), timeout)
+        names = _interest(queues)
+        return self._waiting.pull(lambda: self._notifier.claim(names, on_compromised), timeout)
 
     def wakeups(self, kind: str = "work") -> Wakeups:
         """What an event loop waits on instead of a blocked thread (``fsjobstore.aio`` uses it):
@@ -471,3 +474,13 @@ def _flush_counters_at_exit() -> None:
     for store in list(_LIVE_STORES):
         if not store._core.closed and not store._core.forked():
             store._counters.close()
+
+
+def _interest(queues: str | Sequence[str] | None) -> list[str] | None:
+    """A puller's ``queues``: None (every queue) or names and patterns, each checked."""
+    if queues is None:
+        return None
+    wanted = [queues] if isinstance(queues, str) else queues
+    if not isinstance(wanted, (list, tuple, set, frozenset)):
+        raise InvalidRequest(f"queues must be a queue name, a pattern or a list of them, got {queues!r}")
+    return [check_interest(q, "queues") for q in wanted]

@@ -175,7 +175,7 @@ def _finish_final(core: Core, notifier: Notifier, mine: str, record: Record, sta
     except FileNotFoundError:
         return  # RACE: another recoverer took it from us after we judged it; it finishes the job
     counts["commits_finished"] += 1
-    notifier.after_final(job_id)
+    notifier.after_final(job_id, record.queue)
 
 
 def _finish_commit(core: Core, notifier: Notifier, job_id: str, old_token: str, mine: str, kind: str,
@@ -215,7 +215,7 @@ def _finish_commit(core: Core, notifier: Notifier, job_id: str, old_token: str, 
         core.drop(mine)
         counts["commits_finished"] += 1
         if dest in FINAL_STATES:
-            notifier.after_final(job_id)
+            notifier.after_final(job_id, record.queue)
         return True
     if kind == "commit" and not tree.commit_pending(old_token, job_id):
         core.drop(mine)  # its new version went out; the fence is all that is left of the claim
@@ -256,6 +256,6 @@ def publish_found_result(core: Core, notifier: Notifier, active: str, record: Re
         log.warning("job %s was queued with its %s result already written (a power cut undid the renames of "
                     "its commit); it is published as %s", record.id, state, state)
     try:
-        notifier.after_final(record.id)
+        notifier.after_final(record.id, record.queue)
     except StorageError as exc:  # every recovery pass restores missing index entries
         log.warning("job %s is published but its notification was not indexed: %s", record.id, exc)

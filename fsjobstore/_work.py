@@ -329,7 +329,7 @@ class Work:
             # is left for recovery (_sweep_cancels), so a plain commit unlinks nothing.
             self.control.clear_cancel(job_id)
         try:
-            self._notifier.after_final(job_id)
+            self._notifier.after_final(job_id, claim.record.queue)
         except StorageError as exc:
             # The result is committed and durable; only its notify index entry is missing,
             # and every recovery pass restores those (_recovery._sweep_targets).

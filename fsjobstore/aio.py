@@ -156,10 +156,10 @@ class AsyncJobStore:
         return await self._pull(functools.partial(self.store.pull_work, queues=queues, timeout=0,
                                                   on_compromised=on_compromised), _timeout(timeout))
 
-    async def pull_notification(self, *, timeout: float | None = 0,
+    async def pull_notification(self, *, queues: str | Sequence[str] | None = None, timeout: float | None = 0,
                                 on_compromised: Callable[..., Any] | None = None) -> NotificationLease | None:
         """As :meth:`JobStore.pull_notification`."""
-        return await self._pull(functools.partial(self.store.pull_notification, timeout=0,
+        return await self._pull(functools.partial(self.store.pull_notification, queues=queues, timeout=0,
                                                   on_compromised=on_compromised), _timeout(timeout))
 
     async def _pull(self, attempt: Callable[[], T | None], timeout: float | None) -> T | None:

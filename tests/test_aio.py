@@ -191,3 +191,20 @@ def test_without_inotify_a_doorbell_ring_wakes_an_async_pull_as_from_another_hos
             assert lease is not None and lease.request == "rung" and woke < 5, woke
 
     asyncio.run(main())
+
+
+def test_an_async_notifier_can_name_the_queues_it_serves(tmp_path: Any) -> None:
+    async def main() -> None:
+        async with AsyncJobStore(str(tmp_path / "s")) as store:
+            for queue in ("mail-eu", "sms"):
+                job = await store.create(queue, queue=queue)
+                await store.queue(job.id, "t")
+                lease = await store.pull_work(queues=queue)
+                assert lease is not None
+                lease.fulfill(1)
+            note = await store.pull_notification(queues=["mail-*"], timeout=1)
+            assert note is not None and note.request == "mail-eu"
+            note.done(note.waiting)
+            assert await store.pull_notification(queues="mail-*", timeout=0.2) is None
+
+    asyncio.run(main())

@@ -180,3 +180,95 @@ def test_the_cli_subscribes_lists_and_fans_out(tmp_path: Path) -> None:
     bad = _cli("subscribe", root, "emails", "order-[")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "unsubscribed" in _cli("unsubscribe", root, "emails").stdout
+
+
+def _notified(store: JobStore, queue: str, target: str) -> str:
+    """A job of ``queue`` fulfilled with ``target`` waiting for its result; its id."""
+    job = store.create(queue, queue=queue)
+    store.queue(job.id, target)
+    lease = store.pull_work(queues=queue)
+    assert lease is not None
+    lease.fulfill(queue)
+    return job.id
+
+
+def test_a_notifier_can_take_only_the_results_of_queues_a_pattern_matches(store: JobStore) -> None:
+    mail_eu = _notified(store, "mail-eu", "a")
+    sms = _notified(store, "sms", "b")
+    mail_us = _notified(store, "mail-us", "c")
+    assert store.pull_notification(queues="push-*") is None
+    got = []
+    for _ in range(2):
+        note = store.pull_notification(queues=["mail-*"])
+        assert note is not None
+        got.append(note.id)
+        note.done(note.waiting)
+    assert sorted(got) == sorted([mail_eu, mail_us])
+    assert store.pull_notification(queues="mail-*") is None
+    note = store.pull_notification(queues="sms")  # a plain name, as pull_work takes it
+    assert note is not None and (note.id, note.queue, note.topic) == (sms, "sms", None)
+    note.release()
+    note = store.pull_notification()  # no queues: every queue
+    assert note is not None and note.id == sms
+    with pytest.raises(InvalidRequest, match="pattern over queue names"):
+        store.pull_notification(queues="mail-[")
+
+
+def test_a_notify_entry_names_its_queue_and_keeps_it_through_a_backoff(store: JobStore) -> None:
+    job_id = _notified(store, "mail-eu", "a")
+    entry = os.path.join(store.path, "jobs", "notify", f"{job_id}.json")
+    with open(entry) as f:
+        assert json.load(f)["queue"] == "mail-eu"
+    note = store.pull_notification(queues="mail-*")
+    assert note is not None
+    note.done([], error="smtp down")  # rewritten with a backoff
+    with open(entry) as f:
+        doc = json.load(f)
+    assert (doc["queue"], doc["attempts"], doc["error"]) == ("mail-eu", 1, "smtp down")
+
+
+def test_a_notify_entry_written_without_a_queue_is_filtered_by_the_jobs_own(store: JobStore) -> None:
+    # As a library from before entries named their queue wrote it: the notifier reads the job.
+    job_id = _notified(store, "mail-eu", "a")
+    entry = os.path.join(store.path, "jobs", "notify", f"{job_id}.json")
+    with open(entry, "w") as f:
+        json.dump({"id": job_id, "not_before": 0.0, "attempts": 0, "error": None}, f)
+    assert store.pull_notification(queues="sms") is None
+    note = store.pull_notification(queues="mail-?u")
+    assert note is not None and note.id == job_id
+
+
+def test_a_deliverer_and_the_cli_notifier_serve_only_the_queues_they_name(tmp_path: Path) -> None:
+    from fsjobstore.worker import Deliverer
+
+    root = str(tmp_path / "s")
+    with JobStore(root) as store:
+        mail = _notified(store, "mail-eu", "a")
+        sms = _notified(store, "sms", "b")
+        seen: list[str] = []
+        with pytest.raises(InvalidRequest, match="pattern over queue names"):
+            Deliverer(store, lambda target, note: None, queues=["mail-["])  # refused at once, not at a pull
+        assert Deliverer(store, lambda target, note: seen.append(note.id), queues="mail-*").run(burst=True) == (1, 0)
+        assert seen == [mail]
+    out = tmp_path / "delivered.txt"
+    (tmp_path / "deliver_to_file.py").write_text(
+        "def deliver(target, note):\n"
+        f"    open({str(out)!r}, 'a').write(note.id + '\\n')\n")
+    done = subprocess.run([sys.executable, "-m", "fsjobstore", "notify", root, "--handler", "deliver_to_file:deliver",
+                           "--queue", "s?s", "--burst"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text().split() == [sms]
+    bad = _cli("notify", root, "--handler", "json:dumps", "--queue", "sms/x", "--burst")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "queue" in bad.stderr
+
+
+def test_a_copys_notification_belongs_to_its_subscriptions_queue_not_its_topic(store: JobStore) -> None:
+    store.subscribe("emails", "order-*")
+    copy = store.create({"o": 1}, queue="order-eu")
+    store.queue(copy.id, "ops@example.com")
+    lease = store.pull_work(queues="emails")
+    assert lease is not None
+    lease.fulfill(1)
+    assert store.pull_notification(queues="order-*") is None
+    note = store.pull_notification(queues="email?")
+    assert note is not None and (note.id, note.queue, note.topic) == (copy.id, "emails", "order-eu")

@@ -66,12 +66,15 @@ def add(subparsers: Any) -> None:
     log_level(p)
 
     p = subcommand(subparsers, "notify", notify, help="deliver results to the targets that asked for them",
-                   example="fsjobstore notify ./jobs --handler myapp.hooks:deliver --burst",
+                   example="fsjobstore notify ./jobs --handler myapp.hooks:deliver --queue 'mail-*' --burst",
                    description="Call your deliver(target, note) for every target waiting on a final job; "
                                "a target whose call raises is offered again after a backoff. Runs until "
                                "stopped, or with --burst until nothing is due (for cron). SIGTERM or Ctrl-C "
                                "stops it once the delivery under way is done.")
     p.add_argument("--handler", required=True, metavar="MODULE:FUNCTION", help="deliver(target, note)")
+    p.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
+                   help="deliver only results of jobs in this queue, or in the queues a pattern such as "
+                        "'mail-*' matches (repeat it; default: every queue)")
     p.add_argument("--burst", action="store_true", help="stop as soon as nothing is due")
     _lease_duration(p)
     no_lock_takeover(p)
@@ -217,7 +220,7 @@ def notify(args: argparse.Namespace) -> int:
     deliver = load(args.handler)
     # The same store options as `worker`: a durable store refuses --no-fsync here too.
     with JobStore(args.dir, create=False, lease_duration=args.lease_duration, **store_options(args)) as store:
-        runner = Deliverer(store, deliver)
+        runner = Deliverer(store, deliver, queues=args.queues)
         delivered, failed = runner.run(burst=args.burst)
     log.info("delivered %d, will retry %d", delivered, failed)
     return OK

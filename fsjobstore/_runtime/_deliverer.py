@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from .. import InvalidRequest, JobStore, NotificationLease
+from .. import InvalidRequest, JobStore, NotificationLease, check_interest
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -27,15 +27,22 @@ class Deliverer:
     returns normally when the target was delivered, or raises (anything, ``SystemExit``
     included), and the target is offered again after a backoff with the error recorded.
 
+    ``queues``: only results of jobs in these queues (names or patterns, as ``pull_work`` takes
+    them); every queue when None.
+
     :meth:`run` called in the main thread stops gracefully on SIGTERM or SIGINT: the
     notification being delivered is finished (each of its targets tried), then it returns; a
     second SIGINT stops at once, keeping what was delivered and handing the rest back.
     """
 
-    def __init__(self, store: JobStore, deliver: Callable[[Any, NotificationLease], object]) -> None:
+    def __init__(self, store: JobStore, deliver: Callable[[Any, NotificationLease], object], *,
+                 queues: str | Sequence[str] | None = None) -> None:
         if not callable(deliver):
             raise InvalidRequest(f"deliver must be callable, got {deliver!r}")
+        wanted = [queues] if isinstance(queues, str) else queues
         self.store = store
+        # Checked now, so a mistyped pattern fails at start rather than at the first pull.
+        self.queues = None if wanted is None else [check_interest(q, "queues") for q in wanted]
         self._deliver = deliver
         self._stop = threading.Event()
         self.stopped_by_signal = False
@@ -56,7 +63,7 @@ class Deliverer:
         delivered = failed = 0
         tried: set[str] = set()
         while not self._stop.is_set():
-            note = self.store.pull_notification(timeout=0 if burst else poll)
+            note = self.store.pull_notification(queues=self.queues, timeout=0 if burst else poll)
             if note is None:
                 if burst:
                     break
