@@ -36,7 +36,7 @@ from dataclasses import replace
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._layout import WAITING_RE, pending_rel, prio_value
+from ._layout import ACTIVE_RE, WAITING_RE, pending_rel, prio_value
 from ._limits import Declarations, Limit, Ticket, holder_died, take_ticket
 from ._liveness import NotifyLock, break_if_expired
 from ._records import Record
@@ -141,7 +141,15 @@ class Gate:
 
     def _park(self, record: Record, active: str, source: str, limit: Limit, due: float | None) -> None:
         core = self._core
-        dst = core.layout.waiting_path(limit.id, record.priority, record.seq, record.queue, record.id)
+        m = ACTIVE_RE.match(os.path.basename(active))
+        assert m is not None  # a claim's own name
+        # The claim's token makes each park's name new. A name the same job had before (parked,
+        # promoted by another host, claimed and parked again) would not do: on GlusterFS a client
+        # that still holds that name in its entry cache (1 s, or from listing waiting/) answers
+        # the rename "done" without asking the server, as the kernel does for a rename onto the
+        # file itself, and the job stayed in active/ with nobody holding it (seen on the bed:
+        # 1 job in 6 runs of 30; README, "Network filesystems").
+        dst = core.layout.waiting_path(limit.id, record.priority, record.seq, record.queue, record.id, m["token"])
         for _ in range(3):
             self._ensure_dir(core.layout.waiting)
             try:
@@ -217,10 +225,18 @@ class Gate:
                 core.tree.quarantine(f"{lay.waiting}/{name}", "unrecognised name in jobs/waiting")
                 continue
             rel = pending_rel(prio_value(m["prio"]), m["seq"], m["id"])
+            src = f"{lay.waiting}/{name}"
             try:
-                core.tree.into_pending(f"{lay.waiting}/{name}", f"{lay.pending_dir(m['queue'])}/{rel}")
+                core.tree.into_pending(src, f"{lay.pending_dir(m['queue'])}/{rel}")
             except FileNotFoundError:
                 continue  # promoted, cancelled or purged by another process meanwhile
+            if sc.lexists(src):
+                # RACE: the job had this pending name before its claim, and this client may
+                # still hold the name in its entry cache (we listed the bucket within a second
+                # before another host claimed it): GlusterFS's client then answers the rename
+                # without doing it (see _park). The job still waits here, so nothing is lost; the
+                # next promotion (an idle puller's look, a second later) moves it.
+                continue
             core.pending.note_name(m["queue"], rel)
             moved += 1
         if moved:

@@ -37,7 +37,8 @@ FINAL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
 DEFERRED_RE = re.compile(rf"(?P<seq>\d{{20}})\.(?P<queue>{_Q})\.(?P<id>{_ID})\.json\Z")
 # A job waiting for a slot or a start of its limit (_gate): jobs/waiting/<H>.<P>.<SEQ>.<queue>.<id>.json.
 WAITING_RE = re.compile(
-    rf"(?P<limit>[0-9a-f]{{16}})\.(?P<prio>\d{{7}})\.(?P<seq>\d{{20}})\.(?P<queue>{_Q})\.(?P<id>{_ID})\.json\Z"
+    rf"(?P<limit>[0-9a-f]{{16}})\.(?P<prio>\d{{7}})\.(?P<seq>\d{{20}})\.(?P<queue>{_Q})\.(?P<id>{_ID})"
+    rf"(?:\.(?P<token>{_TOKEN}))?\.json\Z"  # the parking claim's token (names before it had none)
 )
 LIMIT_RE = re.compile(r"(?P<limit>[0-9a-f]{16})\.json\Z")  # control/limits/<H>.json
 DEP_RE = re.compile(rf"(?P<id>{_ID})\Z")  # deps/<parent>/<child>, and deps/<parent> itself
@@ -151,8 +152,8 @@ class Layout:
     def deferred_path(self, seq: str, queue: str, job_id: str) -> str:
         return f"{self.deferred}/{seq}.{queue}.{job_id}.json"
 
-    def waiting_path(self, limit: str, priority: int, seq: str, queue: str, job_id: str) -> str:
-        return f"{self.waiting}/{limit}.{prio_field(priority)}.{seq}.{queue}.{job_id}.json"
+    def waiting_path(self, limit: str, priority: int, seq: str, queue: str, job_id: str, token: str) -> str:
+        return f"{self.waiting}/{limit}.{prio_field(priority)}.{seq}.{queue}.{job_id}.{token}.json"
 
     def limit_dir(self, limit: str) -> str:
         return f"{self.limits}/{limit}"

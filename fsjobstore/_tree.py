@@ -443,10 +443,11 @@ class Tree:
 
     @staticmethod
     def _named(directory: str, pattern: re.Pattern[str], state: JobState, job_id: str) -> Iterator[Location]:
-        """The files of ``job_id`` in a directory whose names end in ``.<id>.json``."""
-        tail = f".{job_id}.json"
+        """The files of ``job_id`` in a directory whose names hold ``.<id>.`` (then ``json``, or
+        for a parked job its claim's token)."""
+        part = f".{job_id}."
         for name in fs.scan_names(directory):
-            m = pattern.match(name) if name.endswith(tail) else None
+            m = pattern.match(name) if part in name else None
             if m and m["id"] == job_id:
                 yield Location(state, os.path.join(directory, name))
 

@@ -328,3 +328,31 @@ def test_a_lowered_limit_holds_back_new_starts_until_the_running_ones_fit(store:
     nxt = store.pull_work(timeout=5)
     assert nxt is not None and nxt.id == ids[3]
     assert store.limits()[0].running == 1 and store.pull_work() is None
+
+
+def test_a_parked_name_carries_its_claims_token_and_one_without_is_still_read(store: JobStore) -> None:
+    # Each park makes a new name (FORMAT.md, "Limits": a name a job had before can make a rename
+    # do nothing on a network filesystem); names from before the token are still found and run.
+    first = store.create("a", concurrency_key="k")
+    holding = store.pull_work()
+    assert holding is not None and holding.id == first.id
+    old = store.create("old", concurrency_key="k").id
+    new = store.create("new", concurrency_key="k").id
+    assert store.pull_work() is None
+    waiting = os.path.join(store.path, "jobs", "waiting")
+    names = {n.split(".")[4]: n for n in os.listdir(waiting)}
+    assert set(names) == {old, new}
+    assert all(len(n.split(".")) == 7 for n in names.values())  # <H>.<P>.<SEQ>.<queue>.<id>.<t>.json
+    untokened = names[old].rsplit(".", 2)[0] + ".json"
+    os.rename(os.path.join(waiting, names[old]), os.path.join(waiting, untokened))
+    assert store.get(old).state is JobState.PENDING
+    assert {j.id for j in store.jobs(state="pending")} == {old, new}
+    assert store.limits()[0].waiting == 2
+    holding.fulfill(None)
+    order = []
+    for _ in range(2):
+        lease = store.pull_work(timeout=5)
+        assert lease is not None
+        order.append(lease.id)
+        lease.fulfill(None)
+    assert order == [old, new]

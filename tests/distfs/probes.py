@@ -194,6 +194,26 @@ def rename_noreplace(src: Path, dst: Path) -> int:
 # --- caches and replaced names ----------------------------------------------------------------------------
 
 
+def renames_onto_a_cached_name(dir_a: Path, dir_b: Path, rounds: int, age: float = 0.0) -> int:
+    """How many of ``rounds`` renames back to a file's old name did nothing: mount A looks up
+    ``x/N``, mount B renames the file to ``y/M``, then (``age`` seconds later) mount A renames
+    ``y/M`` back to ``x/N``. The kernel answers a rename onto a name its entry cache holds for
+    the same file without asking the filesystem; the cache is A's, and stale."""
+    did_nothing = 0
+    for i in range(rounds):
+        a, b = dir_a / f"cached-{i}", dir_b / f"cached-{i}"
+        (a / "x").mkdir(parents=True)
+        (a / "y").mkdir()
+        (a / "x" / "N").write_bytes(b"")
+        os.stat(a / "x" / "N")
+        os.rename(b / "x" / "N", b / "y" / "M")
+        time.sleep(age)
+        os.rename(a / "y" / "M", a / "x" / "N")  # returns 0 either way
+        if os.path.exists(b / "y" / "M"):  # asked through B: the file never moved
+            did_nothing += 1
+    return did_nothing
+
+
 def staleness_ms(writer: Path, reader: Path, timeout: float = 5.0) -> float | None:
     """How long after an append through one mount the other still reports the old size (attribute caches)."""
     name = f"grow-{time.monotonic_ns()}"  # a name the reader has never seen

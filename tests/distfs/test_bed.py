@@ -16,6 +16,7 @@ from distfs.probes import (
     inotify_names,
     rename_noreplace,
     rename_race,
+    renames_onto_a_cached_name,
     seconds_until_lockable,
 )
 from distfs.probes import try_lock as lock_is_free
@@ -104,3 +105,10 @@ def test_renameat2_noreplace_fails_with_einval_so_link_then_unlink_is_the_fallba
     with pytest.raises(FileExistsError):
         os.link(shared_dir.b / "other", shared_dir.b / "final")  # the other host loses, the first result stays
     assert (shared_dir.a / "final").read_text() == "result"
+
+
+def test_a_rename_back_to_a_name_the_client_still_caches_for_that_file_does_nothing(shared_dir: SharedDir) -> None:
+    # Why a parked job's name carries its claim's token (FORMAT.md, "Network filesystems"): within
+    # the entry timeout (1 s) mount A's rename "succeeds" and the file stays where B put it.
+    assert renames_onto_a_cached_name(shared_dir.a, shared_dir.b, 10) == 10
+    assert renames_onto_a_cached_name(shared_dir.a / "later", shared_dir.b / "later", 3, age=1.2) == 0

@@ -1,7 +1,8 @@
 """Jobs that know about each other, on a directory two hosts share (the GlusterFS bed's two mounts):
 a unique key taken from both hosts at once makes one job, a child waits for a parent ended on the
 other host, a group made on one host is read and waited for on the other, and a chaos run with
-relations loses nothing while host B's mount hangs and dies."""
+relations and concurrency keys loses nothing and runs no key past its limit while host B's mount
+hangs and dies."""
 
 from __future__ import annotations
 
@@ -88,9 +89,10 @@ def test_a_short_chaos_run_with_relations_on_both_hosts_loses_nothing_and_runs_n
 
     a, b = str(shared_dir.a / "store"), str(shared_dir.b / "store")
     report = run_on(a, b, shared_dir.mount_b, kill_every=15, workdir=str(tmp_path),
-                    jobs=150, workers=4, kills=20, lease=2.0, seed=13, relations=True)
+                    jobs=150, workers=4, kills=20, lease=2.0, seed=13, relations=True, limits=True)
     print(report)
     assert report["created_ok"] >= 150, report
     assert (report["lost"], report["unexpected"], report["duplicate_commits"]) == (0, 0, 0), report
     assert report["early_children"] == 0 and report["left_pending_or_active"] == 0, report
+    assert report["over_limit"] == 0, report
     assert report["fulfilled"] == report["created_ok"], report
