@@ -336,6 +336,11 @@ def rename_noreplace(src: str, dst: str) -> None:
     unlink(src)
 
 
+def noreplace_emulated() -> bool:
+    """Whether :func:`rename_noreplace` links then unlinks here (renameat2 refused, or absent)."""
+    return _renameat2 is None
+
+
 def libc_function(name: str, argtypes: list[Any]) -> Any:
     """A C library function that sets errno (read with ctypes.get_errno()), or None where the
     C library cannot be loaded or lacks it. For the calls Python's os module does not offer."""

@@ -156,7 +156,7 @@ class Tree:
         made = self.index_final(record, state, finished_at)
         dst = self.layout.final_path(state, record.id)
         try:
-            sc.rename_noreplace(path, dst)
+            self._rename_final(path, dst)
         except OSError as exc:
             # ESTALE: the same, met on a network filesystem through a stale handle.
             if made and exc.errno in (errno.ENOENT, errno.ESTALE):
@@ -172,6 +172,26 @@ class Tree:
         if self.durable:
             fs.sync_applied(os.path.dirname(dst), durable=True)
         return dst
+
+    @staticmethod
+    def _rename_final(path: str, dst: str) -> None:
+        """``rename_noreplace``, where an EEXIST of its link() is believed only once it lasts.
+
+        RACE: a network filesystem's client can answer link() EEXIST from its cache for a name
+        another host moved away an instant before: on GlusterFS, a job failed here, retried on
+        another host (its failed/ file moved out) and failed here again within the second was
+        lost, its new result taken for a second copy (tests/distfs/test_multihost.py; link onto
+        such a name said EEXIST 10 times in 10 at once, 4 in 10 after 0.5 s, 0 in 10 after
+        1.2 s). A result really there stays there; a cached one is forgotten within the pauses.
+        Where renameat2 works the answer comes from the filesystem itself: no pause."""
+        for pause in (0.5, 1.0, None):
+            try:
+                sc.rename_noreplace(path, dst)
+                return
+            except FileExistsError:
+                if pause is None or not sc.noreplace_emulated():
+                    raise
+            time.sleep(pause)
 
     def retain_of(self, record: Record) -> float:
         """Seconds ``record`` is kept once final (``math.inf``: forever): its own, else the

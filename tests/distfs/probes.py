@@ -194,6 +194,26 @@ def rename_noreplace(src: Path, dst: Path) -> int:
 # --- caches and replaced names ----------------------------------------------------------------------------
 
 
+def links_onto_a_name_moved_away(dir_a: Path, dir_b: Path, rounds: int, age: float = 0.0) -> int:
+    """How many of ``rounds`` links said EEXIST for a name that no longer exists: mount A looks up
+    ``x/N``, mount B renames it away, then (``age`` seconds later) A links a new file to ``x/N``."""
+    said_eexist = 0
+    for i in range(rounds):
+        a, b = dir_a / f"linked-{i}", dir_b / f"linked-{i}"
+        (a / "x").mkdir(parents=True)
+        (a / "y").mkdir()
+        (a / "x" / "N").write_bytes(b"")
+        os.stat(a / "x" / "N")
+        os.rename(b / "x" / "N", b / "y" / "M")
+        time.sleep(age)
+        (a / "y" / "new").write_bytes(b"")
+        try:
+            os.link(a / "y" / "new", a / "x" / "N")
+        except FileExistsError:
+            said_eexist += 1
+    return said_eexist
+
+
 def renames_onto_a_cached_name(dir_a: Path, dir_b: Path, rounds: int, age: float = 0.0) -> int:
     """How many of ``rounds`` renames back to a file's old name did nothing: mount A looks up
     ``x/N``, mount B renames the file to ``y/M``, then (``age`` seconds later) mount A renames

@@ -14,6 +14,7 @@ from distfs.probes import (
     LockHolder,
     answers_within,
     inotify_names,
+    links_onto_a_name_moved_away,
     rename_noreplace,
     rename_race,
     renames_onto_a_cached_name,
@@ -112,3 +113,9 @@ def test_a_rename_back_to_a_name_the_client_still_caches_for_that_file_does_noth
     # the entry timeout (1 s) mount A's rename "succeeds" and the file stays where B put it.
     assert renames_onto_a_cached_name(shared_dir.a, shared_dir.b, 10) == 10
     assert renames_onto_a_cached_name(shared_dir.a / "later", shared_dir.b / "later", 3, age=1.2) == 0
+
+
+def test_a_link_onto_a_name_the_other_mount_just_moved_away_says_eexist(shared_dir: SharedDir) -> None:
+    # Why a final publish on GlusterFS believes EEXIST only once it lasts (Tree._rename_final).
+    assert links_onto_a_name_moved_away(shared_dir.a, shared_dir.b, 10) == 10
+    assert links_onto_a_name_moved_away(shared_dir.a / "later", shared_dir.b / "later", 3, age=1.2) == 0

@@ -238,3 +238,25 @@ def test_a_short_chaos_run_with_workers_on_both_hosts_loses_nothing(gluster_bed:
     assert report["created_ok"] == 200, report
     assert (report["lost"], report["unexpected"], report["duplicate_commits"]) == (0, 0, 0), report
     assert report["left_pending_or_active"] == 0 and report["fulfilled"] == 200
+
+
+def test_a_job_retried_on_one_host_and_failed_again_at_once_on_the_other_keeps_its_result(
+        stores: tuple[str, str]) -> None:
+    # Host A's client still knows failed/<id>.json from A's first commit when B's retry moves that
+    # file away; A's second commit links a new file to the same name within the second, and
+    # GlusterFS's client answered EEXIST from its cache: the store took it for a result already
+    # there, quarantined its own and lost the job (FORMAT.md, "Network filesystems").
+    a, b = stores
+    with JobStore(a, lease_duration=5) as host_a, JobStore(b, lease_duration=5) as host_b:
+        for round_ in range(3):
+            job = host_a.create(round_, max_attempts=1)
+            lease = host_a.pull_work(timeout=5)
+            assert lease is not None and lease.id == job.id
+            lease.fail("first")
+            assert host_a.get(job.id).state is JobState.FAILED
+            host_b.retry(job.id)
+            lease = host_a.pull_work(timeout=5)
+            assert lease is not None and lease.id == job.id
+            lease.fail("second")
+            again = host_b.get(job.id)
+            assert (again.state, again.error) == (JobState.FAILED, "second")
