@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import stat
+import time
 
 from . import _fsops as fs
 from . import _syscalls as sc
@@ -50,6 +51,24 @@ def entry_path(core: Core, key: str) -> str:
     return f"{core.layout.unique}/{key_name(key)}"
 
 
+def _link_making_dir(core: Core, tmp: str, path: str) -> None:
+    """Link ``tmp`` to ``path``, making ``unique/`` for the first key of a store.
+
+    RACE: on a network filesystem a client can keep answering ENOENT for ``unique/`` for a moment
+    after another host made it (its cached "no such name"; the mkdir here then meets EEXIST and
+    changes nothing). Seen on GlusterFS when both hosts took their first key at once
+    (tests/distfs/test_relations_hosts.py, 1 run in 5): tried again after short pauses."""
+    for pause in (0.0, 0.05, 0.2, 0.5, 1.0, None):
+        try:
+            sc.link(tmp, path)
+            return
+        except FileNotFoundError:
+            if pause is None or not sc.lexists(tmp):
+                raise
+            core.tree.ensure_dir(core.layout.unique)
+        time.sleep(pause)
+
+
 def take(core: Core, tmp: str, record: Record) -> Job | None:
     """Make this create's temp file the holder of its key; None once it is, or the snapshot of
     the job that holds the key (no job is made then: the caller drops its temp file)."""
@@ -61,11 +80,7 @@ def take(core: Core, tmp: str, record: Record) -> Job | None:
             # this earlier name durable too (names reach the disk in program order: FORMAT.md,
             # "What survives what"); a power cut before it leaves a stale entry or none, never a
             # published job without its entry. A third fsync per create cost 0.79x of a plain rate.
-            try:
-                sc.link(tmp, path)
-            except FileNotFoundError:
-                core.tree.ensure_dir(core.layout.unique)  # the first key of a store
-                sc.link(tmp, path)
+            _link_making_dir(core, tmp, path)
             return None
         except FileExistsError:
             pass
