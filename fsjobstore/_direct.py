@@ -18,6 +18,7 @@ from . import _syscalls as sc
 from ._control import Control
 from ._deps import link_parents, parent_states, recheck
 from ._errors import CorruptJob, InvalidState, JobNotFound, JobStoreError, StorageError
+from ._finding import Location
 from ._job import Job, JobState
 from ._layout import DEFERRED_RE, PENDING_BUCKET_RE, SCHEDULED_RE, WAITING_RE, token_owner
 from ._notify import Notifier
@@ -26,7 +27,6 @@ from ._recovery import new_counts
 from ._runs import read_runs
 from ._shared import Core
 from ._takeover import take_over
-from ._tree import Location
 from ._unique import retake as retake_key
 from ._work import Work, WorkClaim
 

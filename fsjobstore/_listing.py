@@ -37,6 +37,7 @@ from . import _fsops as fs
 from ._checks import integer
 from ._codec import MAX_ID_LENGTH, check_name, check_queue_name
 from ._errors import InvalidJobId, InvalidRequest, JobNotFound
+from ._finding import Location
 from ._job import Job, JobState
 from ._layout import (
     ACTIVE_RE,
@@ -56,7 +57,6 @@ from ._layout import (
 from ._records import FINAL_STATES, Record
 from ._retention import STALE_AFTER, later_life
 from ._shared import Core
-from ._tree import Location
 
 log = logging.getLogger("fsjobstore")
 
