@@ -71,7 +71,7 @@ from ._errors import (
     WaitTimeout,
     WorkerFailing,
 )
-from ._fanout import Subscription, check_interest
+from ._fanout import Subscription, check_interest, check_queues
 from ._groups import Group
 from ._job import AttemptError, Job, JobState, LogLine, Progress
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
@@ -118,6 +118,7 @@ __all__ = [
     "Limit",
     "Subscription",
     "check_interest",
+    "check_queues",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "CorruptJob",

@@ -54,6 +54,17 @@ def check_interest(text: object, what: str = "queues") -> str:
         raise
 
 
+def check_queues(queues: object, what: str = "queues") -> list[str] | None:
+    """A puller's ``queues=`` checked: None (every queue), or its names and patterns (one given
+    as a string counts as a list of one)."""
+    if queues is None:
+        return None
+    wanted = [queues] if isinstance(queues, str) else queues
+    if not isinstance(wanted, (list, tuple, set, frozenset)):
+        raise InvalidRequest(f"{what} must be a queue name, a pattern or a list of them, got {queues!r}")
+    return [check_interest(q, what) for q in wanted]
+
+
 def matches(pattern: str, queue: str) -> bool:
     return fnmatch.fnmatchcase(queue, pattern)
 

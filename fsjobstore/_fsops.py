@@ -255,6 +255,12 @@ def unlink(path: str, *, missing_ok: bool = True) -> bool:
         if not missing_ok:
             raise
         return False
+    except OSError as exc:
+        # ESTALE: on a network filesystem, the name's directory went on another host (seen on the
+        # GlusterFS bed for a deps/<parent>/ entry, killing a worker): gone, as ENOENT says.
+        if not missing_ok or exc.errno not in GONE:
+            raise
+        return False
 
 
 def unlink_quietly(path: str) -> bool:

@@ -178,6 +178,14 @@ class OwnerProbe:
             if self.trust_locks and sc.try_lock_shared(fd):
                 return "dead"
             content = sc.pread(fd, _BEAT_WIDTH + 1, 0)
+        except FileNotFoundError:
+            # The file went since our open (GlusterFS answers a read of it ENOENT; seen in the
+            # two-host chaos, failing a recovery pass): as a stale handle, a fresh look decides.
+            if not sc.lexists(path):
+                return "dead"
+            err = StorageError(errno.ESTALE, "replaced while read", path)
+            err.op = "read"
+            raise err from None
         finally:
             sc.close_read(fd)
         now = self._clock()
@@ -227,9 +235,17 @@ class NotifyLock:
                 return None
             keep = False
             try:
-                st = sc.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or not sc.try_lock(fd):
-                    return None
+                try:
+                    st = sc.fstat(fd)
+                    if not stat.S_ISREG(st.st_mode) or not sc.try_lock(fd):
+                        return None
+                except OSError as exc:
+                    # ESTALE: another host broke (unlinked) the lock file between our open and our
+                    # flock (seen on the GlusterFS bed for a limit's slot, killing the claimer):
+                    # look the name up again.
+                    if exc.errno not in (errno.ESTALE, errno.ENOENT):  # ENOENT: GlusterFS says it too
+                        raise
+                    continue
                 try:
                     cur = sc.lstat(path)
                 except FileNotFoundError:

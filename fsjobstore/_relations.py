@@ -14,6 +14,7 @@ from typing import Any
 from . import _fsops as fs
 from . import _groups
 from . import _limits as lim
+from ._checks import number
 from ._codec import check_queue_name
 from ._create import new_record, publish_new
 from ._errors import InvalidRequest, JobExists, JobNotFound, WaitTimeout
@@ -64,7 +65,12 @@ class Relations:
         gid = _groups.new_group_id(core, group_id)
         records: list[Record] = []
         for i, spec in enumerate(jobs):
-            records.append(self._member(gid, i, spec, records))
+            try:
+                records.append(self._member(gid, i, spec, records))
+            except InvalidRequest as exc:  # each of a member's problems names the member
+                if not str(exc).startswith(f"jobs[{i}]"):
+                    raise type(exc)(f"jobs[{i}]: {exc}") from None
+                raise
         inside = {r.id for r in records}
         for i, record in enumerate(records):
             for parent in record.after:
@@ -179,6 +185,8 @@ class Relations:
         """Block until every member of the group is final, and return it; :class:`WaitTimeout`
         after ``timeout`` seconds (None: wait forever)."""
         self._check_open()
+        if timeout is not None:  # checked as wait() checks it: a negative or NaN one is a mistake
+            timeout = number(timeout, "timeout (seconds, or None)", at_least=0)
         deadline = None if timeout is None else time.monotonic() + timeout
         for record in _groups.read(self._core, group_id):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())

@@ -39,7 +39,7 @@ from ._create import new_record, publish_new
 from ._deps import Deps
 from ._direct import ById
 from ._errors import InvalidRequest, WaitTimeout
-from ._fanout import Subscriptions, check_interest
+from ._fanout import Subscriptions, check_queues
 from ._heart import Heart
 from ._job import Job, JobState
 from ._layout import Layout
@@ -297,7 +297,7 @@ class JobStore(Operating, Relations):
         ``on_compromised`` is installed before the lease is visible, so no loss is missed.
         """
         self._check_open()
-        names = _interest(queues)
+        names = check_queues(queues)
         return self._waiting.pull(lambda: self._work.claim(names, on_compromised), timeout)
 
     # == resolving by id ===========================================================================
@@ -403,7 +403,7 @@ class JobStore(Operating, Relations):
         ``queues``: only jobs of these queues (names, or patterns such as ``order-*``; all queues
         when None), the most overdue first. ``timeout`` as for :meth:`pull_work`."""
         self._check_open()
-        names = _interest(queues)
+        names = check_queues(queues)
         return self._waiting.pull(lambda: self._notifier.claim(names, on_compromised), timeout)
 
     def wakeups(self, kind: str = "work") -> Wakeups:
@@ -475,12 +475,3 @@ def _flush_counters_at_exit() -> None:
         if not store._core.closed and not store._core.forked():
             store._counters.close()
 
-
-def _interest(queues: str | Sequence[str] | None) -> list[str] | None:
-    """A puller's ``queues``: None (every queue) or names and patterns, each checked."""
-    if queues is None:
-        return None
-    wanted = [queues] if isinstance(queues, str) else queues
-    if not isinstance(wanted, (list, tuple, set, frozenset)):
-        raise InvalidRequest(f"queues must be a queue name, a pattern or a list of them, got {queues!r}")
-    return [check_interest(q, "queues") for q in wanted]

@@ -14,6 +14,7 @@ A commit of a job whose cancellation was requested (``control/cancel/<id>.json``
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -123,8 +124,10 @@ class Work:
                 tree.private_copy(active, data, self._core.layout.tmp_path(token, "aux", f"{job_id}.copy"))
         except FileNotFoundError:
             return None
-        except StorageError:
+        except StorageError as exc:
             # Reading failed, not the file: put the claim back where it was and report the fault.
+            # ESTALE (past the read's retries): this client knows the name by a file another host
+            # replaced (a take-over requeues a job as a new file): put back, a race lost.
             # RACE: none for the rename back: the claim's token is ours and we are alive, so no
             # recoverer moves it; a puller can see the job again only once it is back.
             try:
@@ -132,6 +135,8 @@ class Work:
             except OSError:
                 log.warning("could not return job %s after a read error; it returns to the queue when "
                             "this process exits", job_id)
+            if exc.errno == errno.ESTALE:
+                return None
             raise
         except (fs.Unreadable, ValueError) as exc:
             tree.quarantine(active, f"claimed job file {exc}")

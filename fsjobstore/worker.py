@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Literal
 
-from . import InvalidRequest, JobStore, JobStoreError, check_interest
+from . import InvalidRequest, JobStore, JobStoreError, check_interest, check_queues
 from ._runtime._asyncio import AsyncPool
 from ._runtime._bell import Bell
 from ._runtime._deliverer import Deliverer
@@ -162,9 +162,7 @@ class Worker:
         self.grace = float(grace)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self._handlers: dict[str, Handler] = _Handlers()
-        if isinstance(queues, str):
-            queues = [queues]
-        self._queues = None if queues is None else [check_interest(q, "queues") for q in queues]
+        self._queues = check_queues(queues)
         for queue, fn in (handlers or {}).items():
             self.handler(queue)(fn)
         self._paused = threading.Event()
@@ -295,10 +293,28 @@ class Worker:
             if q in paused and by_queue.get(q, 0):
                 log.warning("queue %s is paused: its %d pending job(s) were left (resume it: fsjobstore "
                             "resume %s %s)", q, by_queue[q], self.store.path, q)
+        self._say_what_limits_held(queues, by_queue)
         others = {q: n for q, n in by_queue.items() if n and not _served(q, queues)}
         if others and not summary.attempts:
             log.warning("no job of queue(s) %s was due; jobs wait in other queues: %s", ", ".join(queues),
                         ", ".join(f"{q} ({n})" for q, n in sorted(others.items())))
+
+    def _say_what_limits_held(self, queues: list[str], by_queue: Mapping[str, int]) -> None:
+        """Jobs a limit held back are not due for a burst either: say so, or a cron user takes
+        the queue for drained (a new user's trial: a rate of 2 per 3 s left 3 of 5 jobs, silently)."""
+        try:
+            limits = self.store.limits()
+        except JobStoreError:
+            return
+        for lim in limits:
+            caps = ", ".join(([f"{lim.concurrency} at once"] if lim.concurrency is not None else [])
+                             + ([f"{lim.rate[0]} per {lim.rate[1]:g} s"] if lim.rate is not None else []))
+            if lim.kind == "key" and lim.waiting:
+                log.warning("%d job(s) of concurrency key %r were left waiting for its limit (%s); a later "
+                            "run, or the worker holding it, starts them", lim.waiting, lim.name, caps)
+            elif lim.kind == "queue" and by_queue.get(lim.name) and _served(lim.name, queues):
+                log.warning("queue %s is at its limit (%s): its %d pending job(s) were left", lim.name, caps,
+                            by_queue[lim.name])
 
     def _run(self, queues: list[str], count: int | None, duration: float | None, burst: bool,
              started: float) -> str:

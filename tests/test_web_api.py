@@ -306,7 +306,8 @@ def test_limits_and_subscriptions_show_over_the_api(api: CheckedClient, store: J
     store.set_limit(key="api", concurrency=2, rate="10/m")
     made = _create(api, request={"n": 1}, concurrency_key="api")
     assert made["concurrency_key"] == "api" and made["state"] == "pending"
-    assert api.get("/api/limits").json() == [{"kind": "key", "name": "api", "concurrency": 2, "rate": [10, 60.0],
+    assert api.get("/api/limits").json() == [{"kind": "key", "name": "api", "concurrency": 2,
+                                              "rate": {"starts": 10, "per_seconds": 60.0},
                                               "running": 0, "waiting": 0}]
     store.subscribe("emails", "order-*")
     copy = _create(api, request={"o": 1}, queue="order-eu")

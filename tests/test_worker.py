@@ -55,6 +55,22 @@ def test_a_burst_that_found_nothing_names_the_queues_where_jobs_wait(
     assert said == ["no job of queue(s) default was due; jobs wait in other queues: alpha (1)"]
 
 
+def test_a_burst_says_what_a_limit_left_waiting(fast: JobStore, caplog: pytest.LogCaptureFixture) -> None:
+    fast.set_limit(key="api", concurrency=5, rate="2/m")
+    for i in range(5):
+        fast.create({"n": i}, concurrency_key="api")
+    fast.set_limit(queue="slow", rate="1/m")
+    for i in range(3):
+        fast.create({"n": i}, queue="slow")
+    with caplog.at_level(logging.WARNING, logger="fsjobstore.worker"):
+        summary = Worker(fast, {"default": tasks.echo, "slow": tasks.echo}).run(burst=True)
+    assert summary.fulfilled == 3
+    said = sorted(r.getMessage() for r in caplog.records)
+    assert said == ["3 job(s) of concurrency key 'api' were left waiting for its limit (5 at once, 2 per 60 s); a "
+                    "later run, or the worker holding it, starts them",
+                    "queue slow is at its limit (1 per 60 s): its 2 pending job(s) were left"]
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_count_stops_after_that_many_jobs(fast: JobStore, mode: str) -> None:
     for i in range(10):

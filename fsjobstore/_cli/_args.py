@@ -166,6 +166,11 @@ def regex(text: str) -> re.Pattern[str]:
 class Parser(argparse.ArgumentParser):
     """Usage errors exit with :data:`USAGE` and one line, as argparse does, but say which command."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # No abbreviations: `--que x` taken for `--queue x` hides a typo (a new user's trial).
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(USAGE, f"{self.prog}: error: {message}\n")

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from .. import InvalidRequest, JobStore, NotificationLease, check_interest
+from .. import InvalidRequest, JobStore, NotificationLease, check_queues
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -39,10 +39,9 @@ class Deliverer:
                  queues: str | Sequence[str] | None = None) -> None:
         if not callable(deliver):
             raise InvalidRequest(f"deliver must be callable, got {deliver!r}")
-        wanted = [queues] if isinstance(queues, str) else queues
         self.store = store
         # Checked now, so a mistyped pattern fails at start rather than at the first pull.
-        self.queues = None if wanted is None else [check_interest(q, "queues") for q in wanted]
+        self.queues = check_queues(queues)
         self._deliver = deliver
         self._stop = threading.Event()
         self.stopped_by_signal = False

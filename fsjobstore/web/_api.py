@@ -112,9 +112,11 @@ def get_group(group_id: str, c: Ctx) -> dict[str, Any]:
 @router.get("/limits", tags=["limits"])
 def list_limits(c: Ctx) -> list[dict[str, Any]]:
     """Every declared limit, and every concurrency key with jobs waiting, with the jobs running and
-    waiting under each (``JobStore.limits``); ``rate`` is ``[starts, per_seconds]`` or null."""
+    waiting under each (``JobStore.limits``); ``rate`` is ``{"starts", "per_seconds"}`` or null,
+    as ``fsjobstore limits --json`` shows it."""
     return [{"kind": lim.kind, "name": lim.name, "concurrency": lim.concurrency,
-             "rate": None if lim.rate is None else list(lim.rate), "running": lim.running, "waiting": lim.waiting}
+             "rate": None if lim.rate is None else {"starts": lim.rate[0], "per_seconds": lim.rate[1]},
+             "running": lim.running, "waiting": lim.waiting}
             for lim in c.store.limits()]
 
 

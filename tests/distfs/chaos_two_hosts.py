@@ -83,6 +83,10 @@ def main() -> int:
                         help="workers are fsjobstore.Worker in this mode (default: plain pull/fulfil loops)")
     parser.add_argument("--retention", action="store_true",
                         help="odd-numbered jobs are made with retain=0: removed while the chaos runs")
+    parser.add_argument("--relations", action="store_true",
+                        help="dependencies and unique keys (tests/torture/chaos.py --relations)")
+    parser.add_argument("--limits", action="store_true",
+                        help="concurrency keys, checked for runs past a limit (tests/torture/chaos.py --limits)")
     args = parser.parse_args()
     reason = gluster.available()
     if reason is not None:
@@ -95,10 +99,10 @@ def main() -> int:
         report = run_on(str(a.path / "chaos" / "store"), str(b.path / "chaos" / "store"), b,
                         kill_every=args.kill_mount_every, workdir=work, jobs=args.jobs, workers=args.workers,
                         kills=args.kills, lease=args.lease, seed=args.seed, retention=args.retention,
-                        runtime=args.runtime)
+                        runtime=args.runtime, relations=args.relations, limits=args.limits)
     print(json.dumps(report, indent=1))
     bad = (report["lost"] or report["unexpected"] or report["duplicate_commits"] or report["created_ok"] != args.jobs
-           or report["removal_leftovers"])
+           or report["removal_leftovers"] or report.get("over_limit") or report.get("early_children"))
     return 1 if bad else 0
 
 
