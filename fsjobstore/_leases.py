@@ -84,6 +84,8 @@ class _Claimed(Protocol):
     on_compromised: OnCompromised | None
 
     @property
+    def record(self) -> Record: ...
+    @property
     def compromised(self) -> LeaseLost | None: ...
     @property
     def finished(self) -> bool: ...
@@ -100,8 +102,6 @@ class WorkClaimed(_Claimed, Protocol):
     on_cancel: Callable[[WorkLease], object] | None
 
     @property
-    def record(self) -> Record: ...
-    @property
     def token(self) -> str: ...
     @property
     def deadline(self) -> float | None: ...
@@ -115,8 +115,6 @@ class WorkClaimed(_Claimed, Protocol):
 class NotificationClaimed(_Claimed, Protocol):
     """A notification claim, as its lease sees it (``_notify.NotificationClaim``)."""
 
-    @property
-    def record(self) -> Record: ...
     @property
     def state(self) -> JobState: ...
     @property
@@ -144,6 +142,27 @@ class _Lease:
     def compromised(self) -> LeaseLost | None:
         """Why the lease was lost, or None while it is (as far as we know) ours."""
         return self._claim.compromised
+
+    @property
+    def id(self) -> str:
+        """The job's id."""
+        return self._claim.record.id
+
+    @property
+    def request(self) -> Any:
+        """The job's request, as stored (JSON)."""
+        return self._claim.record.request
+
+    @property
+    def queue(self) -> str:
+        """The job's queue: the one it was claimed from (or, for a notification, the one a
+        notifier naming queues or patterns was given it for)."""
+        return self._claim.record.queue
+
+    @property
+    def topic(self) -> str | None:
+        """A subscription's copy: the queue its job was created into (``subscribe``); else None."""
+        return self._claim.record.topic
 
     @property
     def finished(self) -> bool:
@@ -175,26 +194,6 @@ class WorkLease(_Lease):
         """This claim's fencing token: unique to this claim, part of the claimed file's name.
         Use it as the idempotency key of side effects outside the store."""
         return self._claim.token
-
-    @property
-    def id(self) -> str:
-        """The job's id."""
-        return self._claim.record.id
-
-    @property
-    def request(self) -> Any:
-        """The job's request, as stored (JSON)."""
-        return self._claim.record.request
-
-    @property
-    def queue(self) -> str:
-        """The queue the job was claimed from."""
-        return self._claim.record.queue
-
-    @property
-    def topic(self) -> str | None:
-        """A subscription's copy: the queue the job was created into (``subscribe``); else None."""
-        return self._claim.record.topic
 
     @property
     def priority(self) -> int:
@@ -316,11 +315,6 @@ class NotificationLease(_Lease):
         self._claim: NotificationClaimed = claim
 
     @property
-    def id(self) -> str:
-        """The job's id."""
-        return self._claim.record.id
-
-    @property
     def state(self) -> JobState:
         """The job's final state: fulfilled, failed or cancelled."""
         return self._claim.state
@@ -336,24 +330,9 @@ class NotificationLease(_Lease):
         return self._claim.attempts
 
     @property
-    def request(self) -> Any:
-        """The job's request, as stored (JSON)."""
-        return self._claim.record.request
-
-    @property
     def value(self) -> Any:
         """The job's result (bytes, or a JSON value), or None if it did not succeed."""
         return self._claim.record.value
-
-    @property
-    def queue(self) -> str:
-        """The job's queue (what a notifier naming queues or patterns was given it for)."""
-        return self._claim.record.queue
-
-    @property
-    def topic(self) -> str | None:
-        """For a subscription's copy, the queue its job was created into; else None."""
-        return self._claim.record.topic
 
     @property
     def error(self) -> str | None:

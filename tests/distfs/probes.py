@@ -194,17 +194,24 @@ def rename_noreplace(src: Path, dst: Path) -> int:
 # --- caches and replaced names ----------------------------------------------------------------------------
 
 
+def _cached_then_moved(dir_a: Path, dir_b: Path, name: str) -> tuple[Path, Path]:
+    """Mount A makes ``x/N`` and looks it up; mount B renames that file to ``y/M``. Returns the
+    directory as A and as B see it."""
+    a, b = dir_a / name, dir_b / name
+    (a / "x").mkdir(parents=True)
+    (a / "y").mkdir()
+    (a / "x" / "N").write_bytes(b"")
+    os.stat(a / "x" / "N")
+    os.rename(b / "x" / "N", b / "y" / "M")
+    return a, b
+
+
 def links_onto_a_name_moved_away(dir_a: Path, dir_b: Path, rounds: int, age: float = 0.0) -> int:
-    """How many of ``rounds`` links said EEXIST for a name that no longer exists: mount A looks up
-    ``x/N``, mount B renames it away, then (``age`` seconds later) A links a new file to ``x/N``."""
+    """How many of ``rounds`` links said EEXIST for a name that no longer exists: after
+    :func:`_cached_then_moved`, (``age`` seconds later) A links a new file to ``x/N``."""
     said_eexist = 0
     for i in range(rounds):
-        a, b = dir_a / f"linked-{i}", dir_b / f"linked-{i}"
-        (a / "x").mkdir(parents=True)
-        (a / "y").mkdir()
-        (a / "x" / "N").write_bytes(b"")
-        os.stat(a / "x" / "N")
-        os.rename(b / "x" / "N", b / "y" / "M")
+        a, _ = _cached_then_moved(dir_a, dir_b, f"linked-{i}")
         time.sleep(age)
         (a / "y" / "new").write_bytes(b"")
         try:
@@ -215,18 +222,13 @@ def links_onto_a_name_moved_away(dir_a: Path, dir_b: Path, rounds: int, age: flo
 
 
 def renames_onto_a_cached_name(dir_a: Path, dir_b: Path, rounds: int, age: float = 0.0) -> int:
-    """How many of ``rounds`` renames back to a file's old name did nothing: mount A looks up
-    ``x/N``, mount B renames the file to ``y/M``, then (``age`` seconds later) mount A renames
-    ``y/M`` back to ``x/N``. The kernel answers a rename onto a name its entry cache holds for
-    the same file without asking the filesystem; the cache is A's, and stale."""
+    """How many of ``rounds`` renames back to a file's old name did nothing: after
+    :func:`_cached_then_moved`, (``age`` seconds later) A renames ``y/M`` back to ``x/N``. The
+    kernel answers a rename onto a name its entry cache holds for the same file without asking
+    the filesystem; the cache is A's, and stale."""
     did_nothing = 0
     for i in range(rounds):
-        a, b = dir_a / f"cached-{i}", dir_b / f"cached-{i}"
-        (a / "x").mkdir(parents=True)
-        (a / "y").mkdir()
-        (a / "x" / "N").write_bytes(b"")
-        os.stat(a / "x" / "N")
-        os.rename(b / "x" / "N", b / "y" / "M")
+        a, b = _cached_then_moved(dir_a, dir_b, f"cached-{i}")
         time.sleep(age)
         os.rename(a / "y" / "M", a / "x" / "N")  # returns 0 either way
         if os.path.exists(b / "y" / "M"):  # asked through B: the file never moved
