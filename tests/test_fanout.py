@@ -177,6 +177,9 @@ def test_the_cli_subscribes_lists_and_fans_out(tmp_path: Path) -> None:
     assert (job["queue"], job["topic"]) == ("emails", "order-eu")
     listed = json.loads(_cli("subscriptions", root, "--json").stdout)
     assert [(s["name"], s["pattern"]) for s in listed] == [("emails", "order-*")]
+    replaced = _cli("subscribe", root, "emails", "invoice-*")
+    assert "(it replaces order-*)" in replaced.stdout
+    assert "order-*" in _cli("subscribe", root, "emails", "order-*").stdout
     bad = _cli("subscribe", root, "emails", "order-[")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "unsubscribed" in _cli("unsubscribe", root, "emails").stdout
@@ -259,7 +262,7 @@ def test_a_deliverer_and_the_cli_notifier_serve_only_the_queues_they_name(tmp_pa
     assert done.returncode == 0, done.stderr
     assert out.read_text().split() == [sms]
     bad = _cli("notify", root, "--handler", "json:dumps", "--queue", "sms/x", "--burst")
-    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "queue" in bad.stderr
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--queue 'sms/x'" in bad.stderr
 
 
 def test_a_copys_notification_belongs_to_its_subscriptions_queue_not_its_topic(store: JobStore) -> None:

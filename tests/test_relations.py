@@ -253,6 +253,7 @@ def test_the_cli_makes_unique_and_deferred_jobs_and_shows_them(tmp_path: Path) -
     child = _cli("create", d, '{"n": 2}', "--after", parent, "--unique-key", "k").stdout.strip()
     again = _cli("create", d, '{"n": 3}', "--unique-key", "k")
     assert again.returncode == 0 and again.stdout.strip() == child
+    assert f"unique key 'k' is held by job {child} (deferred): no job was made" in again.stderr
     shown = _cli("get", d, child).stdout
     assert "deferred" in shown and f"after       {parent}" in shown and "unique key  k" in shown
     listed = _cli("list", d, "--state", "deferred").stdout

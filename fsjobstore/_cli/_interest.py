@@ -27,9 +27,10 @@ def add(subparsers: Any) -> None:
 
 def subscribe(args: argparse.Namespace) -> int:
     with open_store(args) as store:
+        before = {s.name: s.pattern for s in store.subscriptions()}.get(args.name)
         sub = store.subscribe(args.name, args.pattern)
     print(f"subscription {sub.name}: a copy of every job created into a queue matching {sub.pattern}, "
-          f"in queue {sub.name}")
+          f"in queue {sub.name}" + (f" (it replaces {before})" if before not in (None, sub.pattern) else ""))
     return OK
 
 

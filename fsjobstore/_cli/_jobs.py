@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import sys
+import time
 from typing import Any
 
 from .. import (
@@ -220,6 +221,7 @@ def create(args: argparse.Namespace) -> int:
     request = json_arg(args.request, "request")
     targets = [json_arg(text, "--notify target") for text in args.notify]
     with open_store(args, create=True) as store:
+        asked_at = time.time()
         job = store.create(request, queue=args.queue, priority=args.priority, delay=args.delay, run_at=args.run_at,
                            max_attempts=args.max_attempts, job_id=args.job_id, timeout=args.timeout,
                            retain=args.retain, unique_key=args.unique_key, after=args.after or None,
@@ -230,6 +232,9 @@ def create(args: argparse.Namespace) -> int:
             store.queue(job.id, target)
         if targets:
             job = store.get(job.id)  # the snapshot that shows its targets
+    if args.unique_key is not None and job.created_at < asked_at:  # the holder was answered: say so
+        print(f"unique key {args.unique_key!r} is held by job {job.id} ({job.state.value}): no job was made",
+              file=sys.stderr)
     if args.json:
         render.print_json(job.to_dict())
     else:

@@ -160,9 +160,10 @@ def configure_logging(level: str) -> None:
 
 
 def worker(args: argparse.Namespace) -> int:
-    from .. import JobStore
+    from .. import JobStore, check_queues
     from ..worker import Worker  # the runtime: loaded only by the commands that run it
 
+    check_queues(args.queues, "--queue")  # named as the user typed it, before anything starts
     configure_logging(args.log_level)  # first: an import error of the handler module is logged at DEBUG
     given = {"concurrency": args.concurrency, "mode": args.mode, "grace": args.grace}
     base, source = dict(WORKER_DEFAULTS), "default"
@@ -213,9 +214,10 @@ def worker(args: argparse.Namespace) -> int:
 
 
 def notify(args: argparse.Namespace) -> int:
-    from .. import JobStore
+    from .. import JobStore, check_queues
     from ..worker import Deliverer  # the runtime: loaded only by the commands that run it
 
+    check_queues(args.queues, "--queue")
     configure_logging(args.log_level)
     deliver = load(args.handler)
     # The same store options as `worker`: a durable store refuses --no-fsync here too.
