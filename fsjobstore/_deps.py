@@ -27,6 +27,7 @@ same group (``_groups``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -203,8 +204,7 @@ class Deps:
     def _unlink_entries(self, child: str, parents: Iterable[str] | None) -> None:
         lay = self._core.layout
         if parents is None:  # not deferred any more: whatever entries name it are stale
-            parents = [p for p in fs.scan_names(lay.deps) if DEP_RE.match(p)
-                       and sc.lexists(lay.dep_path(p, child))]
+            parents = [p for p in fs.scan_names(lay.deps) if DEP_RE.match(p) and _entry_left(lay.dep_path(p, child))]
         for parent in parents:
             fs.unlink(lay.dep_path(parent, child))
             with contextlib.suppress(OSError):
@@ -233,3 +233,15 @@ class Deps:
             if job_id and any(loc.path != path for loc in core.tree._locations(job_id)):
                 core.drop(path)  # promoted, and its old name came back (a power cut): the copy goes
         return resolved
+
+
+def _entry_left(path: str) -> bool:
+    """Whether a ``deps/<parent>/<child>`` entry is there. ESTALE (past lstat's own retries): its
+    parent's directory was removed on another host (seen on the GlusterFS bed, where it killed a
+    worker): no entry is left there. Only here: elsewhere a stale answer is no proof of absence."""
+    try:
+        return sc.lexists(path)
+    except OSError as exc:
+        if exc.errno != errno.ESTALE:
+            raise
+        return False

@@ -480,12 +480,6 @@ def lexists(path: str) -> bool:
         lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return False
-    except OSError as exc:
-        # ESTALE still, after lstat's own retries: a directory on the way went on another host
-        # (the GlusterFS bed: deps/<parent>/ removed while a child's entry was looked at).
-        if exc.errno != errno.ESTALE:
-            raise
-        return False
     return True
 
 
