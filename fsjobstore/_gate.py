@@ -28,7 +28,6 @@ rename: one of them sees the other, and the job is promoted.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import threading
@@ -39,7 +38,7 @@ from . import _fsops as fs
 from . import _syscalls as sc
 from ._layout import ACTIVE_RE, WAITING_RE, pending_rel, prio_value, token_owner
 from ._limits import Declarations, Limit, Ticket, holder_died, take_ticket
-from ._liveness import NotifyLock, break_if_expired, notify_lock_holder
+from ._liveness import NotifyLock, break_if_expired
 from ._records import Record
 from ._shared import Core
 
@@ -84,7 +83,7 @@ class Gate:
         return None if slot is None else [slot]
 
     # == after the claim read its job =============================================================
-    def admit(self, record: Record, active: str, source: str, held: list[NotifyLock]) -> bool:
+    def admit(self, record: Record, active: str, token: str, source: str, held: list[NotifyLock]) -> bool:
         """Whether the claim at ``active`` may run. True: ``held`` has every slot it needs. False:
         the job went back where it waits (``source``, its queue, for a queue's rate; the key's line
         otherwise) and ``held`` was let go."""
@@ -97,7 +96,7 @@ class Gate:
             slot = self._take_slot(key_limit)
             if slot is None:
                 self._let_go(held)
-                self._park(record, active, source, key_limit, None)
+                self._park(record, active, token, source, key_limit, None)
                 return False
             held.append(slot)
         tickets: list[Ticket] = []
@@ -113,7 +112,7 @@ class Gate:
                 ticket.give_back()
             self._let_go(held)
             if limit is key_limit:
-                self._park(record, active, source, limit, got)
+                self._park(record, active, token, source, limit, got)
             else:
                 self._give_back(record, active, source, got)
             return False
@@ -140,17 +139,16 @@ class Gate:
             self._closed[record.queue] = until
         core.pending.note_due(until)
 
-    def _park(self, record: Record, active: str, source: str, limit: Limit, due: float | None) -> None:
+    def _park(self, record: Record, active: str, token: str, source: str, limit: Limit,
+              due: float | None) -> None:
         core = self._core
-        m = ACTIVE_RE.match(os.path.basename(active))
-        assert m is not None  # a claim's own name
         # The claim's token makes each park's name new. A name the same job had before (parked,
         # promoted by another host, claimed and parked again) would not do: on GlusterFS a client
         # that still holds that name in its entry cache (1 s, or from listing waiting/) answers
         # the rename "done" without asking the server, as the kernel does for a rename onto the
         # file itself, and the job stayed in active/ with nobody holding it (seen on the bed:
         # 1 job in 6 runs of 30; README, "Network filesystems").
-        dst = core.layout.waiting_path(limit.id, record.priority, record.seq, record.queue, record.id, m["token"])
+        dst = core.layout.waiting_path(limit.id, record.priority, record.seq, record.queue, record.id, token)
         for _ in range(3):
             self._ensure_dir(core.layout.waiting)
             try:
@@ -394,15 +392,11 @@ class Gate:
         once no claim of that holder is left in ``active/``: until recovery has taken its jobs
         over, a holder that resumes commits what it ran, and a slot given away before that let
         one job more than the limit run (the two-host chaos, ``over_limit`` 1 in a 2,000-job run)."""
-        core = self._core
-        holder = notify_lock_holder(path)
-        if holder is None or holder == core.owner_id():
-            return False
-        for name in fs.scan_names(core.layout.active):
-            m = ACTIVE_RE.match(name)
-            if m is not None and token_owner(m["token"]) == holder:
-                return False
-        return break_if_expired(path, core.owner_id(), core.probe)
+        return break_if_expired(path, self._core.owner_id(), self._core.probe, unless=self._has_claims)
+
+    def _has_claims(self, owner: str) -> bool:
+        return any((m := ACTIVE_RE.match(name)) is not None and token_owner(m["token"]) == owner
+                   for name in fs.scan_names(self._core.layout.active))
 
     def _busy(self, path: str) -> bool:
         try:
@@ -478,7 +472,7 @@ def _unheld(fd: int) -> bool:
         if not sc.try_lock_shared(fd):
             return False
     except OSError as exc:
-        if exc.errno not in (errno.ESTALE, errno.ENOENT):  # ENOENT: GlusterFS says it too
+        if exc.errno not in sc.GONE:  # ENOENT: GlusterFS says it too
             raise
         return True
     with contextlib.suppress(OSError):

@@ -153,6 +153,8 @@ class OwnerProbe:
                 if exc.errno != errno.ESTALE:
                     raise
                 time.sleep(0.002 * 2**tries)
+            except FileNotFoundError:  # the file went since our open and is back: look again
+                time.sleep(0.002 * 2**tries)
         log.info("owner %s: its file stayed stale through 5 looks; taken as alive for now", owner)
         return "alive"
 
@@ -180,12 +182,10 @@ class OwnerProbe:
             content = sc.pread(fd, _BEAT_WIDTH + 1, 0)
         except FileNotFoundError:
             # The file went since our open (GlusterFS answers a read of it ENOENT; seen in the
-            # two-host chaos, failing a recovery pass): as a stale handle, a fresh look decides.
+            # two-host chaos, failing a recovery pass): as for a stale handle, a fresh look decides.
             if not sc.lexists(path):
                 return "dead"
-            err = StorageError(errno.ESTALE, "replaced while read", path)
-            err.op = "read"
-            raise err from None
+            raise
         finally:
             sc.close_read(fd)
         now = self._clock()
@@ -243,7 +243,7 @@ class NotifyLock:
                     # ESTALE: another host broke (unlinked) the lock file between our open and our
                     # flock (seen on the GlusterFS bed for a limit's slot, killing the claimer):
                     # look the name up again.
-                    if exc.errno not in (errno.ESTALE, errno.ENOENT):  # ENOENT: GlusterFS says it too
+                    if exc.errno not in sc.GONE:  # ENOENT: GlusterFS says it too
                         raise
                     continue
                 try:
@@ -305,7 +305,8 @@ def _unlink_then_let_go(path: str | None, fd: int) -> None:
         sc.close(fd)
 
 
-def break_if_expired(path: str, me: str, probe: OwnerProbe) -> bool:
+def break_if_expired(path: str, me: str, probe: OwnerProbe, *,
+                     unless: Callable[[str], bool] | None = None) -> bool:
     """Unlink a notify lock whose holder's heartbeat stopped; True if it was broken.
 
     Where locks are not trusted (heartbeat-only), a holder judged gone whose owner file someone
@@ -321,7 +322,8 @@ def break_if_expired(path: str, me: str, probe: OwnerProbe) -> bool:
         return False
     status = probe.status(holder)
     if status == "expired" or (status == "dead" and not probe.trust_locks):
-        return unlink(path)
+        # ``unless(holder)``: the caller's last word, asked only of a holder judged gone.
+        return False if unless is not None and unless(holder) else unlink(path)
     return False
 
 

@@ -148,7 +148,7 @@ class Work:
         if parsed.final is not None:
             publish_found_result(self._core, self._notifier, active, record, parsed.final)
             return None
-        if held is not None and not self.gate.admit(record, active, give_back, held):
+        if held is not None and not self.gate.admit(record, active, token, give_back, held):
             return None  # it waits for its limit (and held was let go)
         claim = WorkClaim(self, record, token, on_compromised, size=parsed.complete, clean=not parsed.torn)
         claim.slots = held or []
