@@ -282,6 +282,16 @@ def test_the_cli_declares_lists_and_clears_limits(tmp_path: Path) -> None:
     assert json.loads(_cli("limits", root, "--json").stdout) == []
 
 
+
+def test_the_cli_table_quotes_a_key_with_a_space_as_the_shell_takes_it_back(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    assert _cli("init", root).returncode == 0
+    declared = _cli("limit", root, "--key", "user 42", "--concurrency", "2")
+    assert declared.returncode == 0, declared.stderr
+    assert declared.stdout.startswith("key 'user 42': at most 2 at once")
+    assert _cli("limits", root).stdout.startswith("key 'user 42'  concurrency 2  rate -")
+    assert _cli("limits", root, "--json").stdout.count('"user 42"') == 1  # JSON has it as it is
+
 HOLDER_AND_PARKER = """
 import sys, time
 from fsjobstore import JobStore

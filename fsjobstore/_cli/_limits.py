@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import Any
 
 from .. import Limit
@@ -47,9 +48,15 @@ def limits(args: argparse.Namespace) -> int:
     else:
         for lim in found:
             cap = "-" if lim.concurrency is None else str(lim.concurrency)
-            print(f"{lim.kind} {lim.name}  concurrency {cap}  rate {_rate(lim)}  running {lim.running}  "
+            print(f"{lim.kind} {_name(lim)}  concurrency {cap}  rate {_rate(lim)}  running {lim.running}  "
                   f"waiting {lim.waiting}")
     return OK
+
+
+def _name(lim: Limit) -> str:
+    """The name as the shell would take it back (``key 'user 42'``): the table's columns are
+    split by spaces, and a key may hold any."""
+    return shlex.quote(lim.name)
 
 
 def _rate(lim: Limit) -> str:
@@ -73,5 +80,5 @@ def limit(args: argparse.Namespace) -> int:
             raise UsageError("give --concurrency N, --rate N/PER or both (or --clear)")
         lim = store.set_limit(key=args.key, queue=args.queue, concurrency=args.concurrency, rate=args.rate)
     cap = "no cap" if lim.concurrency is None else f"at most {lim.concurrency} at once"
-    print(f"{lim.kind} {lim.name}: {cap}, rate {_rate(lim)}")
+    print(f"{lim.kind} {_name(lim)}: {cap}, rate {_rate(lim)}")
     return OK
