@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,15 @@ import pytest
 from internals import die, freeze  # noqa: F401  (re-exported for the tests)
 
 from fsjobstore import JobStore
+
+# A suite started in the background of a non-interactive shell (``bash .ci/run &``) inherits
+# SIGINT and SIGQUIT ignored, as would every process a test starts; Python keeps an inherited
+# SIG_IGN, so the tests that press Ctrl-C on a command waited for it until their timeout (9 of
+# them in one such run). Each test process takes back what an interactive run has.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 @pytest.hookimpl(tryfirst=True)
