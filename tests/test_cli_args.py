@@ -346,6 +346,9 @@ def test_every_error_the_arguments_cause_has_the_usage_line_and_names_the_comman
     assert_usage_error(cli("worker", root, "--handler", "json:dumps", "--queue", "a b"), "worker",
                        "'a b' is not a queue name")  # by the runtime
     assert_usage_error(cli("worker", root, "--handler", "nocolon"), "worker", "'nocolon' is not MODULE:NAME")
+    # The library names its keyword; the shell's user typed the option, and reads that.
+    assert_usage_error(cli("create", root, "1", "--unique-key", ""), "create", "--unique-key must be a printable")
+    assert_usage_error(cli("limit", root, "--key", "k", "--concurrency", "0"), "limit", "--concurrency must be")
 
 
 # -- 8. create --run-at ----------------------------------------------------------------------------------

@@ -119,11 +119,22 @@ def _main(argv: Sequence[str] | None) -> int:
             # What the arguments caused (a bad queue name, a weaker durability, a handler module
             # that cannot be imported) reads as argparse's own errors do, whoever found it.
             sub.print_usage(sys.stderr)
-            print(f"fsjobstore {args.command}: error: {exc}", file=sys.stderr)
+            print(f"fsjobstore {args.command}: error: {_as_typed(sub, str(exc))}", file=sys.stderr)
         else:
             print(f"fsjobstore: {type(exc).__name__}: {exc}", file=sys.stderr)
         logging.getLogger("fsjobstore").debug("details", exc_info=True)
         return code
+
+
+def _as_typed(sub: argparse.ArgumentParser, message: str) -> str:
+    """The library names its keyword ("unique_key must be ..."); the shell's user typed an option:
+    name that ("--unique-key must be ...")."""
+    head = message.split(" ", 1)[0]
+    for action in sub._actions:
+        long = [o for o in action.option_strings if o.startswith("--")]
+        if action.dest == head and long:
+            return long[0] + message[len(head):]
+    return message
 
 
 def exit_code(exc: BaseException) -> int:
