@@ -118,7 +118,19 @@ class Gate:
             return False
         for ticket in tickets:
             ticket.spend()
+        if key_limit is not None and key_limit.rate is not None:
+            self._after_start(key_limit)
         return True
+
+    def _after_start(self, limit: Limit) -> None:
+        """A start of a key with a rate gives the next job of its line its turn: moved now if the
+        rate has a start left, else due when it has (``_due``). Without it, a key with a rate and
+        no concurrency cap, whose starts free no slot, ran one job a recovery pass (15 s) once
+        its line formed (a new user's trial: 7 of 10 jobs started in 40 s at 4/s)."""
+        try:
+            self.promote(limit)
+        except OSError as exc:  # every recovery pass, and every idle puller, promotes what waits
+            log.warning("could not start the next job of concurrency key %r: %s", limit.name, exc)
 
     def key_limit(self, key: str | None) -> Limit | None:
         if key is None:
@@ -269,7 +281,7 @@ class Gate:
                 return
             self._lines_watched_at = now
         for limit in self._line_limits().values():
-            if limit.concurrency is None or not self.promote(limit):
+            if not self.promote(limit):  # a line with only a rate: due again when it turns
                 self._watch(limit)
 
     def _line_limits(self) -> dict[str, Limit]:

@@ -208,7 +208,8 @@ class Relations:
         their order. A key nobody declared runs one job at a time. Takes effect within a second
         (each process reads declarations at most once a second). A declaration replaces the
         previous one whole: give both ``concurrency`` and ``rate`` to keep both. Lowering a
-        limit stops no running job; new ones wait until the running ones fit under it."""
+        limit stops no running job; new ones wait until the running ones fit under it. Returns
+        the limit with what runs and waits under it now, as :meth:`limits` shows it."""
         self._check_open()
         kind, name = lim.check_target(key, queue)
         limit = lim.Limit(kind, name, lim.check_concurrency(concurrency), lim.parse_rate(rate))
@@ -219,7 +220,7 @@ class Relations:
                               perms=core.tree.perms, ensure_dir=core.tree.ensure_dir)
         self._work.gate.declarations.forget()
         self._work.gate.limit_changed(limit)
-        return limit
+        return next((found for found in self._work.gate.overview() if found.id == limit.id), limit)
 
     def clear_limit(self, *, key: str | None = None, queue: str | None = None) -> bool:
         """Remove a declared limit (a key then runs one job at a time again; a queue, without a

@@ -263,6 +263,12 @@ def test_a_deliverer_and_the_cli_notifier_serve_only_the_queues_they_name(tmp_pa
     assert out.read_text().split() == [sms]
     bad = _cli("notify", root, "--handler", "json:dumps", "--queue", "sms/x", "--burst")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--queue 'sms/x'" in bad.stderr
+    with JobStore(root) as store:
+        _notified(store, "mail-us", "c")
+    typo = subprocess.run([sys.executable, "-m", "fsjobstore", "notify", root, "--handler", "deliver_to_file:deliver",
+                           "--queue", "mial-*", "--burst"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert typo.returncode == 0 and "delivered 0" in typo.stderr, typo
+    assert "no notification of queue(s) mial-* was due; 1 notification(s) wait" in typo.stderr, typo.stderr
 
 
 def test_a_copys_notification_belongs_to_its_subscriptions_queue_not_its_topic(store: JobStore) -> None:

@@ -184,6 +184,23 @@ def test_a_rate_caps_the_starts_in_any_period(store: JobStore) -> None:
     assert time.time() - t0 >= 0.95, "a third start came within the period of two"
 
 
+def test_a_key_with_only_a_rate_keeps_starting_its_line_at_that_rate(store: JobStore) -> None:
+    # A start frees no slot, so nothing else gives the next job of such a line its turn: it ran
+    # one job a recovery pass (lease_duration / 2 = 15 s here) once the line had formed.
+    store.set_limit(key="api", rate="4/s")
+    ids = [store.create(i, concurrency_key="api").id for i in range(10)]
+    started: list[tuple[float, str]] = []
+    deadline = time.monotonic() + 12  # at 4/s, 10 jobs need 2.x s; one more pass would take 15
+    while len(started) < len(ids) and time.monotonic() < deadline:
+        lease = store.pull_work(timeout=1)
+        if lease is not None:
+            started.append((time.time(), lease.id))
+            lease.fulfill(None)
+    assert sorted(job_id for _, job_id in started) == sorted(ids), f"{len(started)} of 10 started"
+    times = [t for t, _ in started]
+    assert all(later - first >= 0.95 for first, later in zip(times, times[4:], strict=False)), times  # held
+
+
 def test_a_queue_rate_gives_the_job_back_to_its_queue(store: JobStore) -> None:
     store.set_limit(queue="q", rate="1/s")
     a, b = store.create(1, queue="q").id, store.create(2, queue="q").id
@@ -327,7 +344,8 @@ def test_a_lowered_limit_holds_back_new_starts_until_the_running_ones_fit(store:
     ids = [store.create(i, concurrency_key="k").id for i in range(5)]
     running = [store.pull_work() for _ in range(3)]
     assert all(running) and store.pull_work() is None
-    store.set_limit(key="k", concurrency=1)
+    lowered = store.set_limit(key="k", concurrency=1)
+    assert (lowered.running, lowered.waiting) == (3, 2)  # what set_limit returns says it too
     assert store.limits()[0].running == 3  # the slots taken before the change count too
     running[0].fulfill(None)  # type: ignore[union-attr]
     store.create("late", concurrency_key="k")  # in its queue, not waiting: a claim meets the limit itself

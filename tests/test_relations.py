@@ -108,6 +108,21 @@ def test_a_job_after_others_waits_until_they_are_all_fulfilled(store: JobStore) 
     assert store.get(c.id).state is JobState.FULFILLED
 
 
+def test_a_deferred_job_fulfilled_by_id_lets_its_children_go_on_and_leaves_its_parents(store: JobStore) -> None:
+    parent = store.create("p")
+    middle = store.create("m", after=[parent.id])
+    child = store.create("c", after=[middle.id])
+    store.fulfill(middle.id, "done elsewhere")  # README: resolved, though its parent has not run
+    assert store.get(middle.id).state is JobState.FULFILLED
+    assert store.get(child.id).state is JobState.PENDING and store.get(parent.id).state is JobState.PENDING
+    ran = []
+    while (lease := store.pull_work()) is not None:
+        ran.append(lease.id)
+        lease.fulfill(None)
+    assert sorted(ran) == sorted([parent.id, child.id])  # the parent's end finds its child final: no error
+    assert os.listdir(os.path.join(store.path, "deps")) == []
+
+
 def test_a_failed_parent_cancels_its_children_down_the_chain_saying_why(store: JobStore) -> None:
     a = store.create({"n": "a"})
     chain = [a]

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from .. import InvalidRequest, JobStore, NotificationLease, check_queues
+from .. import InvalidRequest, JobStore, JobStoreError, NotificationLease, check_queues
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -56,7 +56,22 @@ class Deliverer:
         most once); returns (targets delivered, targets left to retry)."""
         self._stop.clear()
         with self._signals():
-            return self._loop(burst, poll)
+            delivered, failed = self._loop(burst, poll)
+        if burst and not delivered and not failed and self.queues is not None:
+            self._say_what_was_left()
+        return delivered, failed
+
+    def _say_what_was_left(self) -> None:
+        """A burst filtered by queue that found nothing, while notifications wait: say so, as a
+        burst worker does, or a mistyped pattern reads as nothing to deliver (a new user's trial:
+        ``--queue 'mial-*'`` said "delivered 0" with 3 waiting)."""
+        try:
+            waiting = self.store.statistics().notifications
+        except JobStoreError:
+            return
+        if waiting:
+            log.warning("no notification of queue(s) %s was due; %d notification(s) wait (of other queues, "
+                        "or in a backoff)", ", ".join(self.queues or ()), waiting)
 
     def _loop(self, burst: bool, poll: float) -> tuple[int, int]:
         delivered = failed = 0
