@@ -194,6 +194,9 @@ def test_an_http_worker_fails_or_releases_and_a_silent_one_loses_its_lease(api: 
     assert snap.state == "failed" and "stopped touching" in (snap.error or "")  # its second and last attempt
     assert api.post(f"/api/leases/{handle}/touch").status_code == 409
     c = store.counters().queues["q"]
+    while c.failed == 0 and time.monotonic() < deadline:  # counted just after the fail it counts
+        time.sleep(0.05)
+        c = store.counters().queues["q"]
     assert (c.retried, c.failed, c.given_back) == (1, 1, 1)
     assert api.post("/api/queues/q/lease", params={"lease": 0.1}).status_code == 422
 
