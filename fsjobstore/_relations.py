@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -18,12 +19,14 @@ from ._checks import number
 from ._codec import check_queue_name
 from ._create import new_record, publish_new
 from ._errors import InvalidRequest, JobExists, JobNotFound, WaitTimeout
-from ._fanout import Subscription, Subscriptions, check_interest
+from ._fanout import Subscription, Subscriptions, check_interest, matches
 from ._groups import Group
 from ._job import Job
 from ._records import Record
 from ._shared import Core
 from ._work import Work
+
+log = logging.getLogger("fsjobstore")
 
 # What a member of a group may say: create()'s options, less the two that name one job alone.
 _MEMBER_OPTIONS = frozenset({"request", "queue", "priority", "delay", "run_at", "max_attempts", "timeout", "retain",
@@ -154,8 +157,17 @@ class Relations:
         pattern = check_interest(pattern, "a subscription's pattern")
         core = self._core
         sub = Subscription(name, pattern, core.wall())
+        others = [s for s in self._subscriptions.all() if s.name != name]
         self._subscriptions.write(sub, token=core.new_token(), durable=core.durable, perms=core.tree.perms,
                                   ensure_dir=core.tree.ensure_dir)
+        # Legal, and most likely a slip (a new user's trial): a copy is never copied again, and a
+        # create into a subscription's own queue stays there.
+        if deaf := [s.name for s in others if matches(pattern, s.name)]:
+            log.warning("subscription %s: its pattern %s matches the queue of subscription %s, whose jobs are "
+                        "never copied; it gets nothing from there", name, pattern, ", ".join(deaf))
+        if took := [s.name for s in others if matches(s.pattern, name)]:
+            log.warning("subscription %s: jobs created into queue %s were copied to %s; as a subscription's "
+                        "own queue, they now stay in it", name, name, ", ".join(took))
         return sub
 
     def unsubscribe(self, name: str) -> bool:

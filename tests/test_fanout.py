@@ -150,6 +150,21 @@ def test_a_bad_subscription_is_refused(store: JobStore, name: str, pattern: str,
     assert store.subscriptions() == []
 
 
+def test_a_subscription_that_can_get_nothing_or_takes_a_queue_from_another_is_warned_of(
+        store: JobStore, caplog: pytest.LogCaptureFixture) -> None:
+    store.subscribe("audit", "order-*")
+    assert not caplog.records
+    store.subscribe("s3", "aud*")  # audit's queue: its copies are never copied again
+    store.subscribe("order-z", "order-*")  # audit got order-z's jobs; now order-z keeps them
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == ["subscription s3: its pattern aud* matches the queue of subscription audit, whose jobs are "
+                    "never copied; it gets nothing from there",
+                    "subscription order-z: jobs created into queue order-z were copied to audit; as a "
+                    "subscription's own queue, they now stay in it"]
+    made = store.create({"o": 1}, queue="order-z")
+    assert made.queue == "order-z" and made.topic is None  # as the second warning says
+    assert store.pull_work(queues="audit") is None
+
 def test_a_fanned_out_queue_refuses_a_chosen_id_or_unique_key(store: JobStore) -> None:
     store.subscribe("emails", "order-*")
     with pytest.raises(InvalidRequest, match="fanned out"):
