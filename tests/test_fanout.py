@@ -190,6 +190,9 @@ def test_the_cli_subscribes_lists_and_fans_out(tmp_path: Path) -> None:
     assert made.returncode == 0, made.stderr
     job = json.loads(made.stdout)
     assert (job["queue"], job["topic"]) == ("emails", "order-eu")
+    assert made.stderr == f"queue order-eu fans out: 1 copy, in queue emails (group {job['group']}); the id " \
+                          "printed is the first's\n"
+    assert _cli("create", root, '{"o": 2}', "--queue", "plain").stderr == ""  # no fan-out, nothing said
     listed = json.loads(_cli("subscriptions", root, "--json").stdout)
     assert [(s["name"], s["pattern"]) for s in listed] == [("emails", "order-*")]
     replaced = _cli("subscribe", root, "emails", "invoice-*")

@@ -232,9 +232,14 @@ def create(args: argparse.Namespace) -> int:
             store.queue(job.id, target)
         if targets:
             job = store.get(job.id)  # the snapshot that shows its targets
+        copies = [] if job.topic is None or job.group is None else [c.queue for c in store.get_group(job.group).jobs]
     if args.unique_key is not None and job.created_at < asked_at:  # the holder was answered: say so
         print(f"unique key {args.unique_key!r} is held by job {job.id} ({job.state.value}): no job was made",
               file=sys.stderr)
+    if copies:  # fanned out: the id printed is one copy's of several
+        many = len(copies) > 1
+        print(f"queue {job.topic} fans out: {len(copies)} {'copies' if many else 'copy'}, in queue{'s' * many} "
+              f"{', '.join(copies)} (group {job.group}); the id printed is the first's", file=sys.stderr)
     if args.json:
         render.print_json(job.to_dict())
     else:
