@@ -164,6 +164,9 @@ def test_a_subscription_that_can_get_nothing_or_takes_a_queue_from_another_is_wa
     made = store.create({"o": 1}, queue="order-z")
     assert made.queue == "order-z" and made.topic is None  # as the second warning says
     assert store.pull_work(queues="audit") is None
+    caplog.clear()
+    store.subscribe("audit", "invoice-*")  # a pattern replaced: audit's queue was a subscription's already
+    assert not caplog.records
 
 def test_a_fanned_out_queue_refuses_a_chosen_id_or_unique_key(store: JobStore) -> None:
     store.subscribe("emails", "order-*")
@@ -200,6 +203,13 @@ def test_the_cli_subscribes_lists_and_fans_out(tmp_path: Path) -> None:
     assert "order-*" in _cli("subscribe", root, "emails", "order-*").stdout
     bad = _cli("subscribe", root, "emails", "order-[")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert _cli("subscribe", root, "audit", "order-*").returncode == 0
+    both = _cli("create", root, '{"o": 3}', "--queue", "order-us", "--notify", '{"hook": 1}')
+    with JobStore(root) as store:  # every copy waits to deliver its own result, not only the first
+        first = store.get(both.stdout.strip())
+        assert first.group is not None
+        assert [(c.queue, c.waiting) for c in store.get_group(first.group).jobs] == [
+            ("audit", ({"hook": 1},)), ("emails", ({"hook": 1},))]
     assert "unsubscribed" in _cli("unsubscribe", root, "emails").stdout
 
 

@@ -317,3 +317,8 @@ def test_limits_and_subscriptions_show_over_the_api(api: CheckedClient, store: J
     assert (copy["queue"], copy["topic"]) == ("emails", "order-eu")
     [sub] = api.get("/api/subscriptions").json()
     assert (sub["name"], sub["pattern"]) == ("emails", "order-*")
+    store.subscribe("audit", "order-*")
+    notified = _create(api, request={"o": 2}, queue="order-us", notify=[{"hook": 1}])
+    assert notified["waiting"] == [{"hook": 1}]
+    group = store.get_group(notified["group"])
+    assert [(j.queue, j.waiting) for j in group.jobs] == [("audit", ({"hook": 1},)), ("emails", ({"hook": 1},))]
