@@ -102,9 +102,9 @@ def parse_rate(value: object) -> tuple[int, float] | None:
         raise InvalidRequest(f"rate must be (starts, seconds) or a string such as \"10/m\"; got {value!r}")
     n, per = value
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_RATE:
-        raise InvalidRequest(f"a rate's starts must be a whole number from 1 to {MAX_RATE:,}; got {n!r}")
+        raise InvalidRequest(f"rate must have starts from 1 to {MAX_RATE:,} (a whole number); got {n!r}")
     if isinstance(per, bool) or not isinstance(per, int | float) or not (math.isfinite(per) and 0 < per <= 1e7):
-        raise InvalidRequest(f"a rate's period must be a number of seconds above 0 (at most 1e7); got {per!r}")
+        raise InvalidRequest(f"rate must have a period above 0 seconds (at most 1e7); got {per!r}")
     return n, float(per)
 
 

@@ -349,6 +349,10 @@ def test_every_error_the_arguments_cause_has_the_usage_line_and_names_the_comman
     # The library names its keyword; the shell's user typed the option, and reads that.
     assert_usage_error(cli("create", root, "1", "--unique-key", ""), "create", "--unique-key must be a printable")
     assert_usage_error(cli("limit", root, "--key", "k", "--concurrency", "0"), "limit", "--concurrency must be")
+    assert_usage_error(cli("limit", root, "--key", "k", "--rate", "0/s"), "limit", "--rate must have starts from 1")
+    assert cli("subscribe", root, "s", "q-*").returncode == 0  # keywords inside a message too:
+    assert_usage_error(cli("create", root, "1", "--queue", "q-x", "--unique-key", "u"), "create",
+                       "so --id and --unique-key cannot be given")
 
 
 # -- 8. create --run-at ----------------------------------------------------------------------------------

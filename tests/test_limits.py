@@ -239,8 +239,8 @@ def test_waiting_jobs_can_be_cancelled_purged_and_a_raised_limit_starts_them(sto
     ({"key": "a", "concurrency": 0}, "concurrency must be a whole number"),
     ({"key": "a", "concurrency": True}, "concurrency must be a whole number"),
     ({"key": "a", "rate": "ten a minute"}, 'rate must look like "10/m"'),
-    ({"key": "a", "rate": (0, 60)}, "starts must be a whole number"),
-    ({"key": "a", "rate": (1, float("nan"))}, "period must be a number of seconds"),
+    ({"key": "a", "rate": (0, 60)}, "rate must have starts from 1 to 100,000"),
+    ({"key": "a", "rate": (1, float("nan"))}, "rate must have a period above 0 seconds"),
     ({"queue": "bad name", "concurrency": 1}, "queue"),
     ({"key": "", "concurrency": 1}, "key must be a printable string"),
 ])

@@ -8,6 +8,7 @@ arguments, whoever finds it, reads as argparse's: the command's usage line, then
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -127,13 +128,18 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _as_typed(sub: argparse.ArgumentParser, message: str) -> str:
-    """The library names its keyword ("unique_key must be ..."); the shell's user typed an option:
-    name that ("--unique-key must be ...")."""
-    head = message.split(" ", 1)[0]
+    """The library names its keywords ("unique_key must be ...", "so job_id and unique_key cannot
+    be given"); the shell's user typed options: name those ("--unique-key must be ..."). A
+    keyword leads the message, or has an underscore (no English word has one: "queue" and
+    "priority" elsewhere in a message are words, not options)."""
     for action in sub._actions:
         long = [o for o in action.option_strings if o.startswith("--")]
-        if action.dest == head and long:
-            return long[0] + message[len(head):]
+        if not long:
+            continue
+        if message.split(" ", 1)[0] == action.dest:
+            message = long[0] + message[len(action.dest):]
+        if "_" in action.dest:
+            message = re.sub(rf"(?<![\w-]){re.escape(action.dest)}\b", long[0], message)
     return message
 
 
