@@ -159,6 +159,7 @@ class Relations:
         sub = Subscription(name, pattern, core.wall())
         before = self._subscriptions.all()
         others = [s for s in before if s.name != name]
+        replacing = len(others) < len(before)  # only its pattern changes: its queue was one already
         self._subscriptions.write(sub, token=core.new_token(), durable=core.durable, perms=core.tree.perms,
                                   ensure_dir=core.tree.ensure_dir)
         # Legal, and most likely a slip (a new user's trial): a copy is never copied again, and a
@@ -166,7 +167,7 @@ class Relations:
         if deaf := [s.name for s in others if matches(pattern, s.name)]:
             log.warning("subscription %s: its pattern %s matches the queue of subscription %s, whose jobs are "
                         "never copied; it gets nothing from there", name, pattern, ", ".join(deaf))
-        if len(others) == len(before) and (took := [s.name for s in others if matches(s.pattern, name)]):
+        if not replacing and (took := [s.name for s in others if matches(s.pattern, name)]):
             log.warning("subscription %s: jobs created into queue %s were copied to %s; as a subscription's "
                         "own queue, they now stay in it", name, name, ", ".join(took))
         return sub

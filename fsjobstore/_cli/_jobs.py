@@ -226,16 +226,17 @@ def create(args: argparse.Namespace) -> int:
                            max_attempts=args.max_attempts, job_id=args.job_id, timeout=args.timeout,
                            retain=args.retain, unique_key=args.unique_key, after=args.after or None,
                            on_parent_failure=args.on_parent_failure, concurrency_key=args.concurrency_key)
-        made = [job] if job.topic is None or job.group is None else list(store.get_group(job.group).jobs)
+        made = [job]
+        if job.topic is not None and job.group is not None:  # fanned out: each copy gets the targets
+            made = list(store.get_group(job.group).jobs)
         # RACE: a worker may finish the job before its targets are queued; queue() then indexes
-        # the final job for notification at once, so no target misses its result. A create that
-        # fanned out made one copy per subscription: each gets the targets.
+        # the final job for notification at once, so no target misses its result.
         for copy in made:
             for target in targets:
                 store.queue(copy.id, target)
         if targets:
             job = store.get(job.id)  # the snapshot that shows its targets
-        copies = [c.queue for c in made] if job.topic is not None else []
+        copies = [c.queue for c in made] if job.topic is not None else []  # a copy: the create fanned out
     if args.unique_key is not None and job.created_at < asked_at:  # the holder was answered: say so
         print(f"unique key {args.unique_key!r} is held by job {job.id} ({job.state.value}): no job was made",
               file=sys.stderr)
