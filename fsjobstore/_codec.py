@@ -22,6 +22,11 @@ MAX_QUEUE_LENGTH = 64
 # The queue-name rule, written once: FORMAT.md's <queue>. _layout builds its filename patterns
 # from QUEUE_PATTERN and uses QUEUE_NAME_RE itself, so the store, the runtime and the file
 # grammar cannot drift apart.
+# The deepest nesting of arrays and objects the store accepts in a request, a value or a target
+# (a scalar is depth 0, ``[1]`` depth 1). Every layer must be able to serve what the store
+# accepts: the JSON API's serialiser refuses values nested some 250 levels deep, so the store
+# stops well short of that.
+MAX_NESTING = 64
 QUEUE_PATTERN = rf"[A-Za-z0-9_][A-Za-z0-9_-]{{0,{MAX_QUEUE_LENGTH - 1}}}"
 QUEUE_NAME_RE = re.compile(rf"{QUEUE_PATTERN}\Z")
 
