@@ -46,7 +46,7 @@ if _sys.argv[0].endswith("/fsjobstore") or _sys.orig_argv[1:3] == ["-m", "fsjobs
 from typing import TYPE_CHECKING, Any  # after the guard: these imports take a while
 
 from ._checks import default_backoff
-from ._codec import check_queue_name
+from ._codec import MAX_NESTING, check_queue_name
 from ._counters import QueueCounters, StoreCounters
 from ._errors import (
     CorruptJob,
@@ -119,6 +119,7 @@ __all__ = [
     "Subscription",
     "check_interest",
     "check_queues",
+    "MAX_NESTING",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "CorruptJob",
