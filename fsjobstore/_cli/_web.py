@@ -9,6 +9,7 @@ import errno
 import ipaddress
 import logging
 import os
+import re
 import signal
 import socket
 from collections.abc import Callable, Iterator
@@ -17,8 +18,10 @@ from urllib.parse import quote
 
 from ._args import OK, UsageError, number, store_options, subcommand
 from ._process import configure_logging, log_level
+from ._terminal import printable
 
 ENV_TOKEN = "FSJOBSTORE_WEB_TOKEN"
+ENV_ALLOWED_HOSTS = "FSJOBSTORE_WEB_ALLOWED_HOSTS"
 DEFAULT_PORT = 8650
 log = logging.getLogger("fsjobstore.web")
 
@@ -37,12 +40,18 @@ def add(subparsers: Any) -> None:
     p.add_argument("--token", default=None,
                    help=f"required from every client (a bearer token, or the browser signs in once; at least 8 "
                         f"characters); default ${ENV_TOKEN}")
+    p.add_argument("--allowed-host", action="append", default=None, metavar="NAME",
+                   help="a name clients reach the server by, besides localhost, 127.0.0.1, [::1] and the address "
+                        "it listens on (any port; .example.com: the domain and its subdomains); requests for "
+                        f"any other host are refused, against DNS rebinding. Repeatable; default "
+                        f"${ENV_ALLOWED_HOSTS} (comma-separated)")
     p.add_argument("--read-only", action="store_true", help="offer no action: the store is only read")
     log_level(p, "default INFO: one line per request")
 
 
 def web(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
+    _own_the_log()
     token = args.token if args.token is not None else os.environ.get(ENV_TOKEN) or None
     if token is not None and (len(token) < 8 or not token.isprintable() or any(c.isspace() for c in token)):
         raise UsageError("--token must be at least 8 printable characters, without spaces")
@@ -61,13 +70,19 @@ def web(args: argparse.Namespace) -> int:
     sock = _listen(args.host, args.port)
     from .. import JobStore
 
+    allowed = _allowed_hosts(args)
     with JobStore(args.dir, create=False, **store_options(args)) as store:
-        app = create_app(store, read_only=args.read_only, token=token)
+        try:
+            app = create_app(store, read_only=args.read_only, token=token, allowed_hosts=allowed)
+        except ValueError as exc:
+            raise UsageError(f"--allowed-host: {exc}") from None
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{port}/" + (f"?token={quote(token, safe='')}" if token else "")
-        print(f"fsjobstore web: serving {store.path} at {url}{' (read-only)' if args.read_only else ''}",
-              flush=True)
+        print(printable(f"fsjobstore web: serving {store.path} at {url}{' (read-only)' if args.read_only else ''}",
+                        newlines=False), flush=True)
+        log.info("answering requests for localhost, 127.0.0.1, [::1], the address each connection arrives at%s "
+                 "(any port); other hosts are refused", "".join(f", {h}" for h in allowed))
         # log_config=None: uvicorn's lines go through our logging, in our format.
         # timeout_graceful_shutdown: a page following a running job keeps its event stream open
         # until the job ends; a stop must not wait for that.
@@ -108,6 +123,55 @@ def _server_class() -> Any:
                     signal.signal(sig, handler)
 
     return Server
+
+
+def _allowed_hosts(args: argparse.Namespace) -> list[str]:
+    """--allowed-host (or its environment twin), and the name or address given to --host: a
+    browser that opens the URL of that name sends it as the Host."""
+    given = args.allowed_host if args.allowed_host is not None else \
+        [h for h in re.split(r"[,\s]+", os.environ.get(ENV_ALLOWED_HOSTS, "")) if h]
+    bound = [] if args.host in ("0.0.0.0", "::", "") or _loopback(args.host) else [args.host]
+    return list(dict.fromkeys([*given, *bound]))
+
+
+# uvicorn's lines, under this command's names: its start and stop are the web server's.
+_RENAMED = {"uvicorn.error": "fsjobstore.web", "uvicorn.asgi": "fsjobstore.web",
+            "uvicorn.access": "fsjobstore.web.access"}
+_CHATTER = ("Waiting for application startup.", "Waiting for application shutdown.")  # DEBUG, not INFO
+_TOKEN_IN_URL = re.compile(r"([?&]token=)[^&\s\"]*")
+
+
+class _Renamed(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.name = _RENAMED.get(record.name, record.name)
+        if record.msg in _CHATTER:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+class _Formatter(logging.Formatter):
+    """What every log line of ``fsjobstore web`` goes through. A request's path, a job's text or
+    a planted file's name may carry terminal control characters: each is written as a visible
+    escape (``printable``), one record a line. The token in a URL (``/?token=...``, the link
+    the command prints) is replaced by ``[redacted]`` in the access log."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(_TOKEN_IN_URL.sub(r"\1[redacted]", super().formatMessage(record)), newlines=False)
+
+    def formatException(self, ei: Any) -> str:
+        return printable(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return printable(super().formatStack(stack_info))
+
+
+def _own_the_log() -> None:
+    for handler in logging.getLogger().handlers:
+        old = handler.formatter or logging.Formatter()
+        handler.setFormatter(_Formatter(old._fmt, old.datefmt))
+    for name in _RENAMED:
+        logging.getLogger(name).addFilter(_Renamed())
 
 
 def _loopback(host: str) -> bool:

@@ -1,7 +1,8 @@
 """``create_app(store)``: the dashboard, the JSON API and ``/metrics`` as one ASGI app (FastAPI).
 
-Every request goes through :class:`_Gate` first: the access token (``_security``), a CSRF cookie
-for the pages' forms, JSON-only and same-origin POSTs for the API, and the security headers.
+Every request goes through :class:`_Gate` first: the allowed hosts and the access token
+(``_security``), a CSRF cookie for the pages' forms, JSON-only and same-origin POSTs for the API,
+the security headers, and ``HEAD`` answered as ``GET`` without its body.
 Errors of the store become answers by their exception's name (:data:`STATUS`): JSON under
 ``/api``, a page elsewhere; anything unexpected is logged and answered 500 without its details.
 """
@@ -12,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from importlib.resources import files
 
 from fastapi import FastAPI, Request
@@ -24,6 +25,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import (
+    CorruptJob,
     InvalidRequest,
     InvalidState,
     JobExists,
@@ -43,34 +45,43 @@ from ._context import Context
 from ._metrics import registry_for, render
 from ._pages import base_of
 from ._remote import RemoteLeases
-from ._security import CSRF_COOKIE, HEADERS, SESSION_COOKIE, Guard, new_browser_value, same_origin
+from ._security import CSRF_COOKIE, HEADERS, SESSION_COOKIE, Guard, Hosts, host_of, new_browser_value, same_origin
 
 log = logging.getLogger("fsjobstore.web")
 
 STATUS: list[tuple[type[BaseException], int]] = [
-    (JobNotFound, 404), (ValueTooLarge, 413), (InvalidRequest, 422), (JobExists, 409), (InvalidState, 409),
+    (JobNotFound, 404), (CorruptJob, 410), (ValueTooLarge, 413), (InvalidRequest, 422), (JobExists, 409),
+    (InvalidState, 409),
     (LeaseLost, 409), (WaitTimeout, 408), (StoreClosed, 503), (StorageFull, 507),
     (_api.ReadOnly, 403), (_pages.CrossSiteRequest, 403), (PermissionError, 403),
 ]
-"""Each error's status, first match wins; any other JobStoreError is a 500 that names it."""
+"""Each error's status, first match wins; any other JobStoreError is a 500 that names it. A
+CorruptJob is 410: the store could not read the job's file and moved it to quarantine/ (and
+logged that, as a warning); the next request for it finds no such job (404)."""
 
 _OPEN = ("/static/", "/login")  # served without the token
 WARM_UP = 2.0  # seconds a server's start waits for its warm-up (_pages.warm_up)
 
 
 def create_app(store: JobStore | str | os.PathLike[str], *, read_only: bool = False, token: str | None = None,
-               title: str | None = None) -> FastAPI:
+               title: str | None = None, allowed_hosts: Iterable[str] | str | None = None) -> FastAPI:
     """The app for ``store`` (a :class:`JobStore`, or a path opened with ``create=False`` and
     closed with the app). Mount it in your own ASGI app, or serve it (``fsjobstore web DIR``).
 
     ``read_only``: no action is offered, and every request that would change the store answers 403.
     ``token``: required from every client (a bearer token, or the session cookie ``/login`` sets);
-    without one, anyone who reaches the app may use it, so bind it to loopback only."""
+    without one, anyone who reaches the app may use it, so bind it to loopback only.
+    ``allowed_hosts``: the names (or addresses) clients reach the app by, beyond ``localhost``,
+    ``127.0.0.1``, ``[::1]`` and the address a connection arrived at, which are always answered
+    (any port); ``.example.com`` allows that domain and its subdomains, ``*`` any host (only
+    behind a proxy that checks ``Host`` itself). A request for another host is refused (400)."""
+    hosts = Hosts(allowed_hosts)  # first: a bad entry is refused before the store is opened
     owned = not isinstance(store, JobStore)
     opened = JobStore(os.fspath(store), create=False) if not isinstance(store, JobStore) else store
     guard = Guard(token)
     context = Context(store=opened, astore=AsyncJobStore(opened), guard=guard, read_only=read_only,
-                      leases=RemoteLeases(), title=title or f"fsjobstore \u00b7 {os.path.basename(opened.path)}")
+                      leases=RemoteLeases(), title=title or f"fsjobstore \u00b7 {os.path.basename(opened.path)}",
+                      hosts=hosts)
     metrics = registry_for(opened)
 
     @contextlib.asynccontextmanager
@@ -184,7 +195,8 @@ class _Gate:
         request = Request(scope)
         path = _inner_path(request)
         api = path.startswith("/api/") or path in ("/metrics", "/openapi.json")
-        refusal = _refusal(self.context, request, path, api) or self._too_big(request)
+        refusal = _wrong_host(self.context, request, api) or _refusal(self.context, request, path, api) \
+            or self._too_big(request)
         if refusal is not None:
             await _headers(refusal)(scope, receive, send)
             return
@@ -198,27 +210,77 @@ class _Gate:
                 setter.set_cookie(CSRF_COOKIE, browser, httponly=True, samesite="strict")
                 cookie = setter.headers["set-cookie"].encode("latin-1")
             request.state.csrf = self.context.guard.csrf_for(browser)
+        signing_in = self.context.guard.token is not None and path == "/login" and request.method == "POST"
+        head = request.method == "HEAD"
+        ended = False
 
         async def send_with_headers(message: Message) -> None:
+            nonlocal ended
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
                 for key, value in HEADERS.items():
                     headers.setdefault(key, value)
                 if cookie is not None:
                     headers.raw.append((b"set-cookie", cookie))
+                if signing_in and message["status"] == 403:  # a wrong token (_pages.login)
+                    self.context.guard.throttle.failed(_client(request))
+            elif head:  # GET's status and headers (its Content-Length too), and no body
+                if ended:
+                    return
+                message, ended = {"type": "http.response.body", "body": b"", "more_body": False}, True
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        async def receive_until_ended() -> Message:
+            # A HEAD answered: a streaming route (events) hears that its client left, and stops.
+            return {"type": "http.disconnect"} if ended else await receive()
+
+        if head:  # FastAPI's routes answer GET only; HEAD is GET without the body (RFC 9110)
+            scope = {**scope, "method": "GET"}
+        await self.app(scope, receive_until_ended if head else receive, send_with_headers)
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "?"
+
+
+def _wrong_host(c: Context, request: Request, api: bool) -> Response | None:
+    """The answer to a request for a host the app is not for (DNS rebinding), or None."""
+    host = request.headers.get("host")
+    server = request.scope.get("server")
+    if c.hosts.allows(host, server[0] if server else None):
+        return None
+    name = host_of(host or "")
+    if host is None:
+        text = "a request without a Host header is refused"
+    else:
+        allow = f"--allowed-host {name}" if name else "--allowed-host NAME"
+        text = (f"this server does not answer for the host {host!r}: if clients reach it by that name, start it "
+                f"with {allow} (create_app(allowed_hosts=[...]) where it is mounted)")
+    # Plain text or JSON, not the error page: an answer to a host not allowed carries nothing
+    # of the store, not even its name.
+    if api:
+        return JSONResponse({"error": "DisallowedHost", "message": text}, status_code=400)
+    return PlainTextResponse(f"400 DisallowedHost: {text}\n", status_code=400)
 
 
 def _refusal(c: Context, request: Request, path: str, api: bool) -> Response | None:
-    """The answer to a request the gate stops (no token, another site, not JSON), or None."""
+    """The answer to a request the gate stops (no token, too many wrong ones, another site, not
+    JSON), or None."""
+    if c.guard.token is not None and _shows_a_token(request, path):
+        wait = c.guard.throttle.wait(_client(request))
+        if wait > 0:  # whatever it shows: a right token must not tell a guesser it was right
+            refused = _answer(request, 429, "TooManyAttempts", f"too many wrong tokens from {_client(request)}: "
+                              f"try again in {wait:.0f} s", force_json=api)
+            refused.headers["Retry-After"] = str(int(wait) + 1)
+            return refused
     if not path.startswith(_OPEN) and not c.guard.allowed(request):
         given = request.query_params.get("token")
         if given is not None and c.guard.token_matches(given) and not api:  # the URL `fsjobstore web` prints
             response: Response = RedirectResponse(base_of(request) + path, status_code=303)
             response.set_cookie(SESSION_COOKIE, c.guard.session_value(), httponly=True, samesite="strict")
             return response
+        if given is not None or request.headers.get("authorization"):
+            c.guard.throttle.failed(_client(request))
         if api or request.method != "GET":
             wrong = "this token is not the server's" if request.headers.get("authorization") else \
                 "this server needs its token"
@@ -232,9 +294,17 @@ def _refusal(c: Context, request: Request, path: str, api: bool) -> Response | N
         if c.read_only and path != "/login":  # before its body is read: nothing here changes the store
             return _answer(request, 403, "ReadOnly", "this server is read-only: it changes nothing in the store")
         if path.startswith("/api/") and request.headers.get("content-length", "0") != "0" \
-                and request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-            return _answer(request, 415, "InvalidRequest", "send the body as application/json")
+                and request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            return _answer(request, 415, "InvalidRequest", "send the body as application/json")  # any case: RFC 9110
     return None
+
+
+def _shows_a_token(request: Request, path: str) -> bool:
+    """Whether the request offers a token to be checked (what a guesser sends)."""
+    return (request.headers.get("authorization") is not None or "token" in request.query_params
+            or (path == "/login" and request.method == "POST"))
+
+
 
 
 def _headers(response: Response) -> Response:

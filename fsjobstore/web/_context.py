@@ -13,7 +13,7 @@ from fastapi import Request
 from .. import InvalidRequest, Job, JobNotFound, JobStore, StoreStatistics
 from ..aio import AsyncJobStore
 from ._remote import RemoteLeases
-from ._security import Guard
+from ._security import Guard, Hosts
 
 SCAN_CAP = 5_000  # jobs a search looks at for one page
 
@@ -26,6 +26,7 @@ class Context:
     read_only: bool
     leases: RemoteLeases
     title: str
+    hosts: Hosts = field(default_factory=Hosts)  # the Host names answered (the gate checks)
     # Set when the server begins to stop: long polls answer 503 and event streams end then, not
     # when the graceful period runs out and their tasks are cancelled (a 500, and a traceback).
     stopping: asyncio.Event = field(default_factory=asyncio.Event)

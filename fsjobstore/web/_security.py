@@ -1,6 +1,13 @@
-"""Who may do what: the access token, cross-site request forgery, and the headers every answer
-carries.
+"""Who may do what: the hosts the app answers for, the access token, cross-site request forgery,
+and the headers every answer carries.
 
+- **Hosts.** The app answers only requests whose ``Host`` names it: the loopback names
+  (``localhost``, ``127.0.0.1``, ``[::1]``), the address the connection arrived at, and the
+  names given in ``allowed_hosts`` (on any port: an SSH tunnel or a proxy changes it). Any other
+  host is refused (400 ``DisallowedHost``) before anything is read, pages, API, ``/metrics`` and
+  ``/static`` alike. This closes DNS rebinding: a page on ``evil.example`` whose name is made to
+  resolve to 127.0.0.1 reaches the port, but its requests say ``Host: evil.example``. Jupyter
+  and Django (``ALLOWED_HOSTS``) check the same way.
 - **Token.** Without one, the app serves whoever reaches it (``fsjobstore web`` refuses to bind
   anything but loopback then). With one, every request but ``/login`` and ``/static`` must show
   it: ``Authorization: Bearer <token>`` (API clients, Prometheus), or the cookie a browser gets
@@ -10,7 +17,11 @@ carries.
   a CSRF token (an HMAC of a random per-browser value kept in a ``SameSite=Strict`` cookie, under
   the app's secret); the JSON API takes ``application/json`` bodies only, which no cross-site form
   can send without a CORS preflight this app never grants. Either way, a request whose
-  ``Origin`` (or, without one, ``Referer``) names another site is refused.
+  ``Origin`` (or, without one, ``Referer``) names another site is refused: it must name the
+  host and port the request was sent to, which the host check has already found allowed.
+- **Guessing the token.** :class:`Throttle`: after ``FAILURES`` wrong tokens within ``WINDOW``
+  seconds from one address (sign-in form, ``?token=``, ``Authorization: Bearer``), that address
+  is answered 429 for the rest of the window, whatever it shows.
 - **Headers.** A Content-Security-Policy that allows only this app's own scripts and styles (no
   inline script: a job's text can never run, even if escaping failed), no framing, no sniffing.
 """
@@ -19,7 +30,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from starlette.requests import Request
@@ -37,6 +53,117 @@ HEADERS = {
 }
 
 
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def host_of(netloc: str) -> str | None:
+    """The host a ``Host`` header or URL authority names, compared as the allowed hosts are:
+    lowercase, no port, brackets or final dot, an IP address in its short form. None when it is
+    not a plain ``host[:port]`` (user info, a path, a bad port)."""
+    if not netloc or any(c in netloc for c in "@/\\?# \t"):
+        return None
+    try:
+        parts = urlsplit("//" + netloc)
+        _ = parts.port  # raises ValueError for a port that is not a number in range
+    except ValueError:
+        return None
+    return _normal(parts.hostname or "")
+
+
+def _normal(name: str) -> str | None:
+    name = name.strip().lower().removeprefix("[").removesuffix("]").rstrip(".")
+    if not name:
+        return None
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        return name
+
+
+class Hosts:
+    """The hosts an app answers for: the loopback names, ``allowed`` (names or addresses; ``*``
+    any; ``.example.com`` that domain and every name under it), and the address each connection
+    arrived at (it cannot be a rebound name)."""
+
+    def __init__(self, allowed: Iterable[str] | str | None = None) -> None:
+        if isinstance(allowed, str):
+            allowed = [allowed]
+        names: set[str] = set(LOOPBACK_NAMES)
+        domains: list[str] = []
+        wildcard = False
+        for entry in allowed or ():
+            if not isinstance(entry, str):
+                raise ValueError(f"an allowed host must be a str, not {type(entry).__name__}")
+            text = entry.strip().lower()
+            if text == "*":
+                wildcard = True
+                continue
+            name = _normal(text.removeprefix("."))
+            if name is None or any(c in text for c in "@/\\?# \t") or (":" in name and not _is_ip(name)):
+                raise ValueError(f"allowed host {entry!r} is not a host name or address (give no scheme or "
+                                 "port: any port is accepted)")
+            if text.startswith("."):
+                domains.append(name)
+            else:
+                names.add(name)
+        self.names, self.domains, self.wildcard = frozenset(names), tuple(domains), wildcard
+
+    def allows(self, host: str | None, server: str | None = None) -> bool:
+        """Whether a request with ``Host: host`` is answered; ``server`` is the address the
+        connection arrived at (the ASGI scope's ``server``)."""
+        if self.wildcard:
+            return True
+        name = host_of(host) if host is not None else None
+        if name is None:
+            return False
+        if name in self.names or (server is not None and name == _normal(server)):
+            return True
+        return any(name == d or name.endswith("." + d) for d in self.domains)
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+class Throttle:
+    """Wrong tokens counted per client address: after ``FAILURES`` of them within ``WINDOW``
+    seconds, that address is refused (:meth:`wait` says how long) until the oldest of them is
+    ``WINDOW`` seconds old. Bounded: at most ``ADDRESSES`` addresses are remembered."""
+
+    FAILURES, WINDOW, ADDRESSES = 10, 60.0, 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failed: dict[str, deque[float]] = {}
+
+    def wait(self, who: str) -> float:
+        """Seconds before ``who`` may try a token again (0: now)."""
+        now = time.monotonic()
+        with self._lock:
+            times = self._failed.get(who)
+            if times is None:
+                return 0.0
+            while times and times[0] <= now - self.WINDOW:
+                times.popleft()
+            if not times:
+                del self._failed[who]
+                return 0.0
+            return times[0] + self.WINDOW - now if len(times) >= self.FAILURES else 0.0
+
+    def failed(self, who: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if who not in self._failed and len(self._failed) >= self.ADDRESSES:
+                # Forget the address whose newest failure is oldest: a flood of addresses
+                # cannot grow this without bound (each still counts up to its own limit).
+                del self._failed[min(self._failed, key=lambda k: self._failed[k][-1])]
+            self._failed.setdefault(who, deque(maxlen=self.FAILURES)).append(now)
+
+
 class Guard:
     """The app's secret and access token, and the checks made with them."""
 
@@ -46,6 +173,7 @@ class Guard:
             raise ValueError("the access token must be a printable string of at least 8 characters, without spaces")
         self.token = token
         self._secret = secrets.token_bytes(32)
+        self.throttle = Throttle()
 
     def _mac(self, what: str, value: str) -> str:
         return hmac.new(self._secret, f"{what}:{value}".encode(), hashlib.sha256).hexdigest()
@@ -84,7 +212,9 @@ def new_browser_value() -> str:
 
 def same_origin(request: Request) -> bool:
     """False when the request says it comes from another site (``Origin``, else ``Referer``);
-    True when it says nothing (curl, a Prometheus scraper) or names this host."""
+    True when it says nothing (curl, a Prometheus scraper) or names the host and port it was
+    sent to. The gate has checked that ``Host`` is one of the allowed hosts before this runs, so
+    an ``Origin`` equal to it is an allowed host too; a rebound name never gets this far."""
     source = request.headers.get("origin") or request.headers.get("referer")
     if not source or (source == "null" and "origin" not in request.headers):
         return True
@@ -92,4 +222,4 @@ def same_origin(request: Request) -> bool:
         return False  # a sandboxed or file: page
     parts = urlsplit(source)
     host = request.headers.get("host", "")
-    return parts.scheme in ("http", "https") and parts.netloc == host
+    return parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower() != ""
