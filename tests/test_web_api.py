@@ -4,6 +4,7 @@ app's own ``/openapi.json`` (webkit.CheckedClient)."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -322,3 +323,114 @@ def test_limits_and_subscriptions_show_over_the_api(api: CheckedClient, store: J
     assert notified["waiting"] == [{"hook": 1}]
     group = store.get_group(notified["group"])
     assert [(j.queue, j.waiting) for j in group.jobs] == [("audit", ({"hook": 1},)), ("emails", ({"hook": 1},))]
+
+
+def _nested(depth: int, leaf: Any = 1) -> Any:
+    """``leaf`` inside ``depth`` arrays and objects, alternating (``[{"k": [...]}]``)."""
+    value = leaf
+    for i in range(depth):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+def _rewrite_request(store: JobStore, job_id: str, request: Any, queue: str = "default") -> None:
+    """Replace a pending job's request in its file, as an older version or a hand could have
+    written it: past the checks the store makes on what it is given."""
+    from internals import pending_file
+
+    path = pending_file(store.path, job_id, queue)
+    with open(path, "rb") as f:
+        doc = json.loads(f.read())
+    doc["request"] = request
+    with open(path, "w") as f:
+        f.write(json.dumps(doc, separators=(",", ":")) + "\n")  # one line: the store appends its outcome
+
+
+def test_a_corrupt_job_file_answers_410_saying_it_was_quarantined_and_logs_no_error(
+        api: CheckedClient, store: JobStore, caplog: pytest.LogCaptureFixture) -> None:
+    from internals import pending_file
+
+    job = store.create({"n": 1})
+    with open(pending_file(store.path, job.id), "wb") as f:
+        f.write(b'{"format": 3, "id": "planted", "request": [')
+    with caplog.at_level(logging.INFO):
+        r = api.get(f"/api/jobs/{job.id}")
+        assert r.status_code == 410 and r.json()["error"] == "CorruptJob", r.text
+        assert job.id in r.json()["message"] and "quarantine" in r.json()["message"]
+        again = api.get(f"/api/jobs/{job.id}")  # moved aside: no such job now
+        assert again.status_code == 404 and again.json()["error"] == "JobNotFound"
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR], caplog.text
+    assert store.statistics().quarantined >= 1
+
+
+def test_the_api_takes_and_serves_requests_values_and_targets_nested_to_the_limit(api: CheckedClient,
+                                                                                 store: JobStore) -> None:
+    from fsjobstore import MAX_NESTING
+
+    deep = _nested(MAX_NESTING, "leaf")
+    made = _create(api, request=deep, queue="q", notify=[deep])
+    assert made["request"] == deep and made["waiting"] == [deep]
+    assert api.get(f"/api/jobs/{made['id']}").json()["request"] == deep
+    assert api.get("/api/jobs", params={"queue": "q"}).json()["jobs"][0]["request"] == deep
+    group = api.post("/api/groups", json={"jobs": [{"request": deep, "queue": "g"}]})
+    assert group.status_code == 201 and group.json()["jobs"][0]["request"] == deep
+    leased = api.post("/api/queues/q/lease", params={"timeout": 0})
+    assert leased.status_code == 200 and leased.json()["job"]["request"] == deep
+    done = api.post(f"/api/leases/{leased.json()['lease']}/fulfill", json={"value": deep})
+    assert done.status_code == 200 and done.json()["value"] == {"encoding": "json", "data": deep}
+    assert store.get(made["id"]).value == deep
+
+
+def test_a_job_stored_nested_past_any_limit_is_still_served_never_a_500(api: CheckedClient,
+                                                                       store: JobStore) -> None:
+    deep = _nested(400)  # past pydantic's serialiser (some 250 levels) and far past MAX_NESTING
+    job = store.create("small", queue="q")
+    _rewrite_request(store, job.id, deep, queue="q")
+    assert api.get(f"/api/jobs/{job.id}").json()["request"] == deep
+    assert api.get("/api/jobs").json()["jobs"][0]["request"] == deep
+    assert api.get("/api/jobs", params={"search": "k"}).json()["jobs"][0]["request"] == deep
+    leased = api.post("/api/queues/q/lease", params={"timeout": 0})
+    assert leased.status_code == 200 and leased.json()["job"]["request"] == deep
+    assert api.post(f"/api/leases/{leased.json()['lease']}/fail", json={"error": "x", "retry": False}
+                    ).json()["request"] == deep
+    with api.client.stream("GET", f"/api/jobs/{job.id}/events") as events:
+        assert json.loads(next(line for line in events.iter_lines() if line.startswith("data:"))[5:])["request"] == deep
+
+
+def test_json_past_the_recursion_limit_is_written_by_a_loop_exactly_as_json_writes_it() -> None:
+    from fsjobstore.web._api import encode
+
+    deep = [[{"k": "\x1b\u00e9\"\\", "n": [1, 2.5, None, True]}]]
+    for _ in range(2500):
+        deep = [{"a": deep, "b": {}}]
+    inner = '[[{"k":"\\u001b\u00e9\\"\\\\","n":[1,2.5,null,true]}]]'
+    assert encode(deep) == '[{"a":' * 2500 + inner + ',"b":{}}]' * 2500
+    for doc in ([[], {}, [1, 2.5, None, True, "a"], {"a": {"b": []}}], "x", 3, {}):
+        assert json.loads(encode(doc)) == doc
+    shallow = {"a": [1, {"b": "é", "c": [None, False]}], "d": 1.5}
+    assert encode(shallow) == json.dumps(shallow, ensure_ascii=False, separators=(",", ":"))
+    from fsjobstore.web._api import _encode_deep
+
+    assert _encode_deep(shallow) == encode(shallow)
+
+
+def test_a_lease_whose_answer_cannot_be_made_gives_the_job_back_without_spending_an_attempt(
+        api: CheckedClient, store: JobStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from fsjobstore import StorageError
+
+    job = store.create("x", queue="q")
+    real_get = store.get
+
+    def failing_get(job_id: str) -> Any:
+        raise StorageError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(store, "get", failing_get)
+    r = api.client.post("/api/queues/q/lease", params={"timeout": 0})
+    assert r.status_code == 500 and r.json()["error"] == "StorageError"
+    monkeypatch.setattr(store, "get", real_get)
+    back = store.get(job.id)
+    assert back.state == "pending" and back.attempts == 0
+    again = api.post("/api/queues/q/lease", params={"timeout": 0})
+    assert again.status_code == 200 and again.json()["job"]["id"] == job.id

@@ -9,14 +9,15 @@ call that changes something is a POST of ``application/json`` (``_security``); w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
-from .. import Group, InvalidRequest, Job, JobNotFound, StoreClosed
+from .. import Group, InvalidRequest, Job, JobNotFound, JobStoreError, StoreClosed
 from ._context import Context, ctx, queue_rows, search_page
 from ._remote import MAX_LEASE, MIN_LEASE, count_end
 from ._schemas import (
@@ -47,9 +48,12 @@ from ._schemas import (
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": text} for code, text in (
+        (400, "DisallowedHost: the Host header names a host this server is not for"),
         (401, "Unauthorized: the server's token is missing"), (403, "ReadOnly, or CrossSiteRequest"),
-        (404, "JobNotFound"), (409, "InvalidState, JobExists, LeaseLost"), (415, "InvalidRequest: not JSON"),
-        (422, "InvalidRequest (bad input: nothing was changed)"))
+        (404, "JobNotFound"), (409, "InvalidState, JobExists, LeaseLost"),
+        (410, "CorruptJob: the job's file could not be read and was moved to quarantine"),
+        (415, "InvalidRequest: not JSON"), (422, "InvalidRequest (bad input: nothing was changed)"),
+        (429, "TooManyAttempts: too many wrong tokens from this address; see Retry-After"))
 }
 router = APIRouter(prefix="/api", responses=_ERRORS)
 
@@ -76,6 +80,52 @@ def _out(job: Job) -> dict[str, Any]:
     return job.to_dict()
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+class _Text(str):
+    """JSON text already written, in :func:`_encode_deep`'s work list."""
+
+
+def encode(doc: Any) -> str:
+    """``doc`` as JSON, however deeply a job file nests its request, value or targets. The
+    store accepts ``MAX_NESTING`` levels, which pydantic's serialiser and the C encoder serve;
+    a job nested deeper (written before that limit, or by hand) passes Python's recursion limit
+    in both, and is written by a loop instead, so it is served rather than answered 500."""
+    try:
+        return _ENCODER.encode(doc)
+    except RecursionError:
+        return _encode_deep(doc)
+
+
+def _encode_deep(doc: Any) -> str:
+    out: list[str] = []
+    todo: list[Any] = [doc]
+    while todo:
+        item = todo.pop()
+        if type(item) is _Text:
+            out.append(item)
+        elif isinstance(item, dict):
+            parts: list[Any] = [_Text("{")]
+            for i, (key, value) in enumerate(item.items()):
+                parts += [_Text(("," if i else "") + _ENCODER.encode(str(key)) + ":"), value]
+            todo.extend(reversed([*parts, _Text("}")]))
+        elif isinstance(item, list | tuple):
+            parts = [_Text("[")]
+            for i, value in enumerate(item):
+                parts += [_Text(","), value] if i else [value]
+            todo.extend(reversed([*parts, _Text("]")]))
+        else:
+            out.append(_ENCODER.encode(item))
+    return "".join(out)
+
+
+def _json(doc: Any, status_code: int = 200) -> Response:
+    """An answer of JSON made by :func:`encode`, not by FastAPI's serialiser. Its shape is the
+    route's ``response_model`` still: the tests check every answer against the OpenAPI document."""
+    return Response(encode(doc), status_code=status_code, media_type="application/json")
+
+
 # -- jobs -------------------------------------------------------------------------------------------
 @router.post("/jobs", status_code=201, response_model=JobOut, tags=["jobs"])
 def create_job(body: CreateJob, c: Ctx) -> Response:
@@ -100,21 +150,21 @@ def create_job(body: CreateJob, c: Ctx) -> Response:
                 c.store.queue(job_id, target)
     # Answered as is, not validated again against JobOut: the busiest endpoint skips that work
     # (bench/web.py), and the tests check every answer's shape against the OpenAPI document.
-    return JSONResponse(_out(c.store.get(job.id) if body.notify else job), status_code=201)
+    return _json(_out(c.store.get(job.id) if body.notify else job), status_code=201)
 
 
 @router.post("/groups", status_code=201, response_model=GroupOut, tags=["jobs"])
-def create_group(body: CreateGroup, c: Ctx) -> dict[str, Any]:
+def create_group(body: CreateGroup, c: Ctx) -> Response:
     """Make several jobs at once, all or none (``JobStore.create_group``)."""
     _writable(c)
     members = [m.model_dump(exclude_defaults=True) for m in body.jobs]
-    return _group(c.store.create_group(members, group_id=body.group_id))
+    return _json(_group(c.store.create_group(members, group_id=body.group_id)), status_code=201)
 
 
 @router.get("/groups/{group_id}", response_model=GroupOut, tags=["jobs"])
-def get_group(group_id: str, c: Ctx) -> dict[str, Any]:
+def get_group(group_id: str, c: Ctx) -> Response:
     """A group's members as they are now (``JobStore.get_group``)."""
-    return _group(c.store.get_group(group_id))
+    return _json(_group(c.store.get_group(group_id)))
 
 
 @router.get("/limits", tags=["limits"])
@@ -142,48 +192,49 @@ def _group(group: Group) -> dict[str, Any]:
 @router.get("/jobs", response_model=JobPage, tags=["jobs"])
 def list_jobs(c: Ctx, state: State | None = None, queue: str | None = None,
               limit: Annotated[int, Query(ge=1, le=1000)] = 50, after: str | None = None,
-              search: Annotated[str | None, Query(max_length=1000)] = None) -> dict[str, Any]:
+              search: Annotated[str | None, Query(max_length=1000)] = None) -> Response:
     """A page of jobs (``JobStore.jobs``): active, pending in run order, scheduled, then final ones
     newest first; ``after`` is the previous page's ``next``. ``search``: a job's id, or text looked
     for in ids and requests (at most 5,000 jobs a page; ``scanned`` says how many)."""
     jobs, nxt, scanned = search_page(c.store, state=state, queue=queue, limit=limit, after=after, search=search)
-    return {"jobs": [_out(j) for j in jobs], "next": nxt, "scanned": scanned}
+    return _json({"jobs": [_out(j) for j in jobs], "next": nxt, "scanned": scanned})
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, tags=["jobs"])
-def get_job(job_id: str, c: Ctx) -> dict[str, Any]:
-    """One job, whole: value or error, attempts, progress, logs, targets."""
-    return _out(c.store.get(job_id))
+def get_job(job_id: str, c: Ctx) -> Response:
+    """One job, whole: value or error, attempts, progress, logs, targets. 410 ``CorruptJob`` if
+    its file cannot be read: the store has moved it to quarantine (a 404 from then on)."""
+    return _json(_out(c.store.get(job_id)))
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut, tags=["jobs"])
-def cancel_job(job_id: str, c: Ctx, body: Reason | None = None) -> dict[str, Any]:
+def cancel_job(job_id: str, c: Ctx, body: Reason | None = None) -> Response:
     """Cancel: a waiting job at once, a running one by asking its worker (``cancel_requested``)."""
     _writable(c)
-    return _out(c.store.cancel(job_id, body.reason if body else None))
+    return _json(_out(c.store.cancel(job_id, body.reason if body else None)))
 
 
 @router.post("/jobs/{job_id}/retry", response_model=JobOut, tags=["jobs"])
-def retry_job(job_id: str, c: Ctx) -> dict[str, Any]:
+def retry_job(job_id: str, c: Ctx) -> Response:
     """A failed or cancelled job back to pending, with its whole attempt budget."""
     _writable(c)
-    return _out(c.store.retry(job_id))
+    return _json(_out(c.store.retry(job_id)))
 
 
 @router.post("/jobs/{job_id}/fulfill", response_model=JobOut, tags=["jobs"])
-def fulfill_job(job_id: str, body: Value, c: Ctx) -> dict[str, Any]:
+def fulfill_job(job_id: str, body: Value, c: Ctx) -> Response:
     """Fulfil a job by id, without its lease (work done elsewhere)."""
     _writable(c)
     c.store.fulfill(job_id, body.value)
-    return _out(c.store.get(job_id))
+    return _json(_out(c.store.get(job_id)))
 
 
 @router.post("/jobs/{job_id}/queue", response_model=JobOut, tags=["notifications"])
-def queue_target(job_id: str, body: Target, c: Ctx) -> dict[str, Any]:
+def queue_target(job_id: str, body: Target, c: Ctx) -> Response:
     """Ask for the job's result to be delivered to ``target`` once it is final."""
     _writable(c)
     c.store.queue(job_id, body.target)
-    return _out(c.store.get(job_id))
+    return _json(_out(c.store.get(job_id)))
 
 
 @router.post("/jobs/{job_id}/unqueue", response_model=Removed, tags=["notifications"])
@@ -197,7 +248,7 @@ def unqueue_target(job_id: str, body: Target, c: Ctx) -> dict[str, Any]:
             responses={408: {"model": ErrorOut, "description": "WaitTimeout: not final within timeout"},
                        503: {"model": ErrorOut, "description": "StoreClosed: the server is stopping"}})
 async def wait_job(job_id: str, c: Ctx, timeout: Annotated[float, Query(ge=0, le=MAX_WAIT)] = 30.0
-                   ) -> dict[str, Any]:
+                   ) -> Response:
     """Long poll: answers once the job is final (woken by inotify, not by polling), or 408
     ``WaitTimeout`` after ``timeout`` seconds (at most 300); 503 ``StoreClosed`` if the server
     stops meanwhile (ask again)."""
@@ -211,7 +262,7 @@ async def wait_job(job_id: str, c: Ctx, timeout: Annotated[float, Query(ge=0, le
             waiting.cancel()
     if not waiting.done() or waiting.cancelled():
         raise StoreClosed("the server is stopping: ask again once it is back")
-    return _out(waiting.result())
+    return _json(_out(waiting.result()))
 
 
 @router.get("/jobs/{job_id}/events", tags=["waiting"], response_class=StreamingResponse,
@@ -225,7 +276,7 @@ async def job_events(job_id: str, request: Request, c: Ctx) -> StreamingResponse
     async def stream() -> AsyncIterator[bytes]:
         job, last, quiet = first, "", 0.0
         while True:
-            doc = json.dumps(_out(job), separators=(",", ":"))
+            doc = encode(_out(job))
             if doc != last:
                 yield f"event: job\ndata: {doc}\n\n".encode()
                 last, quiet = doc, 0.0
@@ -257,49 +308,57 @@ async def lease_job(queue: str, c: Ctx, response: Response,
     if got is None:
         return Response(status_code=204)
     handle, held = c.leases.add(got, lease)
-    job = await c.astore.get(got.id)
-    return {"lease": handle, "token": got.token, "expires_at": held.expires_at, "job": _out(job)}
+    try:
+        job = await c.astore.get(got.id)
+        return _json({"lease": handle, "token": got.token, "expires_at": held.expires_at, "job": _out(job)})
+    except BaseException:
+        # The client never hears of this lease (the job could not be read, or it went away):
+        # the job goes back now, no attempt counted, not after the lease as a failed attempt.
+        c.leases.drop(handle)
+        with contextlib.suppress(JobStoreError):
+            await asyncio.shield(c.astore.run(got.release))
+        raise
 
 
 @router.post("/leases/{handle}/fulfill", response_model=JobOut, tags=["http workers"])
-async def lease_fulfill(handle: str, body: Value, c: Ctx) -> dict[str, Any]:
+async def lease_fulfill(handle: str, body: Value, c: Ctx) -> Response:
     """Commit the job's value (409 ``LeaseLost`` if the lease ended: nothing committed)."""
     held = c.leases.get(handle)
     await c.astore.run(held.lease.fulfill, body.value)
     c.leases.drop(handle)
     await c.astore.run(count_end, c.store, held, "fulfilled")
-    return _out(await c.astore.get(held.lease.id))
+    return _json(_out(await c.astore.get(held.lease.id)))
 
 
 @router.post("/leases/{handle}/fail", response_model=JobOut, tags=["http workers"])
-async def lease_fail(handle: str, body: Failure, c: Ctx) -> dict[str, Any]:
+async def lease_fail(handle: str, body: Failure, c: Ctx) -> Response:
     """Fail the attempt: it runs again after its backoff (or ``delay``) while attempts remain and
     ``retry`` is true; otherwise the job fails for good."""
     held = c.leases.get(handle)
     await c.astore.run(held.lease.fail, body.error, retry=body.retry, delay=body.delay)
     c.leases.drop(handle)
     await c.astore.run(count_end, c.store, held, "failed")
-    return _out(await c.astore.get(held.lease.id))
+    return _json(_out(await c.astore.get(held.lease.id)))
 
 
 @router.post("/leases/{handle}/release", response_model=JobOut, tags=["http workers"])
-async def lease_release(handle: str, c: Ctx) -> dict[str, Any]:
+async def lease_release(handle: str, c: Ctx) -> Response:
     """Give the job back untouched (no attempt counted)."""
     held = c.leases.get(handle)
     await c.astore.run(held.lease.release)
     c.leases.drop(handle)
     await c.astore.run(count_end, c.store, held, "given_back")
-    return _out(await c.astore.get(held.lease.id))
+    return _json(_out(await c.astore.get(held.lease.id)))
 
 
 @router.post("/leases/{handle}/touch", response_model=LeaseOut, tags=["http workers"])
-async def lease_touch(handle: str, c: Ctx, body: Touch | None = None) -> dict[str, Any]:
+async def lease_touch(handle: str, c: Ctx, body: Touch | None = None) -> Response:
     """Keep the lease (and, with ``extend``, move the job's time limit that far from now)."""
     held = c.leases.touched(handle)
     if body is not None and body.extend is not None:
         await c.astore.run(held.lease.touch, body.extend)
     job = await c.astore.get(held.lease.id)
-    return {"lease": handle, "token": held.lease.token, "expires_at": held.expires_at, "job": _out(job)}
+    return _json({"lease": handle, "token": held.lease.token, "expires_at": held.expires_at, "job": _out(job)})
 
 
 @router.post("/leases/{handle}/progress", status_code=204, tags=["http workers"])
