@@ -84,7 +84,8 @@ def test_a_change_whose_origin_or_referer_names_another_host_or_port_is_refused(
 
 
 def test_repeated_wrong_tokens_from_one_address_are_refused_for_a_while(store: JobStore,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
     from fsjobstore.web import _security
 
     now = [1000.0]
@@ -97,6 +98,7 @@ def test_repeated_wrong_tokens_from_one_address_are_refused_for_a_while(store: J
         for i in range(_security.Throttle.FAILURES):
             wrong = {"authorization": f"Bearer wrong-token-{i}"}
             assert guesser.get("/api/statistics", headers=wrong).status_code == 401
+        assert "10 wrong tokens from testclient" in caplog.text  # one warning, for the operator
         r = guesser.get("/api/statistics", headers=right)  # even the right one: it must not tell
         assert r.status_code == 429 and r.json()["error"] == "TooManyAttempts" and int(r.headers["retry-after"]) > 0
         assert guesser.post("/login", data={"token": "s3cret-token"}, follow_redirects=False).status_code == 429

@@ -281,7 +281,7 @@ def _refusal(c: Context, request: Request, path: str, api: bool) -> Response | N
             return response
         if given is not None or request.headers.get("authorization"):
             c.guard.throttle.failed(_client(request))
-        if api or request.method != "GET":
+        if api or request.method not in ("GET", "HEAD"):
             wrong = "this token is not the server's" if request.headers.get("authorization") else \
                 "this server needs its token"
             refused = _answer(request, 401, "Unauthorized", f"{wrong}: Authorization: Bearer <token>", force_json=api)

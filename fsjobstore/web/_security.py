@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import logging
 import secrets
 import threading
 import time
@@ -39,6 +40,8 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from starlette.requests import Request
+
+log = logging.getLogger("fsjobstore.web")
 
 SESSION_COOKIE = "fsjobstore_session"  # HMAC of the access token (only when a token is set)
 CSRF_COOKIE = "fsjobstore_csrf"  # a random value per browser; forms carry its HMAC
@@ -161,7 +164,12 @@ class Throttle:
                 # Forget the address whose newest failure is oldest: a flood of addresses
                 # cannot grow this without bound (each still counts up to its own limit).
                 del self._failed[min(self._failed, key=lambda k: self._failed[k][-1])]
-            self._failed.setdefault(who, deque(maxlen=self.FAILURES)).append(now)
+            times = self._failed.setdefault(who, deque(maxlen=self.FAILURES))
+            times.append(now)
+            refused = len(times) == self.FAILURES and times[0] > now - self.WINDOW
+        if refused:
+            log.warning("%d wrong tokens from %s within %g s: its requests are refused (429) for up to %g s",
+                        self.FAILURES, who, self.WINDOW, self.WINDOW)
 
 
 class Guard:
