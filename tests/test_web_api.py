@@ -379,6 +379,9 @@ def test_the_api_takes_and_serves_requests_values_and_targets_nested_to_the_limi
     done = api.post(f"/api/leases/{leased.json()['lease']}/fulfill", json={"value": deep})
     assert done.status_code == 200 and done.json()["value"] == {"encoding": "json", "data": deep}
     assert store.get(made["id"]).value == deep
+    body = '{"request": ' + "[" * 5000 + "]" * 5000 + "}"  # past what the body's parser can read
+    r = api.post("/api/jobs", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"] == "InvalidRequest" and str(MAX_NESTING) in r.json()["message"]
 
 
 def test_a_job_stored_nested_past_any_limit_is_still_served_never_a_500(api: CheckedClient,

@@ -25,6 +25,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import (
+    MAX_NESTING,
     CorruptJob,
     InvalidRequest,
     InvalidState,
@@ -128,6 +129,9 @@ def create_app(store: JobStore | str | os.PathLike[str], *, read_only: bool = Fa
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if isinstance(exc.__cause__, RecursionError):  # FastAPI's json.loads of the body
+            return _error(request, InvalidRequest(f"the body nests arrays and objects too deeply to be read; the "
+                                                  f"store takes {MAX_NESTING} levels (fsjobstore.MAX_NESTING)"))
         name = {404: "NotFound", 405: "MethodNotAllowed", 413: "ValueTooLarge"}.get(exc.status_code, "HTTPError")
         return _answer(request, exc.status_code, name, str(exc.detail))
 
