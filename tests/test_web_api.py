@@ -359,8 +359,15 @@ def test_a_corrupt_job_file_answers_410_saying_it_was_quarantined_and_logs_no_er
         assert job.id in r.json()["message"] and "quarantine" in r.json()["message"]
         again = api.get(f"/api/jobs/{job.id}")  # moved aside: no such job now
         assert again.status_code == 404 and again.json()["error"] == "JobNotFound"
+    followed = store.create({"n": 2})
+    with caplog.at_level(logging.INFO), api.client.stream("GET", f"/api/jobs/{followed.id}/events") as events:
+        lines = events.iter_lines()
+        assert next(line for line in lines if line.startswith("data:"))
+        with open(pending_file(store.path, followed.id), "wb") as f:  # spoilt while a page follows it
+            f.write(b"{")
+        assert not [line for line in lines if line.startswith("data:")]  # the stream ends, no more events
     assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR], caplog.text
-    assert store.statistics().quarantined >= 1
+    assert store.statistics().quarantined >= 2
 
 
 def test_the_api_takes_and_serves_requests_values_and_targets_nested_to_the_limit(api: CheckedClient,

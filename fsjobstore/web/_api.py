@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from .. import Group, InvalidRequest, Job, JobNotFound, JobStoreError, StoreClosed
+from .. import CorruptJob, Group, InvalidRequest, Job, JobNotFound, JobStoreError, StoreClosed
 from ._context import Context, ctx, queue_rows, search_page
 from ._remote import MAX_LEASE, MIN_LEASE, count_end
 from ._schemas import (
@@ -289,7 +289,7 @@ async def job_events(job_id: str, request: Request, c: Ctx) -> StreamingResponse
             quiet += 0.5
             try:
                 job = await c.astore.get(job_id)
-            except JobNotFound:  # removed while followed (a purge): nothing more to say
+            except (JobNotFound, CorruptJob):  # removed (a purge) or quarantined while followed: nothing more
                 return
 
     return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
