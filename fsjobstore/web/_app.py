@@ -52,8 +52,7 @@ log = logging.getLogger("fsjobstore.web")
 
 STATUS: list[tuple[type[BaseException], int]] = [
     (JobNotFound, 404), (CorruptJob, 410), (ValueTooLarge, 413), (InvalidRequest, 422), (JobExists, 409),
-    (InvalidState, 409),
-    (LeaseLost, 409), (WaitTimeout, 408), (StoreClosed, 503), (StorageFull, 507),
+    (InvalidState, 409), (LeaseLost, 409), (WaitTimeout, 408), (StoreClosed, 503), (StorageFull, 507),
     (_api.ReadOnly, 403), (_pages.CrossSiteRequest, 403), (PermissionError, 403),
 ]
 """Each error's status, first match wins; any other JobStoreError is a 500 that names it. A
@@ -307,8 +306,6 @@ def _shows_a_token(request: Request, path: str) -> bool:
     """Whether the request offers a token to be checked (what a guesser sends)."""
     return (request.headers.get("authorization") is not None or "token" in request.query_params
             or (path == "/login" and request.method == "POST"))
-
-
 
 
 def _headers(response: Response) -> Response:
