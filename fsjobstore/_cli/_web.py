@@ -61,7 +61,7 @@ def web(args: argparse.Namespace) -> int:
     sock = _listen(args.host, args.port)
     from .. import JobStore
 
-    with JobStore(args.dir, create=False, **store_options(args)) as store:
+    with JobStore(args.dir, create=False, read_only=args.read_only, **store_options(args)) as store:
         app = create_app(store, read_only=args.read_only, token=token)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
