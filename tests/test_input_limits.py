@@ -189,3 +189,9 @@ def test_without_re2_a_purge_by_match_says_how_to_install_it(store: JobStore, mo
     with pytest.raises(InvalidRequest, match=r'pip install "fsjobstore\[re2\]"'):
         store.purge(states="pending", match="x")
     assert store.purge(states="pending", dry_run=True) == 1  # without match, RE2 is not needed
+
+
+def test_the_api_refuses_a_purge_pattern_re2_cannot_run_saying_why(api: CheckedClient) -> None:
+    r = api.post("/api/purge", json={"states": ["failed"], "match": r"(a)\1", "dry_run": True})
+    assert r.status_code == 422 and r.json()["error"] == "InvalidRequest"
+    assert "not a pattern RE2 accepts" in r.json()["message"]
