@@ -77,6 +77,7 @@ from ._job import AttemptError, Job, JobState, LogLine, Progress
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
 from ._leases import NotificationLease, WorkLease
 from ._limits import Limit
+from ._notify import MAX_TARGETS
 from ._recovery import RecoveryReport
 from ._registry import WorkerInfo
 from ._stats import StoreStatistics
@@ -120,6 +121,7 @@ __all__ = [
     "check_interest",
     "check_queues",
     "MAX_NESTING",
+    "MAX_TARGETS",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "CorruptJob",

@@ -40,6 +40,7 @@ in the last half minute (at most one evicted a second; replaced ones, of buckets
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import errno
 import json
@@ -48,6 +49,7 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Iterator
 
 from ._errors import UntrustedStore
 
@@ -66,6 +68,27 @@ _RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x02, 0x04, 0x0
 _SYS_OPENAT2 = 437  # the same number on every Linux architecture (asm-generic)
 _REPAIRS = 8  # rounds of repair before a directory planted over and over is refused
 _RETIRE_AFTER = 30.0  # a replaced cached descriptor is closed this long after (no call takes that long)
+# True while a read-only store (``JobStore(read_only=True)``) makes one of its calls, in that
+# call's thread only: ``_syscalls`` then refuses every call that would change anything, and a
+# directory found planted is read as missing, never repaired (:meth:`Root.repair`).
+READ_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("fsjobstore_read_only", default=False)
+
+
+@contextlib.contextmanager
+def reading_only() -> Iterator[None]:
+    """Within it (in this thread), every call that would change a file or directory raises
+    :class:`StorageError` (EROFS), and a planted directory is read as missing: what a read-only
+    store's every call runs in."""
+    token = READ_ONLY.set(True)
+    try:
+        yield
+    finally:
+        READ_ONLY.reset(token)
+
+
+def only_reading() -> bool:
+    """Whether this thread is inside :func:`reading_only`."""
+    return READ_ONLY.get()
 
 
 class _OpenHow(ctypes.Structure):
@@ -278,6 +301,9 @@ class Root:
         if st is not None and stat.S_ISDIR(st.st_mode):
             return  # someone else repaired it meanwhile
         what = "nothing" if st is None else _kind(st.st_mode)
+        if READ_ONLY.get():  # a reader changes nothing: what is not a directory is read as no directory
+            raise FileNotFoundError(errno.ENOENT, f"{what} where a directory belongs (a read-only store leaves it)",
+                                    f"{self.prefix}{rel}")
         if rel == "quarantine" or rel.startswith("quarantine/"):
             raise UntrustedStore(
                 f"{self.prefix}{rel} is {what} where the store's quarantine directory belongs; "

@@ -78,7 +78,8 @@ def dumps(obj: Any, *, what: str = "value", sort_keys: bool = False) -> bytes:
     except UnicodeEncodeError as exc:
         raise InvalidRequest(f"{what} contains a lone surrogate and cannot be UTF-8: {exc}") from None
     except RecursionError:
-        raise InvalidRequest(f"{what} is nested too deeply to serialise") from None
+        raise InvalidRequest(f"{what} is nested too deeply to serialise; the limit is {MAX_NESTING} levels "
+                             "(fsjobstore.MAX_NESTING)") from None
 
 
 def canonical(obj: Any, *, what: str) -> tuple[bytes, Any]:
@@ -91,9 +92,45 @@ def canonical(obj: Any, *, what: str) -> tuple[bytes, Any]:
     """
     data = dumps(obj, what=what)
     try:
-        return data, loads(data)
+        value = loads(data)
     except ValueError as exc:
         raise InvalidRequest(f"{what} cannot be stored as JSON and read back: {exc}") from None
+    check_nesting(value, what=what, encoded=data)
+    return data, value
+
+
+def check_nesting(value: Any, *, what: str, encoded: bytes | None = None) -> None:
+    """Raise :class:`InvalidRequest` if ``value`` (JSON: lists, dicts and scalars) nests arrays
+    and objects deeper than ``MAX_NESTING``, naming ``what``, its depth and the limit.
+
+    ``encoded``, the value's JSON, makes the common case free: a value whose text holds no more
+    than ``MAX_NESTING`` brackets and braces (counted in C, strings included) cannot nest deeper,
+    so only a value with many of them is walked."""
+    if encoded is not None and encoded.count(b"[") + encoded.count(b"{") <= MAX_NESTING:
+        return
+    depth = nesting(value)
+    if depth > MAX_NESTING:
+        raise InvalidRequest(f"{what} is nested {depth} levels deep (arrays and objects); the limit is "
+                             f"{MAX_NESTING} (fsjobstore.MAX_NESTING)")
+
+
+def nesting(value: Any) -> int:
+    """How deeply ``value`` nests lists/tuples and dicts (a scalar is 0, ``[1]`` is 1). Walked
+    with a stack of its own, not by recursion, so any depth Python can hold is measured."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        depth += 1
+        deepest = max(deepest, depth)
+        stack.extend((child, depth) for child in children)
+    return deepest
 
 
 def _reject_constant(name: str) -> Any:

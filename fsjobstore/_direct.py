@@ -193,8 +193,9 @@ class ById:
             except FileNotFoundError:
                 continue  # it moved while we read it
             except (fs.Unreadable, ValueError) as exc:
-                tree.quarantine(loc.path, f"job file {exc}")
-                raise CorruptJob(f"job {job_id}: {exc}; moved to quarantine") from None
+                moved = tree.quarantine(loc.path, f"job file {exc}")
+                where = "moved to quarantine" if moved else f"left at {loc.path}"
+                raise CorruptJob(f"job {job_id}: {exc}; {where}") from None
             waiting = tuple(t for _, t, _ in self._notifier.read_targets(job_id))
             progress, logs, dropped = read_runs(core, job_id)
             requested = loc.state is JobState.ACTIVE and self._control.cancel_requested(job_id)

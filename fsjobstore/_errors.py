@@ -17,7 +17,7 @@ also means what a builtin means, it subclasses that builtin too, so ``except Key
     │   └── JobCancelled                   the job was cancelled (a commit, or Job.result())
     ├── JobFailed                          Job.result() of a job that failed
     ├── WaitTimeout (TimeoutError)         wait() gave up before the job was final
-    ├── CorruptJob (ValueError)            a stored file could not be parsed (it is quarantined)
+    ├── CorruptJob (ValueError)            a stored file could not be parsed (quarantined, unless read-only)
     ├── UntrustedStore (PermissionError)   the store is writable by others, or not ours to use
     ├── StoreNotFound (FileNotFoundError)  no store at that path, and none may be made there
     ├── StoreFormatError                   the store was written by an incompatible format version
@@ -113,7 +113,8 @@ class WaitTimeout(JobStoreError, TimeoutError):
 
 
 class CorruptJob(JobStoreError, ValueError):
-    """A file in the store could not be read as a job; it has been moved to ``quarantine/``."""
+    """A file in the store could not be read as a job; it has been moved to ``quarantine/`` (a
+    read-only store leaves it where it is: the message says which)."""
 
 
 class UntrustedStore(JobStoreError, PermissionError):

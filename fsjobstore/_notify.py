@@ -38,6 +38,13 @@ class NotifyEntry(NamedTuple):
     queue: str | None
 
 
+# The most targets one job may have waiting. Each is a durable file, written and fsynced when it
+# is queued and read by every delivery of the job, so a job's targets are a handful of callers
+# (webhooks, reply queues), not a mailing list: a list of readers is better a subscription, or
+# one target that fans out itself.
+MAX_TARGETS = 100
+
+
 class Notifier:
     def __init__(self, core: Core) -> None:
         self._core = core
@@ -65,6 +72,12 @@ class Notifier:
             raise ValueTooLarge(f"target is {len(doc)} bytes; the cap is {self.target_cap}")
         self._tree.require(job_id)
         tdir = self._layout.target_dir(job_id)
+        waiting = [n for n in fs.scan_names(tdir) if TARGET_RE.match(n)]
+        # RACE: callers queueing on one job at once may each see room for one more and pass the
+        # cap together, by at most their number: the cap bounds what one caller can ask for.
+        if len(waiting) >= MAX_TARGETS and f"{key}.json" not in waiting:
+            raise InvalidRequest(f"job {job_id} has {len(waiting)} targets waiting; the limit is {MAX_TARGETS} "
+                                 "(fsjobstore.MAX_TARGETS)")
         tmp = self._layout.tmp_path(self._core.new_token(), "aux", f"{job_id}.{key}.json")
         self._tree.write_new(tmp, doc)
         try:

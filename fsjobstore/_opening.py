@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import secrets
+import stat
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -53,9 +54,13 @@ class StoreConfig:
 
 
 def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | None,
-                  create: bool, retain: float | None = None) -> StoreConfig:
+                  create: bool, retain: float | None = None, read_only: bool = False) -> StoreConfig:
     """Find (or, where allowed, make) the store at ``layout.root``, check it is ours to use and
-    that this process's settings agree with it, and make sure every directory exists."""
+    that this process's settings agree with it, and make sure every directory exists.
+    ``read_only``: change nothing (:func:`_open_to_read`)."""
+    if read_only:
+        with sc.reading_only():
+            return _open_to_read(layout, group)
     root = layout.root
     wanted_gid = None if group is None else _resolve_group(group)
     if os.path.lexists(root) and not fs.is_real_dir(root):
@@ -120,6 +125,42 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
             # A store made before retention promised to keep every job: an upgrade keeps that
             # promise (forever) unless the opener asks for a retention period itself.
             config = _migrate_to_3(layout, config, FOREVER if retain is None else retain, made_as)
+    except BaseException:
+        sc.detach(root)
+        raise
+    return config
+
+
+def _open_to_read(layout: Layout, group: str | int | None) -> StoreConfig:
+    """Open the store at ``layout.root`` to read it only: nothing is made, upgraded, readopted or
+    repaired. A store that would need any of that is refused, saying so; a missing directory
+    reads as empty, and one planted as a link, FIFO or file as missing (left where it is)."""
+    root = layout.root
+    if not fs.is_real_dir(root):
+        raise StoreNotFound(f"there is no store at {root}; a read-only open makes none")
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise UntrustedStore(f"{root} cannot be read by this user (uid {os.geteuid()})")
+    doc = _read_marker(layout)
+    if doc is None:
+        raise StoreNotFound(f"{root} holds no {MARKER}: it is not a store, or one a writable open must "
+                            "repair first (a read-only open changes nothing)")
+    config = _config(layout, doc, None)
+    if config.format < FORMAT_VERSION:
+        raise StoreFormatError(f"the store at {root} is in format {config.format}: a writable open upgrades it "
+                               f"to {FORMAT_VERSION} (a read-only open changes nothing)")
+    if group is not None and config.perms.gid != _resolve_group(group):
+        raise InvalidRequest(f"the store at {root} is not shared with group={group!r}")
+    sc.attach(root, config.perms.dir_mode)
+    try:
+        for directory in layout.all_dirs():
+            try:
+                st = sc.lstat(directory)
+            except FileNotFoundError:
+                continue  # missing, or below something planted: read as empty
+            if not stat.S_ISDIR(st.st_mode):
+                log.warning("%s is not a directory: read as missing (a read-only store repairs nothing)", directory)
+                continue
+            fs.check_trusted(directory, config.perms)
     except BaseException:
         sc.detach(root)
         raise

@@ -23,6 +23,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from . import _buckets
 from . import _fsops as fs
@@ -58,7 +59,7 @@ class Selection:
     states: tuple[JobState, ...]
     queue: str | None
     cutoff: float | None  # epoch seconds: only jobs finished (final) or created (waiting) before it
-    match: re.Pattern[str] | None
+    match: Searcher | None
     limit: int | None
     dry_run: bool
     progress: Callable[[int], object] | None
@@ -84,19 +85,53 @@ def check(core: Core, *, states: object, queue: object, older_than: object, matc
     return Selection(chosen, q, cutoff, _pattern(match), cap, dry_run, progress)
 
 
-def _pattern(match: object) -> re.Pattern[str] | None:
+class Searcher(Protocol):
+    """A compiled pattern: RE2's, which searches in time linear in the text."""
+
+    def search(self, text: str) -> object: ...
+
+
+# The flags of an ``re.Pattern`` that RE2 has too, as its inline flags. re.UNICODE is what every
+# str pattern has; the rest (VERBOSE, ASCII, LOCALE) have no RE2 counterpart and are refused.
+_INLINE = ((re.IGNORECASE, "i"), (re.MULTILINE, "m"), (re.DOTALL, "s"))
+_KNOWN_FLAGS = re.IGNORECASE | re.MULTILINE | re.DOTALL | re.UNICODE
+
+
+def _pattern(match: object) -> Searcher | None:
+    """``match`` compiled by RE2 (google-re2). Python's ``re`` backtracks, and a pattern such as
+    ``(a|a)*!`` over a few dozen characters of a request would hold its thread for ever; RE2
+    runs in time linear in the text, and refuses what needs backtracking (backreferences,
+    lookaround). An ``re.Pattern`` is taken as its pattern text and flags, compiled by RE2."""
     if match is None:
         return None
     if isinstance(match, re.Pattern):
         if not isinstance(match.pattern, str):
             raise InvalidRequest("match must be a str pattern (the request is matched as text), not bytes")
-        return match
-    if not isinstance(match, str):
-        raise InvalidRequest(f"match must be a regular expression (a str or re.Pattern), got {match!r}")
+        if match.flags & ~_KNOWN_FLAGS:
+            raise InvalidRequest(f"match {match.pattern!r} has flags RE2 lacks ({re.RegexFlag(match.flags)!r}): only "
+                                 "IGNORECASE, MULTILINE and DOTALL are kept; give the pattern as a str in RE2 syntax")
+        inline = "".join(letter for flag, letter in _INLINE if match.flags & flag)
+        text = f"(?{inline}){match.pattern}" if inline else match.pattern
+    elif isinstance(match, str):
+        text = match
+    else:
+        raise InvalidRequest(f"match must be a regular expression (a str in RE2 syntax, or an re.Pattern), "
+                             f"got {match!r}")
     try:
-        return re.compile(match)
-    except re.error as exc:
-        raise InvalidRequest(f"match is not a valid regular expression: {exc} in {match!r}") from None
+        import re2  # google-re2: an optional dependency (the re2, web and test extras)
+    except ImportError:
+        raise InvalidRequest('purge by match needs RE2 (the google-re2 package): pip install "fsjobstore[re2]"') \
+            from None
+    options = re2.Options()
+    options.log_errors = False  # a refused pattern is the caller's error, not a line on stderr
+    try:
+        compiled: Searcher = re2.compile(text, options)
+    except re2.error as exc:
+        why = exc.args[0] if exc.args else exc
+        why = why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
+        raise InvalidRequest(f"match {match if isinstance(match, str) else text!r} is not a pattern RE2 accepts: "
+                             f"{why} (RE2 syntax: no backreferences or lookaround)") from None
+    return compiled
 
 
 @dataclass(slots=True)
@@ -149,7 +184,7 @@ def _still_selected(core: Core, sel: Selection, cand: _Candidate) -> bool:
     return sel.match is None or _matches(sel.match, record)
 
 
-def _matches(pattern: re.Pattern[str], record: Record) -> bool:
+def _matches(pattern: Searcher, record: Record) -> bool:
     if pattern.search(record.id):
         return True
     # The request as stored: compact JSON, keys in the order they were given (a create writes

@@ -21,7 +21,11 @@ log = logging.getLogger("fsjobstore")
 
 def move_aside(lay: Layout, file_mode: int, path: str, reason: str) -> bool:
     """Move ``path`` into quarantine with a reason file; False if it was already gone (or
-    cannot be moved: then it is logged and left)."""
+    cannot be moved: then it is logged and left). A read-only store leaves it, and says so only
+    at debug level: its readers meet the same file at every read, and report it themselves."""
+    if sc.only_reading():
+        log.debug("left %s where it is (a read-only store quarantines nothing): %s", path, reason)
+        return False
     rel = os.path.relpath(path, lay.root).replace(os.sep, "~")
     stamp = f"{time.time_ns():020d}"
     dest = os.path.join(lay.quarantine, f"{stamp}.{rel}")

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._codec import dumps, loads
+from ._codec import check_nesting, dumps, loads
 from ._errors import StorageError
 from ._layout import WORKER_RE
 from ._liveness import OwnerGone
@@ -66,7 +66,9 @@ def publish(core: Core, info: dict[str, Any], on_owner_gone: Callable[[], None])
                last_heartbeat=core.wall())
     path = core.layout.worker_path(owner.owner)
     tmp = core.layout.tmp_path(core.new_token(), "aux", "worker.json")
-    fs.write_new(tmp, dumps(doc, what="worker info") + b"\n", durable=False, mode=core.tree.perms.file_mode)
+    data = dumps(doc, what="worker info")
+    check_nesting(doc, what="worker info", encoded=data)  # served as is by every listing of workers
+    fs.write_new(tmp, data + b"\n", durable=False, mode=core.tree.perms.file_mode)
     try:
         sc.rename(tmp, path)
     except BaseException:

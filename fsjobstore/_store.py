@@ -47,6 +47,7 @@ from ._leases import NotificationLease, OnCompromised, WorkLease
 from ._notify import Notifier
 from ._opening import open_skeleton
 from ._operating import Operating
+from ._reader import reading_only
 from ._recovery import RecoveryReport, recover
 from ._relations import Relations
 from ._retention import index_strays
@@ -68,6 +69,13 @@ class JobStore(Operating, Relations):
         empty (and ``create`` is true); a directory holding anything else and no store is
         refused (:class:`StoreNotFound`). Relative paths are resolved once.
     :param create: False to open only an existing store (what read-only tools should do).
+    :param read_only: a reader that never changes anything in the store: no directory, temp,
+        owner or heartbeat file is made, no bad file is quarantined, no planted directory
+        replaced, no count cached, nothing recovered or removed. Reads (``get``, ``jobs``,
+        ``statistics``, ``wait``, ...) skip what they cannot read (``get`` of an unreadable job
+        raises :class:`CorruptJob`); every call that would change the store raises
+        :class:`StorageError` (EROFS) naming it. Implies ``create=False``. A store that needs a
+        repair or an upgrade at open is refused (open it writable once).
     :param durable: fsync files and directories before acknowledging (see FORMAT.md). It is
         recorded when the store is made (default True) and belongs to the store: None (the
         default) follows the store, True is always allowed, and False is refused on a durable
@@ -111,6 +119,7 @@ class JobStore(Operating, Relations):
         path: str | os.PathLike[str],
         *,
         create: bool = True,
+        read_only: bool = False,
         durable: bool | None = None,
         group: str | int | None = None,
         lease_duration: float = 30.0,
@@ -144,7 +153,11 @@ class JobStore(Operating, Relations):
         self.path = os.path.realpath(os.path.abspath(raw))
         layout = Layout(self.path)
         own_retain = retain_seconds(retain)
-        config = open_skeleton(layout, durable=durable, group=group, create=create, retain=own_retain)
+        if not isinstance(read_only, bool):
+            raise InvalidRequest(f"read_only must be True or False, got {read_only!r}")
+        self.read_only = read_only
+        config = open_skeleton(layout, durable=durable, group=group, create=create and not read_only,
+                               retain=own_retain, read_only=read_only)
         self._retain = config.retain if own_retain is None else own_retain
         # Ends the root's attachment (_syscalls.attach, made by open_skeleton) at close, or when
         # a store that was never closed is collected: at most once either way.
@@ -179,6 +192,8 @@ class JobStore(Operating, Relations):
         self._waiting = Waiting(core, self._heart)
         self.group: int | None = config.perms.gid
         """The gid of the group that shares this store, or None for a private store."""
+        if read_only:
+            reading_only(self)
         _LIVE_STORES.add(self)
 
     # == settings, read-only ========================================================================

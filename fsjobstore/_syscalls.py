@@ -74,7 +74,18 @@ _RELOOK = frozenset({"stat", "listdir"})
 _STALE_TRIES = 5
 
 
+# The calls that change something: refused while a read-only store is calling (_beneath.READ_ONLY).
+_CHANGES = frozenset({"chmod", "chown", "fsync", "link", "mkdir", "mknod", "rename", "rmdir", "truncate", "unlink",
+                      "utime", "write"})
+
+
 def _call(op: str, fn: Callable[..., T], *args: Any) -> T:
+    if (op in _CHANGES or (op == "open" and not _read_only(args))) and _beneath.READ_ONLY.get():
+        paths = [a for a in args if isinstance(a, str)]
+        err = StorageError(errno.EROFS, "refused: this JobStore is read-only (read_only=True) and changes nothing "
+                           "in the store", paths[0] if paths else None)
+        err.op = op
+        raise err
     stale = 0
     while True:
         try:
@@ -125,6 +136,9 @@ def prime(root: str) -> None:
 
 def detach(root: str) -> None:
     _beneath.detach(root)
+
+
+reading_only, only_reading = _beneath.reading_only, _beneath.only_reading
 
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

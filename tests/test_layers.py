@@ -91,8 +91,9 @@ def test_the_public_api_is_exactly_all() -> None:
     missing = sorted(exported - set(fsjobstore.__all__))
     assert missing == [], f"public but not in __all__: {missing}"
     assert set(fsjobstore.__all__) == {
-        "FORMAT_VERSION", "Group", "MAX_NESTING", "MAX_PRIORITY", "MIN_PRIORITY", "AttemptError", "CorruptJob",
-        "Deliverer", "InvalidJobId", "InvalidName",
+        "FORMAT_VERSION", "Group", "MAX_NESTING", "MAX_TARGETS", "MAX_PRIORITY", "MIN_PRIORITY", "AttemptError",
+        "CorruptJob", "Deliverer",
+        "InvalidJobId", "InvalidName",
         "InvalidQueueName", "InvalidRequest",
         "InvalidState", "Job", "JobCancelled", "JobContext", "JobEvent", "JobExists", "JobFailed", "JobNotFound",
         "JobState",

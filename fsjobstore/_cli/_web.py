@@ -71,7 +71,7 @@ def web(args: argparse.Namespace) -> int:
     from .. import JobStore
 
     allowed = _allowed_hosts(args)
-    with JobStore(args.dir, create=False, **store_options(args)) as store:
+    with JobStore(args.dir, create=False, read_only=args.read_only, **store_options(args)) as store:
         try:
             app = create_app(store, read_only=args.read_only, token=token, allowed_hosts=allowed)
         except ValueError as exc:

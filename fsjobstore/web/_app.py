@@ -68,7 +68,9 @@ def create_app(store: JobStore | str | os.PathLike[str], *, read_only: bool = Fa
     """The app for ``store`` (a :class:`JobStore`, or a path opened with ``create=False`` and
     closed with the app). Mount it in your own ASGI app, or serve it (``fsjobstore web DIR``).
 
-    ``read_only``: no action is offered, and every request that would change the store answers 403.
+    ``read_only``: no action is offered, and every request that would change the store answers 403;
+    a path is opened ``JobStore(read_only=True)``, which changes nothing in the store (pass a
+    store opened so to get that guarantee with a ``JobStore`` of your own).
     ``token``: required from every client (a bearer token, or the session cookie ``/login`` sets);
     without one, anyone who reaches the app may use it, so bind it to loopback only.
     ``allowed_hosts``: the names (or addresses) clients reach the app by, beyond ``localhost``,
@@ -77,7 +79,7 @@ def create_app(store: JobStore | str | os.PathLike[str], *, read_only: bool = Fa
     behind a proxy that checks ``Host`` itself). A request for another host is refused (400)."""
     hosts = Hosts(allowed_hosts)  # first: a bad entry is refused before the store is opened
     owned = not isinstance(store, JobStore)
-    opened = JobStore(os.fspath(store), create=False) if not isinstance(store, JobStore) else store
+    opened = JobStore(os.fspath(store), create=False, read_only=read_only) if not isinstance(store, JobStore) else store
     guard = Guard(token)
     context = Context(store=opened, astore=AsyncJobStore(opened), guard=guard, read_only=read_only,
                       leases=RemoteLeases(), title=title or f"fsjobstore \u00b7 {os.path.basename(opened.path)}",

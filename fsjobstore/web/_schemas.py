@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fsjobstore import MAX_TARGETS
+
 JsonValue = Any  # any JSON document
 
 State = Literal["pending", "scheduled", "deferred", "active", "fulfilled", "failed", "cancelled"]
@@ -34,7 +36,8 @@ class CreateJob(_Strict):
     job_id: str | None = Field(None, description="an id of your choosing (an idempotency key)")
     timeout: float | None = Field(None, description="seconds one attempt may run")
     retain: float | Literal["forever"] | None = Field(None, description="seconds kept once final, or \"forever\"")
-    notify: list[JsonValue] = Field(default_factory=list, description="targets to deliver the result to")
+    notify: list[JsonValue] = Field(default_factory=list, max_length=MAX_TARGETS,
+                                    description=f"targets to deliver the result to (at most {MAX_TARGETS})")
     unique_key: str | None = Field(None, description="while a job with this key is not final, answer it "
                                    "instead of making another")
     after: list[str] = Field(default_factory=list, description="ids of jobs this one waits for (deferred "
