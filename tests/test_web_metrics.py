@@ -3,6 +3,7 @@ prometheus-client's own parser, counting every process's work and surviving thei
 
 from __future__ import annotations
 
+import http.client
 import socket
 import subprocess
 import sys
@@ -134,6 +135,15 @@ def test_a_worker_serves_the_same_metrics_on_its_metrics_port(tmp_path: Path) ->
         m = _families(text)
         assert m["fsjobstore_jobs_completed_total"][(("queue", "m"),)] == 1
         assert m["fsjobstore_workers"][()] == 1
+        # Bound to loopback, it answers only this host's names: a page whose name is rebound to
+        # 127.0.0.1 says its own name in Host and reads nothing.
+        for name, status in (("localhost", 200), ("evil.example", 400)):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", "/metrics", headers={"Host": f"{name}:{port}"})
+            answer = conn.getresponse()
+            body = answer.read().decode()
+            conn.close()
+            assert (answer.status, "fsjobstore_jobs" in body) == (status, status == 200), (name, body)
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=60)

@@ -12,9 +12,12 @@ import os
 import re
 import signal
 import socket
+import threading
 from collections.abc import Callable, Iterator
+from socketserver import ThreadingMixIn
 from typing import Any
 from urllib.parse import quote
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from ._args import OK, UsageError, number, store_options, subcommand
 from ._process import configure_logging, log_level
@@ -206,16 +209,42 @@ def _listen(host: str, port: int) -> socket.socket:
 
 def serve_metrics(store: Any, host: str, port: int) -> None:
     """``fsjobstore worker --metrics-port``: the store's metrics on ``http://host:port/metrics``,
-    from a thread of the worker's supervisor."""
+    from a thread of the worker's supervisor. Bound to a loopback address (the default), it
+    answers only a ``Host`` that names this host, as ``fsjobstore web`` does: a page on another
+    site whose name is rebound to 127.0.0.1 reads nothing. Bound to another address it answers
+    any name, as Jupyter does for a server listening beyond loopback: the scraper names the host
+    as it likes, and such a server is reachable without a browser's help anyway."""
     try:
-        from prometheus_client import start_http_server
+        from prometheus_client import make_wsgi_app
 
         from ..web import registry_for
+        from ..web._hosts import Hosts
     except ImportError as exc:
         raise UsageError(f"--metrics-port needs the web extra: pip install 'fsjobstore[web]' ({exc.name} is "
                          "missing)") from None
+    metrics = make_wsgi_app(registry_for(store))
+    hosts = Hosts([host]) if _loopback(host) else Hosts("*")
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        if not hosts.allows(environ.get("HTTP_HOST"), host):
+            start_response("400 Bad Request", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"DisallowedHost: this metrics server answers only its loopback names\n"]
+        return metrics(environ, start_response)
+
     try:
-        start_http_server(port, addr=host, registry=registry_for(store))
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        server_class = type("_MetricsServer", (_ThreadingWSGIServer,), {"address_family": family})
+        server: WSGIServer = make_server(host, port, app, server_class, handler_class=_QuietHandler)
     except OSError as exc:
         raise UsageError(f"--metrics-port {port}: cannot listen on {host}:{port}: {exc.strerror}") from None
+    threading.Thread(target=server.serve_forever, name="fsjobstore-metrics", daemon=True).start()
     log.info("metrics of %s at http://%s:%d/metrics", store.path, host, port)
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape in progress never holds up the worker's exit
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """One line per scrape on stderr is noise in a worker's log."""

@@ -43,10 +43,11 @@ from .. import (
 from ..aio import AsyncJobStore
 from . import _api, _pages
 from ._context import Context
+from ._hosts import Hosts, host_of
 from ._metrics import registry_for, render
 from ._pages import base_of
 from ._remote import RemoteLeases
-from ._security import CSRF_COOKIE, HEADERS, SESSION_COOKIE, Guard, Hosts, host_of, new_browser_value, same_origin
+from ._security import CSRF_COOKIE, HEADERS, SESSION_COOKIE, Guard, new_browser_value, same_origin
 
 log = logging.getLogger("fsjobstore.web")
 

@@ -12,8 +12,9 @@ from fastapi import Request
 
 from .. import InvalidRequest, Job, JobNotFound, JobStore, StoreStatistics
 from ..aio import AsyncJobStore
+from ._hosts import Hosts
 from ._remote import RemoteLeases
-from ._security import Guard, Hosts
+from ._security import Guard
 
 SCAN_CAP = 5_000  # jobs a search looks at for one page
 
