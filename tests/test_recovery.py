@@ -554,6 +554,27 @@ def test_the_first_puller_after_a_boot_looks_for_jobs_a_power_cut_emptied_once(t
         assert careful.recover().lost_to_power_loss == 1
 
 
+def test_the_deep_pass_takes_only_job_files_for_jobs_a_power_cut_emptied(tmp_path: Any) -> None:
+    """A queue's ".changed" marker is empty by design, and an empty name of no job's grammar
+    was planted: neither is a job, lost or not. A job file emptied beside them still is."""
+    with JobStore(str(tmp_path / "fast"), durable=False) as store:
+        kept = store.create({"n": 1})
+        emptied = store.create({"n": 2})
+        open(pending_file(store.path, emptied.id), "wb").close()  # what a power cut leaves
+        queue = os.path.dirname(os.path.dirname(pending_file(store.path, kept.id)))
+        planted = [os.path.join(queue, ".changed"),  # the marker the store sets itself (FORMAT.md)
+                   os.path.join(os.path.dirname(pending_file(store.path, kept.id)), "notes.txt"),
+                   os.path.join(store.path, "jobs", "scheduled", "notes.json"),
+                   os.path.join(store.path, "jobs", "fulfilled", "not.a.job.json")]
+        for path in planted:
+            open(path, "wb").close()
+        report = store.recover()
+        assert (report.lost_to_power_loss, report.lost_ids, report.quarantined) == (1, (emptied.id,), 1)
+        assert all(os.path.exists(path) for path in planted)
+        lease = store.pull_work()
+        assert lease is not None and lease.id == kept.id
+
+
 def test_a_holder_hears_of_a_hung_heartbeat_while_it_is_still_hung(open_store: Callable[..., JobStore],
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The heartbeat thread blocked inside a hung mount cannot tell anyone; the watchdog, which
