@@ -341,9 +341,8 @@ class JobStore(Operating, Relations):
         check_job_id(job_id)
         if reason is not None and not isinstance(reason, str):
             raise InvalidRequest(f"reason must be a str or None, not {type(reason).__name__}")
-        ended = self._direct.cancel(job_id, reason) is JobState.CANCELLED
-        job = self.get(job_id)
-        if ended:  # a running job's cancel is counted by its worker, when it ends
+        job = self._direct.cancel(job_id, reason)
+        if job.state is JobState.CANCELLED:  # a running job's cancel is counted by its worker, when it ends
             self._counters.add(job.queue, "cancelled")
         return job
 

@@ -187,6 +187,7 @@ class Work:
             asked, kind, payload = kind, "withdraw" if kind == "resolve" else "cancel", reason
             new, dest = next_record(record, token, kind, payload, False, None, core.wall(), core.settings.backoff)
             self._commit_final(claim, active, new.result_bytes(dest), dest, new.finished_at or core.wall())
+            claim.final_record = new
             log.info("job %s was cancelled while it ran; its %s became the cancel", record.id, asked)
             if asked != "release":
                 raise JobCancelled(f"job {record.id} was cancelled ({reason}); it was not committed as asked")
@@ -207,6 +208,7 @@ class Work:
         new, dest = next_record(record, token, kind, payload, retry, delay, core.wall(), core.settings.backoff)
         if dest in FINAL_STATES:
             self._commit_final(claim, active, new.result_bytes(dest), dest, new.finished_at or core.wall())
+            claim.final_record = new
             return
         tmp = lay.commit_tmp_path(token, record.id, dest)
         fs.unlink_quietly(tmp)  # a failed earlier attempt of this very commit may have left it
@@ -463,6 +465,9 @@ class WorkClaim(ClaimEnd):
         self.run: RunLog | None = None
         self.on_cancel: Callable[[WorkLease], object] | None = None
         self.slots: list[NotifyLock] = []  # of the limits it runs under (_gate): let go when it ends
+        # What a final commit of a fail, cancel or withdraw wrote (a fulfil's record is not built):
+        # the caller's answer even once the job is gone, removed by that commit (kept 0 s).
+        self.final_record: Record | None = None
         self._cancel_seen = False
         self.lease = WorkLease(self)
 

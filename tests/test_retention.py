@@ -355,6 +355,25 @@ def test_a_job_kept_0_seconds_is_removed_by_the_commit_that_makes_it_final_unles
         assert _finished(root) == [] and os.listdir(root / "jobs" / "fulfilled") == []
 
 
+def test_a_cancel_that_ends_a_job_kept_0_seconds_returns_it_cancelled_and_counts_it(tmp_path: Path) -> None:
+    """The cancel's own commit removes the job (kept 0 s): the caller still hears what it did."""
+    with JobStore(tmp_path / "s", durable=False, retain=0) as store:
+        waiting = store.create({"n": 1}, queue="q")
+        later = store.create({"n": 2}, queue="q", delay=3600, retain=0)
+        heard = store.create({"n": 3}, queue="q")
+        store.queue(heard.id, {"to": "someone"})
+        for job in (waiting, later):
+            ended = store.cancel(job.id, reason="withdrawn")
+            assert (ended.id, ended.state, ended.error, ended.queue) == (job.id, JobState.CANCELLED,
+                                                                         "cancelled: withdrawn", "q")
+            assert ended.finished_at is not None and ended.request == job.request
+            with pytest.raises(JobNotFound):
+                store.get(job.id)  # removed by the cancel itself
+        kept = store.cancel(heard.id)
+        assert kept.state is JobState.CANCELLED and kept.waiting == ({"to": "someone"},)  # kept for its target
+        assert store.counters().queues["q"].cancelled == 3
+
+
 def test_a_retention_pass_looks_only_at_new_entries_of_a_changing_bucket_until_something_is_due(
         tmp_path: Path) -> None:
     """A worker that had finished 100,000 kept jobs this hour parsed all their entries every
