@@ -74,7 +74,7 @@ def check(core: Core, *, states: object, queue: object, older_than: object, matc
     q = None if queue is None else check_queue_name(queue, "queue")
     cutoff = None
     if older_than is not None:
-        age = seconds(older_than, "older_than (seconds or a timedelta)", at_least=0)
+        age = seconds(older_than, "older_than (seconds, a timedelta, or a duration such as 7d)", at_least=0)
         cutoff = core.wall() - age
     if not isinstance(dry_run, bool):
         raise InvalidRequest(f"dry_run must be True or False, got {dry_run!r}")

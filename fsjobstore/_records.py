@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ._checks import MAX_ATTEMPT_ERRORS, attempt_error_text, error_text, integer, number, retry_delay
+from ._checks import MAX_ATTEMPT_ERRORS, Duration, attempt_error_text, error_text, integer, number, retry_delay
 from ._codec import check_job_id, check_queue_name, dumps, encode_value, loads
 from ._job import AttemptError, Job, JobState
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
@@ -356,7 +356,7 @@ def _seq(v: Any) -> str:
     return v
 
 
-def next_record(record: Record, token: str, kind: str, payload: Any, retry: bool, delay: float | None,
+def next_record(record: Record, token: str, kind: str, payload: Any, retry: bool, delay: Duration | None,
                 now: float, backoff: Callable[[int], float]) -> tuple[Record, str]:
     """The record a commit of ``kind`` (fail, cancel or withdraw) by claim ``token`` leaves, and
     its state (``_work`` commits it)."""

@@ -131,7 +131,7 @@ def test_the_store_default_is_recorded_in_the_marker_and_followed_by_a_later_ope
     assert json.loads((tmp_path / "f" / "fsjobstore.json").read_text())["retain"] is None
 
 
-@pytest.mark.parametrize("bad", [-1, "7d", "Forever", float("nan"), True, [], 1e12])
+@pytest.mark.parametrize("bad", [-1, "7x", "7D", "for ever", float("nan"), True, [], 1e12])
 def test_bad_retain_values_give_invalid_request_naming_retain(tmp_path: Path, bad: Any) -> None:
     with pytest.raises(InvalidRequest, match="retain"):
         JobStore(tmp_path / "s", retain=bad)
