@@ -24,7 +24,7 @@ from ._layout import DEFERRED_RE, PENDING_BUCKET_RE, SCHEDULED_RE, WAITING_RE, t
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record
 from ._recovery import new_counts
-from ._runs import read_runs
+from ._runs import LATEST, read_runs
 from ._shared import Core
 from ._takeover import take_over
 from ._unique import retake as retake_key
@@ -211,7 +211,9 @@ class ById:
                 tree.quarantine(loc.path, f"job file {exc}")
                 raise CorruptJob(f"job {job_id}: {exc}; moved to quarantine") from None
             waiting = tuple(t for _, t, _ in self._notifier.read_targets(job_id))
-            progress, logs, dropped = read_runs(core, job_id)
+            # The running attempt's progress, or the last attempt's once final; none while it waits.
+            shown = loc.token if loc.state is JobState.ACTIVE else LATEST if loc.state.is_final else None
+            progress, logs, dropped = read_runs(core, job_id, shown)
             requested = loc.state is JobState.ACTIVE and self._control.cancel_requested(job_id)
             entry = self._notifier.read_entry(job_id) if waiting and loc.state.is_final else None
             return record.snapshot(loc.state, waiting, progress=progress, logs=logs, logs_dropped=dropped,

@@ -34,7 +34,7 @@ from ._liveness import NotifyLock
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record, next_record, result_line
 from ._removal import remove_now
-from ._runs import RunLog
+from ._runs import RunLog, give_back
 from ._shared import Core
 from ._takeover import publish_found_result
 
@@ -261,9 +261,13 @@ class Work:
                     raise self._lost(claim) from None
                 raise
             self._finish(claim)  # released; only the fsync failed
+            give_back(core, record.id, claim.token)
             core.pending.note_published(record, "pending")
             raise
         core.tree.bell("work")
+        # Its progress is no attempt's now. RACE: said after the rename, so a release that failed
+        # says nothing; a reader in between sees the job waiting (no progress) or another claim's.
+        give_back(core, record.id, claim.token)
         self._finish(claim)
         core.pending.note_published(record, "pending")
 
