@@ -99,7 +99,8 @@ def test_every_duration_the_api_takes_reads_the_forms_the_command_line_takes(tmp
         assert (store.lease_duration, store.heartbeat_interval, store.poll_interval, store.retain) == (60, 5, 2, 604800)
         assert store.create("x").timeout == 5400
         later = store.create("y", delay="90s", timeout="15m", retain="2w")
-        assert later.timeout == 900 and later.run_at is not None and later.run_at - later.created_at == pytest.approx(90)
+        assert later.timeout == 900 and later.run_at is not None
+        assert later.run_at - later.created_at == pytest.approx(90)
         scheduled = os.path.join(store.path, "jobs", "scheduled")
         [name] = os.listdir(scheduled)
         with open(os.path.join(scheduled, name)) as fh:
