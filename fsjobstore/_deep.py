@@ -17,7 +17,7 @@ from collections.abc import Callable
 from . import _buckets
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._layout import ACTIVE_RE, FINAL_RE, PENDING_RE, SCHEDULED_RE, TMP_RE
+from ._layout import ACTIVE_RE, FINAL_RE, PENDING_RE, QUEUE_RE, SCHEDULED_RE, TMP_RE
 from ._records import LOST_DATA
 from ._shared import Core
 
@@ -116,7 +116,7 @@ def _sweep_emptied(core: Core, counts: dict[str, int], stop: Callable[[], bool] 
     dirs: list[tuple[str, re.Pattern[str]]] = []
     for q in fs.scan_names(lay.pending):
         qdir = lay.pending_dir(q)
-        if fs.is_real_dir(qdir):
+        if QUEUE_RE.match(q) and fs.is_real_dir(qdir):
             buckets, _ = _buckets.list_queue(qdir)
             # (the queue's directory too: flat jobs of older stores)
             dirs += [(qdir, PENDING_RE), *((os.path.join(qdir, b), PENDING_RE) for b in buckets)]
