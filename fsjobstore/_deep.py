@@ -132,6 +132,5 @@ def _sweep_emptied(core: Core, counts: dict[str, int], stop: Callable[[], bool] 
                 st = sc.lstat(path)
                 empty = stat.S_ISREG(st.st_mode) and st.st_size == 0  # (a bucket is a directory)
                 if empty and core.tree.quarantine(path, f"job file is empty: {LOST_DATA}"):
-                    counts["quarantined"] += 1
-                    note_lost(counts, job_id_of(name))
+                    note_lost(counts, job_id_of(name))  # (the pass counts every quarantine: _recovery)
     return True

@@ -4,6 +4,7 @@ users, :class:`Job`, are in ``_job``)."""
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,10 +20,20 @@ FOREVER = float("inf")  # a retain that keeps a job forever
 
 LOST_DATA = ("its data never reached the disk, as after a power cut in a store opened with durable=False "
              "(the job is lost)")
+# A store that fsyncs every job file before naming it empties none at a power cut of its own.
+LOST_DURABLE = ("its data is not on the disk, though the store fsyncs every job file before naming it: a power "
+                "cut on a disk that lost what it had acknowledged, or a file made by something else? (the job is lost)")
+
+
+def lost_data(emptiable: bool) -> str:
+    """Why a job file holds no data (or stops short), as far as the store can tell: a store
+    made with durable=False (``emptiable``) loses it to a power cut; a durable one should not."""
+    return LOST_DATA if emptiable else LOST_DURABLE
 
 
 class LostJobData(ValueError):
-    """A job file whose name reached the disk and whose data did not (all of it, or its end)."""
+    """A job file whose name reached the disk and whose data did not (all of it, or its end).
+    Said without its cause (``"is empty"``); the store's reader adds it (:func:`lost_data`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +144,10 @@ class Record:
         except ValueError:
             # Told apart only once parsing failed, to keep the common path free of it.
             if not data.strip(b"\0 \t\r\n"):
-                raise LostJobData(f"is empty: {LOST_DATA}") from None
-            if data.endswith(b"\n"):
-                raise
-            raise LostJobData(f"stops inside its first line: {LOST_DATA}") from None
+                raise LostJobData("is empty") from None
+            if data.endswith(b"\n") or not _cut_short(data[: end + 1]):
+                raise  # not JSON, the parser says why ("invalid JSON: ...")
+            raise LostJobData("stops inside its first line") from None
         if not isinstance(doc, dict):
             raise ValueError("top level is not an object")
         version = doc.get("format")
@@ -249,6 +260,22 @@ def result_line(state: str, attempts: int, error: str | None, finished_at: float
         "value": encode_value(value) if state == "fulfilled" else None,
     }
     return dumps(doc, what="job result") + b"\n"
+
+
+def _cut_short(line: bytes) -> bool:
+    """Whether a first line that did not parse is JSON cut short (a write a crash or power cut
+    stopped), rather than something that is not JSON at all: the parser ran out of input."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.reason == "unexpected end of data"  # a character cut in two at the end
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        return exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+    except (ValueError, RecursionError):
+        return False
+    return False  # (parsed here: it was refused for what it holds, not for being cut short)
 
 
 def _opt_value(doc: Any) -> Any:
