@@ -264,9 +264,10 @@ def result_line(state: str, attempts: int, error: str | None, finished_at: float
 
 def _cut_short(line: bytes) -> bool:
     """Whether a first line that did not parse is JSON cut short (a write a crash or power cut
-    stopped), rather than something that is not JSON at all: the parser ran out of input."""
+    stopped), rather than something that is not JSON at all: the parser ran out of input. NULs
+    at the end are what some filesystems leave of blocks a power cut did not write."""
     try:
-        text = line.decode("utf-8")
+        text = line.rstrip(b"\0").decode("utf-8")
     except UnicodeDecodeError as exc:
         return exc.reason == "unexpected end of data"  # a character cut in two at the end
     try:
