@@ -66,7 +66,7 @@ class RecoveryReport:
     locks_removed: int = 0  # owner files of gone owners, and notification locks nobody holds
     workers_removed: int = 0  # worker entries of gone workers
     notifications_restored: int = 0
-    quarantined: int = 0
+    quarantined: int = 0  # files this pass moved aside (quarantine/), whichever step met them; each logged once
     # Job files a power cut left without their data (a store made with durable=False): each is
     # quarantined with the reason, and that job, in whatever state it was (queued, running or
     # final, its result included), is lost. lost_to_power_loss counts them (also counted in
