@@ -45,7 +45,7 @@ if _sys.argv[0].endswith("/fsjobstore") or _sys.orig_argv[1:3] == ["-m", "fsjobs
 
 from typing import TYPE_CHECKING, Any  # after the guard: these imports take a while
 
-from ._checks import default_backoff
+from ._checks import default_backoff, parse_duration
 from ._codec import MAX_NESTING, check_queue_name
 from ._counters import QueueCounters, StoreCounters
 from ._errors import (
@@ -170,6 +170,7 @@ __all__ = [
     "__version__",
     "check_queue_name",
     "default_backoff",
+    "parse_duration",
     "tick_of",
     "verify",
     "verify_across_hosts",

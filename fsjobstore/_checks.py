@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import traceback
 from datetime import datetime, timedelta
 from typing import Any
@@ -68,27 +69,78 @@ def _shown(bound: float | None) -> str | None:
     return str(bound) if isinstance(bound, int) else f"{bound:g}"  # no 1,000 separators: "[1, 10,000]" misreads
 
 
+# A length of time, as every argument of the store that is one takes it (a job's delay, time limit
+# and retention, a store's lease and retention, a purge's age, a retry's delay, a time limit's
+# extension): seconds, a timedelta, or text as the command line takes it. (A call's own wait,
+# ``timeout=`` of pull_work and wait, is seconds, as in the standard library's queues.)
+Duration = float | timedelta | str
+DURATION_UNITS = {"w": 604_800, "d": 86_400, "h": 3_600, "m": 60, "s": 1}
+_AMOUNT = r"(?:\d+(?:\.\d*)?|\.\d+)"
+# Plain seconds ("3600", "1.5"), or amounts with units, largest first, each unit once ("1h30m").
+_DURATION_TEXT = re.compile(rf"(?P<plain>{_AMOUNT})|" + "".join(rf"(?:(?P<{u}>{_AMOUNT}){u})?" for u in DURATION_UNITS))
+DURATION_FORMS = "a duration such as 90s, 15m, 1h30m, 12h, 7d, 2w or plain seconds"
+MAX_DURATION = 1e10  # seconds (~317 years): anything longer is a slip ("9999999999w"), not a plan
+
+
+def parse_duration(value: Duration, what: str | None = None, *, forever: bool = False) -> float:
+    """A length of time in seconds, from what any duration argument takes: a number of seconds,
+    a ``timedelta``, or text: ``"90s"``, ``"15m"``, ``"12h"``, ``"7d"``, ``"2w"``, ``"1h30m"``, or
+    plain seconds (``"3600"``, ``"1.5"``). With ``forever``, ``"forever"`` is ``math.inf``.
+    Anything else (a negative, NaN or infinite amount, a bool, a capital unit) is
+    :class:`InvalidRequest` naming ``what`` (the argument; None: said without a subject, for a
+    caller that prefixes its own, as the command line does) and the accepted forms."""
+    subject = f"{what} " if what else ""
+    forms = f"forever, 0 (removed as soon as final) or {DURATION_FORMS}" if forever else DURATION_FORMS
+    if isinstance(value, str):
+        text = value.strip()
+        if forever and text.lower() == "forever":
+            return math.inf
+        found = _DURATION_TEXT.fullmatch(text) if text else None
+        if found is None:
+            if text and _DURATION_TEXT.fullmatch(text.lower()):
+                # Units are lower-case only: "1M" read as a minute purged what a user meaning a
+                # month wanted kept; a capital is refused, with the units named.
+                hint = (f", and m is minutes: there is no month unit, got {value!r}" if "M" in text
+                        else f": did you mean {text.lower()!r}?")
+                raise InvalidRequest(f"{what + ': ' if what else ''}units are lower-case s, m, h, d, w{hint}")
+            raise InvalidRequest(f"{subject}must be {forms}, got {value!r}")
+        total = sum(float(amount) * DURATION_UNITS.get(unit, 1) for unit, amount in found.groupdict().items()
+                    if amount is not None)
+    elif isinstance(value, timedelta):
+        total = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        total = value
+    else:
+        raise InvalidRequest(f"{subject}must be {forms} (a number, a timedelta or text), got {value!r}")
+    if not math.isfinite(total) or total < 0 or total > MAX_DURATION:
+        raise InvalidRequest(f"{subject}must be {forms} (at most {MAX_DURATION:.0f} s), got {value!r}")
+    return float(total)
+
+
 def seconds(value: object, what: str, *, at_least: float | None = None, above: float | None = None,
             below: float | None = None) -> float:
-    """A number of seconds, given as a number or a ``timedelta``, checked as :func:`number`."""
+    """A duration argument (:data:`Duration`) in seconds, checked as :func:`number`: text as
+    :func:`parse_duration` reads it, a ``timedelta``, or a number."""
+    if isinstance(value, str):
+        value = parse_duration(value, what)
     return number(value.total_seconds() if isinstance(value, timedelta) else value, what,
                   at_least=at_least, above=above, below=below)
 
 
-MAX_RETAIN = 1e10  # seconds (~317 years); "forever" is said as such
+MAX_RETAIN = MAX_DURATION  # "forever" is said as such
 
 
 def retain_seconds(value: object, what: str = "retain") -> float | None:
     """How long a job is kept once final: None (the default applies), ``math.inf`` for
-    ``"forever"``, or a number of seconds (a number or a ``timedelta``; 0 = as soon as it is
-    final and its targets have heard)."""
+    ``"forever"``, or a duration (0 = as soon as it is final and its targets have heard)."""
     if value is None:
         return None
-    if value == "forever" and isinstance(value, str):
-        return math.inf
     if isinstance(value, str):
-        raise InvalidRequest(f'{what} must be a number of seconds, a timedelta or "forever", got {value!r}')
-    return seconds(value, f'{what} (seconds, a timedelta, or "forever")', at_least=0, below=MAX_RETAIN)
+        value = parse_duration(value, what, forever=True)
+        if math.isinf(value):
+            return math.inf
+    return seconds(value, f'{what} (seconds, a timedelta, a duration such as 7d, or "forever")', at_least=0,
+                   below=MAX_RETAIN)
 
 
 def default_backoff(attempt: int) -> float:
@@ -97,7 +149,7 @@ def default_backoff(attempt: int) -> float:
     return min(300.0, 2.0 ** max(0, attempt - 1)) * random.uniform(0.5, 1.0)
 
 
-def due_time(now: float, delay: float | timedelta | None, run_at: float | datetime | None) -> float | None:
+def due_time(now: float, delay: Duration | None, run_at: float | datetime | None) -> float | None:
     """The epoch time a new job becomes due, or None for now."""
     if delay is not None and run_at is not None:
         raise InvalidRequest("give delay or run_at, not both")
@@ -114,14 +166,14 @@ def due_time(now: float, delay: float | timedelta | None, run_at: float | dateti
 
 
 def check_timeout(value: Any, what: str) -> float | None:
-    """A per-attempt time limit: None, or a positive number of seconds (a timedelta too)."""
+    """A per-attempt time limit: None, or a positive duration (:func:`seconds`)."""
     if value is None:
         return None
     return seconds(value, f"{what} (seconds, or None)", above=0, below=1e9)
 
 
 def retry_delay(delay: Any) -> float | None:
-    return None if delay is None else number(delay, "delay (seconds)", at_least=0, below=1e9)
+    return None if delay is None else seconds(delay, "delay (seconds)", at_least=0, below=1e9)
 
 
 def time_limit_error(attempt: int, timeout: float | None) -> str:
@@ -174,11 +226,11 @@ def error_text(error: Any) -> str:
 def lease_timing(lease_duration: object, heartbeat_interval: object) -> tuple[float, float]:
     """``JobStore``'s ``lease_duration`` and ``heartbeat_interval`` (None: a quarter of the
     lease), checked together."""
-    lease = number(lease_duration, "lease_duration (seconds)", below=1e9)
+    lease = seconds(lease_duration, "lease_duration (seconds)", below=1e9)
     if lease < MIN_LEASE_DURATION:
         raise InvalidRequest(f"lease_duration must be positive and at least {MIN_LEASE_DURATION:g} s (the "
                              f"shortest lease its heartbeats can keep), got {lease_duration!r}")
-    heartbeat = lease / 4 if heartbeat_interval is None else number(
+    heartbeat = lease / 4 if heartbeat_interval is None else seconds(
         heartbeat_interval, "heartbeat_interval (seconds, or None)")
     if not MIN_HEARTBEAT_INTERVAL <= heartbeat <= lease / 2:
         # A holder judges itself stalled after 0.75 x lease_duration without a beat, so beats

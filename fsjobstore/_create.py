@@ -16,12 +16,12 @@ import logging
 import os
 import stat
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._checks import check_timeout, due_time, integer, retain_seconds
+from ._checks import Duration, check_timeout, due_time, integer, retain_seconds
 from ._codec import canonical, check_job_id, check_queue_name
 from ._deps import check_after, link_parents, recheck
 from ._deps import destination as deps_destination
@@ -38,8 +38,8 @@ log = logging.getLogger("fsjobstore")
 
 
 def new_record(core: Core, request: Any, *, queue: str, priority: int, max_attempts: int | None, job_id: str | None,
-               timeout: float | None, retain: float | timedelta | str | None, default_timeout: float | None,
-               default_retain: float, delay: float | timedelta | None = None,
+               timeout: Duration | None, retain: Duration | None, default_timeout: float | None,
+               default_retain: float, delay: Duration | None = None,
                run_at: float | datetime | None = None, unique_key: str | None = None,
                after: Sequence[str] | None = None, on_parent_failure: str = "cancel",
                concurrency_key: str | None = None) -> Record:

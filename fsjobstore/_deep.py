@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 from collections.abc import Callable
 
 from . import _buckets
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._layout import ACTIVE_RE, FINAL_RE, PENDING_RE, SCHEDULED_RE, TMP_RE
+from ._layout import ACTIVE_RE, FINAL_RE, PENDING_RE, QUEUE_RE, SCHEDULED_RE, TMP_RE
 from ._records import LOST_DATA
 from ._shared import Core
 
@@ -109,22 +110,27 @@ def _sweep_emptied(core: Core, counts: dict[str, int], stop: Callable[[], bool] 
     a ``get`` trip on each. One lstat per job file, once per boot: the same cost per file for
     final jobs as for queued ones. (Active ones are met by the take-over of their claim.)"""
     lay = core.layout
-    dirs = []
+    # Each directory with the grammar of its job files: only a name of that grammar is a job
+    # file. Anything else there (a queue's ".changed" marker, empty by design; a bucket; a name
+    # planted by hand) is no job, and an empty one is no lost job: it is left to whoever owns it.
+    dirs: list[tuple[str, re.Pattern[str]]] = []
     for q in fs.scan_names(lay.pending):
         qdir = lay.pending_dir(q)
-        if fs.is_real_dir(qdir):
+        if QUEUE_RE.match(q) and fs.is_real_dir(qdir):
             buckets, _ = _buckets.list_queue(qdir)
-            dirs += [qdir, *(os.path.join(qdir, b) for b in buckets)]  # flat jobs of older stores too
-    dirs += [lay.scheduled, lay.fulfilled, lay.failed, lay.cancelled]
-    for directory in dirs:
+            # (the queue's directory too: flat jobs of older stores)
+            dirs += [(qdir, PENDING_RE), *((os.path.join(qdir, b), PENDING_RE) for b in buckets)]
+    dirs += [(lay.scheduled, SCHEDULED_RE), *((d, FINAL_RE) for d in (lay.fulfilled, lay.failed, lay.cancelled))]
+    for directory, grammar in dirs:
         for k, name in enumerate(fs.scan_names(directory)):
             if k % 1024 == 0 and stop():  # its store is closing: a deep backlog must not hold it up
                 return False
+            if not grammar.match(name):
+                continue
             path = os.path.join(directory, name)
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 st = sc.lstat(path)
                 empty = stat.S_ISREG(st.st_mode) and st.st_size == 0  # (a bucket is a directory)
                 if empty and core.tree.quarantine(path, f"job file is empty: {LOST_DATA}"):
-                    counts["quarantined"] += 1
-                    note_lost(counts, job_id_of(name))
+                    note_lost(counts, job_id_of(name))  # (the pass counts every quarantine: _recovery)
     return True

@@ -24,7 +24,7 @@ from ._layout import DEFERRED_RE, PENDING_BUCKET_RE, SCHEDULED_RE, WAITING_RE, t
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record
 from ._recovery import new_counts
-from ._runs import read_runs
+from ._runs import LATEST, read_runs
 from ._shared import Core
 from ._takeover import take_over
 from ._unique import retake as retake_key
@@ -62,11 +62,12 @@ class ById:
             return claim.record.queue
         raise InvalidState(f"job {job_id} kept moving; try again")
 
-    def cancel(self, job_id: str, reason: str | None) -> JobState:
+    def cancel(self, job_id: str, reason: str | None) -> Job:
         """End a job ``cancelled``: at once if it is waiting; by request if it runs (its holder
-        commits the cancel, or recovery does if the holder is gone). Returns the state the job
-        is in afterwards: cancelled, or active (the request is made). InvalidState for a job
-        that has ended, or that a holder's commit ended while the request was being made."""
+        commits the cancel, or recovery does if the holder is gone). Returns the job as it is
+        afterwards: cancelled, or active (the request is made); a job kept 0 s that this cancel
+        ended is removed by it, and its snapshot is the record the cancel wrote. InvalidState
+        for a job that has ended, or that a holder's commit ended while the request was being made."""
         text = "cancelled" if not reason else f"cancelled: {reason}"
         for _ in range(20):
             loc = self._core.tree.require(job_id)
@@ -78,20 +79,34 @@ class ById:
                 if not self._holder_alive(loc):
                     self._take_over(loc, job_id, "its holder is gone")  # it sees the request: the job ends cancelled
                 again = self._core.tree.locate(job_id)
-                if again is not None and again.state.is_final:
-                    self._control.clear_cancel(job_id)
-                    if again.state is JobState.CANCELLED:
-                        return again.state  # honoured (by the holder, or by our take-over)
-                    # It ended otherwise, its commit having looked for a request before ours was
-                    # made: the request came too late, and the job is not cancelled. Said as for
-                    # any job that has ended (a bulk cancel counts it as skipped, not cancelled).
-                    raise InvalidState(f"job {job_id} ended {again.state.value} before the cancel reached it")
-                return JobState.ACTIVE
+                try:
+                    if again is not None and again.state.is_final:
+                        self._control.clear_cancel(job_id)
+                        if again.state is JobState.CANCELLED:
+                            return self.snapshot(job_id)  # honoured (by the holder, or by our take-over)
+                        # It ended otherwise, its commit having looked for a request before ours
+                        # was made: the request came too late, and the job is not cancelled. Said
+                        # as for any job that has ended (a bulk cancel counts it skipped).
+                        raise InvalidState(f"job {job_id} ended {again.state.value} before the cancel reached it")
+                    if again is not None:
+                        return self.snapshot(job_id)
+                except JobNotFound:
+                    pass
+                # RACE: its holder ended it as the request was made, and that commit removed it
+                # (kept 0 s): how it ended went with it (its holder counted it). Said as for a
+                # job that has ended.
+                self._control.clear_cancel(job_id)
+                raise InvalidState(f"job {job_id} ended, and was removed (kept 0 s), as the cancel was made")
             claim = self._claim(loc, job_id)
             if claim is None:
                 continue
             self._work.commit(claim, "withdraw", text, False, None)
-            return JobState.CANCELLED
+            try:
+                return self.snapshot(job_id)  # with its waiting targets (a job with targets is kept)
+            except JobNotFound:
+                if claim.final_record is None:
+                    raise
+                return claim.final_record.snapshot(JobState.CANCELLED)  # removed by this commit: kept 0 s
         raise InvalidState(f"job {job_id} kept moving; try again")
 
     def retry(self, job_id: str) -> Job:
@@ -197,7 +212,9 @@ class ById:
                 where = "moved to quarantine" if moved else f"left at {loc.path}"
                 raise CorruptJob(f"job {job_id}: {exc}; {where}") from None
             waiting = tuple(t for _, t, _ in self._notifier.read_targets(job_id))
-            progress, logs, dropped = read_runs(core, job_id)
+            # The running attempt's progress, or the last attempt's once final; none while it waits.
+            shown = loc.token if loc.state is JobState.ACTIVE else LATEST if loc.state.is_final else None
+            progress, logs, dropped = read_runs(core, job_id, shown)
             requested = loc.state is JobState.ACTIVE and self._control.cancel_requested(job_id)
             entry = self._notifier.read_entry(job_id) if waiting and loc.state.is_final else None
             return record.snapshot(loc.state, waiting, progress=progress, logs=logs, logs_dropped=dropped,

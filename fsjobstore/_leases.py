@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Protocol
 
+from ._checks import Duration
 from ._errors import LeaseLost
 from ._job import JobState
 from ._records import Record
@@ -105,8 +106,8 @@ class WorkClaimed(_Claimed, Protocol):
     def token(self) -> str: ...
     @property
     def deadline(self) -> float | None: ...
-    def commit(self, kind: str, payload: Any, retry: bool, delay: float | None) -> None: ...
-    def touch(self, extend: float | None) -> None: ...
+    def commit(self, kind: str, payload: Any, retry: bool, delay: Duration | None) -> None: ...
+    def touch(self, extend: Duration | None) -> None: ...
     def run_log(self) -> RunLogging: ...
     def cancel_requested(self) -> bool: ...
     def time_out(self) -> bool: ...
@@ -222,10 +223,11 @@ class WorkLease(_Lease):
         over once it has passed by a ``lease_duration``."""
         return self._claim.deadline
 
-    def touch(self, extend: float | None = None) -> None:
-        """Renew this attempt's time limit: ``extend`` seconds from now (default: the job's
-        ``timeout`` again). Seen by every process. Raises :class:`LeaseLost` if the claim is
-        gone, :class:`InvalidRequest` if the job has no timeout and ``extend`` is not given."""
+    def touch(self, extend: Duration | None = None) -> None:
+        """Renew this attempt's time limit: ``extend`` from now (seconds, a timedelta, or a
+        duration such as ``"10m"``; default: the job's ``timeout`` again). Seen by every
+        process. Raises :class:`LeaseLost` if the claim is gone, :class:`InvalidRequest` if the
+        job has no timeout and ``extend`` is not given."""
         self._claim.touch(extend)
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
@@ -270,9 +272,10 @@ class WorkLease(_Lease):
         if the claim is gone, :class:`InvalidRequest` if the value is neither."""
         self._claim.commit("fulfill", value, False, None)
 
-    def fail(self, error: BaseException | str, *, retry: bool = True, delay: float | None = None) -> None:
-        """Record a failed attempt; retried after ``delay`` (or the store's backoff) while
-        attempts remain and ``retry`` is true, otherwise the job becomes final ``failed``."""
+    def fail(self, error: BaseException | str, *, retry: bool = True, delay: Duration | None = None) -> None:
+        """Record a failed attempt; retried after ``delay`` (seconds, a timedelta, or a duration
+        such as ``"5m"``; default the store's backoff) while attempts remain and ``retry`` is
+        true, otherwise the job becomes final ``failed``."""
         self._claim.commit("fail", error, retry, delay)
 
     def release(self) -> None:

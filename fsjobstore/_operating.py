@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import _counters, _listing, _purge, _ticks
 from . import _registry as registry
-from ._checks import integer, number
+from ._checks import Duration, integer, number
 from ._codec import check_queue_name
 from ._control import Control
 from ._counters import Counters, StoreCounters
@@ -45,8 +44,8 @@ class Operating:
 
     # == periodic ticks (_ticks; which tick is due is fsjobstore.schedule's business) ==============
     def make_tick(self, schedule: str, at: int, request: Any = None, *, queue: str = "default", priority: int = 0,
-                  max_attempts: int | None = None, timeout: float | None = None,
-                  retain: float | timedelta | str | None = None) -> Job | None:
+                  max_attempts: int | None = None, timeout: Duration | None = None,
+                  retain: Duration | None = None) -> Job | None:
         """Make the job (id ``tick-<schedule>-<at>``) of tick ``at`` (epoch seconds) of ``schedule``
         once, however many schedulers try, on any host; None if it or a later tick was made."""
         self._check_open()
@@ -62,8 +61,8 @@ class Operating:
         return _ticks.make(self._core, name, at, publish)
 
     def declare_schedule(self, schedule: str, *, spec: str, queue: str = "default", request: Any = None,
-                         priority: int = 0, max_attempts: int | None = None, timeout: float | None = None,
-                         retain: float | timedelta | str | None = None) -> ScheduleInfo:
+                         priority: int = 0, max_attempts: int | None = None, timeout: Duration | None = None,
+                         retain: Duration | None = None) -> ScheduleInfo:
         """Say that ``schedule`` ticks by ``spec``, making jobs as :meth:`make_tick` is told (every
         option checked here); no tick before its first declaration is made. What the store knows."""
         self._check_open()
@@ -149,14 +148,14 @@ class Operating:
         return _listing.jobs(self._core, state=state, queue=queue, limit=limit, after=after)
 
     def purge(self, *, states: str | JobState | Sequence[str | JobState] = ("fulfilled", "failed", "cancelled"),
-              queue: str | None = None, older_than: float | timedelta | None = None,
+              queue: str | None = None, older_than: Duration | None = None,
               match: str | re.Pattern[str] | None = None, limit: int | None = None, dry_run: bool = False,
               progress: Callable[[int], object] | None = None) -> int:
         """Remove the selected jobs with every file of each; returns how many this call removed.
 
         ``states``: any of pending, scheduled, fulfilled, failed, cancelled (default the final
-        three; ``active`` is refused: cancel a running job first). ``older_than`` (seconds or
-        timedelta): finished (final) or created (waiting) that long ago. ``match``: a regex
+        three; ``active`` is refused: cancel a running job first). ``older_than`` (a duration:
+        ``"7d"``, seconds, a timedelta): finished (final) or created (waiting) that long ago. ``match``: a regex
         searched in the id and the request's stored JSON text. ``limit``: at most this many.
         ``dry_run``: count only. ``progress(done)``: called every ~0.25 s and at the end.
         A final job whose targets have not all heard is skipped (not counted); a waiting job

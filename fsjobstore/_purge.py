@@ -75,7 +75,7 @@ def check(core: Core, *, states: object, queue: object, older_than: object, matc
     q = None if queue is None else check_queue_name(queue, "queue")
     cutoff = None
     if older_than is not None:
-        age = seconds(older_than, "older_than (seconds or a timedelta)", at_least=0)
+        age = seconds(older_than, "older_than (seconds, a timedelta, or a duration such as 7d)", at_least=0)
         cutoff = core.wall() - age
     if not isinstance(dry_run, bool):
         raise InvalidRequest(f"dry_run must be True or False, got {dry_run!r}")
@@ -138,6 +138,7 @@ def _pattern(match: object) -> Searcher | None:
 class _Candidate:
     path: str
     job_id: str
+    queue: str
     state: JobState
     fin: int | None = None  # a final job's <FIN>, from its index entry
     entry: str | None = None
@@ -166,15 +167,16 @@ def purge(core: Core, sel: Selection) -> int:
 
 
 def _still_selected(core: Core, sel: Selection, cand: _Candidate) -> bool:
-    """Read the job when it must be: for ``match``, and for a final job (its entry must be its
-    current one). A job that moved away meanwhile, or cannot be read, is passed over."""
-    if cand.state not in _FINAL and sel.match is None:
-        return True
+    """Read the job: only a job file whose record is the job its name says (its id, its queue)
+    is purged and counted. A job that moved away meanwhile is passed over; so is a file that
+    cannot be read or names another job (planted, or damaged): it is no job to remove, and
+    removing it would free the id it names, whose job may live elsewhere. Whoever reads it
+    next as a job quarantines it."""
     try:
         record = core.tree.read_record(cand.path)
     except (FileNotFoundError, fs.Unreadable, ValueError):
-        return False  # moved (claimed, retried, removed), or a bad file the next reader quarantines
-    if record.id != cand.job_id:
+        return False
+    if record.id != cand.job_id or record.queue != cand.queue:
         return False
     if cand.fin is not None and (record.finished_at is None or micros(record.finished_at) != cand.fin):
         # RACE: a stale entry (the job was retried and finished again: its newer entry selects
@@ -222,7 +224,7 @@ def _pending(core: Core, sel: Selection) -> Iterator[_Candidate]:
             last = bucket
             m = PENDING_RE.match(name)
             if m and _created_before(m["seq"], sel.cutoff):
-                yield _Candidate(f"{qdir}/{bucket}/{name}", m["id"], JobState.PENDING)
+                yield _Candidate(f"{qdir}/{bucket}/{name}", m["id"], q, JobState.PENDING)
         if last is not None:
             _drop_if_emptied(qdir, last)
     yield from _flat(lay.waiting, WAITING_RE, JobState.PENDING, sel)  # parked by a limit (_gate)
@@ -248,7 +250,7 @@ def _flat(directory: str, pattern: re.Pattern[str], state: JobState, sel: Select
     for name in sorted(fs.scan_names(directory)):
         m = pattern.match(name)
         if m and (sel.queue is None or m["queue"] == sel.queue) and _created_before(m["seq"], sel.cutoff):
-            yield _Candidate(os.path.join(directory, name), m["id"], state)
+            yield _Candidate(os.path.join(directory, name), m["id"], m["queue"], state)
 
 
 def _final(core: Core, sel: Selection, states: frozenset[str]) -> Iterator[_Candidate]:
@@ -266,6 +268,6 @@ def _final(core: Core, sel: Selection, states: frozenset[str]) -> Iterator[_Cand
             fin = int(m["fin"])
             if stop is not None and fin >= stop:
                 return  # entries sort by <FIN>: the rest finished later
-            yield _Candidate(lay.final_path(m["state"], m["id"]), m["id"], JobState(m["state"]), fin,
+            yield _Candidate(lay.final_path(m["state"], m["id"]), m["id"], m["queue"], JobState(m["state"]), fin,
                              os.path.join(bdir, name))
 

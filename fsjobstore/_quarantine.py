@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 
 from . import _fsops as fs
@@ -17,6 +18,15 @@ from ._codec import dumps
 from ._layout import Layout
 
 log = logging.getLogger("fsjobstore")
+_tally = threading.local()
+
+
+def made_here() -> int:
+    """How many files this thread has moved aside. A recovery pass reports the difference across
+    it: its count is then the quarantines it made, whichever of its steps made them (and never
+    another thread's, a worker's claim quarantining a file meanwhile)."""
+    n: int = getattr(_tally, "n", 0)
+    return n
 
 
 def move_aside(lay: Layout, file_mode: int, path: str, reason: str) -> bool:
@@ -39,5 +49,6 @@ def move_aside(lay: Layout, file_mode: int, path: str, reason: str) -> bool:
     with contextlib.suppress(OSError):
         doc = {"from": os.path.relpath(path, lay.root), "reason": reason, "at": time.time()}
         fs.write_new(dest + ".reason", dumps(doc) + b"\n", durable=False, mode=file_mode)
+    _tally.n = made_here() + 1
     log.warning("quarantined %s: %s", path, reason)
     return True

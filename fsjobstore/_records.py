@@ -4,11 +4,12 @@ users, :class:`Job`, are in ``_job``)."""
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ._checks import MAX_ATTEMPT_ERRORS, attempt_error_text, error_text, integer, number, retry_delay
+from ._checks import MAX_ATTEMPT_ERRORS, Duration, attempt_error_text, error_text, integer, number, retry_delay
 from ._codec import check_job_id, check_queue_name, dumps, encode_value, loads
 from ._job import AttemptError, Job, JobState
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
@@ -19,10 +20,20 @@ FOREVER = float("inf")  # a retain that keeps a job forever
 
 LOST_DATA = ("its data never reached the disk, as after a power cut in a store opened with durable=False "
              "(the job is lost)")
+# A store that fsyncs every job file before naming it empties none at a power cut of its own.
+LOST_DURABLE = ("its data is not on the disk, though the store fsyncs every job file before naming it: a power "
+                "cut on a disk that lost what it had acknowledged, or a file made by something else? (the job is lost)")
+
+
+def lost_data(emptiable: bool) -> str:
+    """Why a job file holds no data (or stops short), as far as the store can tell: a store
+    made with durable=False (``emptiable``) loses it to a power cut; a durable one should not."""
+    return LOST_DATA if emptiable else LOST_DURABLE
 
 
 class LostJobData(ValueError):
-    """A job file whose name reached the disk and whose data did not (all of it, or its end)."""
+    """A job file whose name reached the disk and whose data did not (all of it, or its end).
+    Said without its cause (``"is empty"``); the store's reader adds it (:func:`lost_data`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +144,10 @@ class Record:
         except ValueError:
             # Told apart only once parsing failed, to keep the common path free of it.
             if not data.strip(b"\0 \t\r\n"):
-                raise LostJobData(f"is empty: {LOST_DATA}") from None
-            if data.endswith(b"\n"):
-                raise
-            raise LostJobData(f"stops inside its first line: {LOST_DATA}") from None
+                raise LostJobData("is empty") from None
+            if data.endswith(b"\n") or not _cut_short(data[: end + 1]):
+                raise  # not JSON, the parser says why ("invalid JSON: ...")
+            raise LostJobData("stops inside its first line") from None
         if not isinstance(doc, dict):
             raise ValueError("top level is not an object")
         version = doc.get("format")
@@ -251,6 +262,23 @@ def result_line(state: str, attempts: int, error: str | None, finished_at: float
     return dumps(doc, what="job result") + b"\n"
 
 
+def _cut_short(line: bytes) -> bool:
+    """Whether a first line that did not parse is JSON cut short (a write a crash or power cut
+    stopped), rather than something that is not JSON at all: the parser ran out of input. NULs
+    at the end are what some filesystems leave of blocks a power cut did not write."""
+    try:
+        text = line.rstrip(b"\0").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.reason == "unexpected end of data"  # a character cut in two at the end
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        return exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+    except (ValueError, RecursionError):
+        return False
+    return False  # (parsed here: it was refused for what it holds, not for being cut short)
+
+
 def _opt_value(doc: Any) -> Any:
     if doc is None:
         return None
@@ -356,7 +384,7 @@ def _seq(v: Any) -> str:
     return v
 
 
-def next_record(record: Record, token: str, kind: str, payload: Any, retry: bool, delay: float | None,
+def next_record(record: Record, token: str, kind: str, payload: Any, retry: bool, delay: Duration | None,
                 now: float, backoff: Callable[[int], float]) -> tuple[Record, str]:
     """The record a commit of ``kind`` (fail, cancel or withdraw) by claim ``token`` leaves, and
     its state (``_work`` commits it)."""

@@ -41,6 +41,7 @@ from ._layout import (
 )
 from ._liveness import NotifyLock, break_if_expired
 from ._notify import Notifier
+from ._quarantine import made_here
 from ._records import Record
 from ._removal import finish_gone, finish_unfinished
 from ._shared import Core
@@ -65,7 +66,7 @@ class RecoveryReport:
     locks_removed: int = 0  # owner files of gone owners, and notification locks nobody holds
     workers_removed: int = 0  # worker entries of gone workers
     notifications_restored: int = 0
-    quarantined: int = 0
+    quarantined: int = 0  # files this pass moved aside (quarantine/), whichever step met them; each logged once
     # Job files a power cut left without their data (a store made with durable=False): each is
     # quarantined with the reason, and that job, in whatever state it was (queued, running or
     # final, its result included), is lost. lost_to_power_loss counts them (also counted in
@@ -97,6 +98,7 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     that do not fsync (it reads the size of every job file: done by every explicit
     ``recover()``; with None once per boot of the host, as :func:`boot_pass` does)."""
     counts = new_counts()
+    quarantined_before = made_here()
     me = core.owner_id()
     counts["duplicates_dropped"] += core.sweep_litter()
     counts["removed"] += finish_unfinished(core)
@@ -117,6 +119,9 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
                                                lambda owner: owner != me and _gone(core, owner))
     counts["children_resolved"] += core.deps.sweep(deep=deep is not False)
     counts["waiting_promoted"] += core.sweep_waiting()
+    # Every file this pass moved aside, whichever step did it (a deferred job's file by the
+    # dependency sweep, a second copy met by a take-over): the count and the warnings agree.
+    counts["quarantined"] = made_here() - quarantined_before
     return RecoveryReport(**counts, lost_ids=tuple(counts.lost_ids))
 
 
@@ -182,7 +187,7 @@ def _sweep_active(core: Core, notifier: Notifier, control: Control, me: str, ove
         m = ACTIVE_RE.match(name)
         path = os.path.join(tree.layout.active, name)
         if not m:
-            counts["quarantined"] += tree.quarantine(path, "unrecognised name in jobs/active")
+            tree.quarantine(path, "unrecognised name in jobs/active")
             continue
         owner = token_owner(m["token"])
         if owner == me:
@@ -208,7 +213,7 @@ def _sweep_tmp(core: Core, me: str, counts: dict[str, int]) -> None:
         path = os.path.join(tree.layout.tmp, name)
         m = TMP_RE.match(name)
         if not m:
-            counts["quarantined"] += tree.quarantine(path, "unrecognised name in tmp")
+            tree.quarantine(path, "unrecognised name in tmp")
             continue
         owner = token_owner(m["token"])
         # Only a gone owner's temp files go: a live producer may be between write and rename.
@@ -281,7 +286,7 @@ def _sweep_leases(core: Core, me: str, counts: dict[str, int]) -> None:
             continue  # an owner being born (see OwnerLease); never judged
         path = os.path.join(tree.layout.leases, name)
         if not fs.is_regular(path):
-            counts["quarantined"] += tree.quarantine(path, "not a regular file in leases")
+            tree.quarantine(path, "not a regular file in leases")
             continue
         m = OWNER_RE.match(name)
         if m:
@@ -300,7 +305,7 @@ def _sweep_leases(core: Core, me: str, counts: dict[str, int]) -> None:
             if break_if_expired(path, me, core.probe):
                 counts["locks_removed"] += 1
             continue
-        counts["quarantined"] += tree.quarantine(path, "unrecognised name in leases")
+        tree.quarantine(path, "unrecognised name in leases")
 
 
 def _sweep_bells(core: Core, me: str, counts: dict[str, int]) -> None:
@@ -317,7 +322,7 @@ def _sweep_targets(core: Core, notifier: Notifier, counts: dict[str, int]) -> No
     for job_id in fs.scan_names(lay.targets):
         tdir = lay.target_dir(job_id)
         if not FINAL_RE.match(job_id + ".json") or not fs.is_real_dir(tdir):
-            counts["quarantined"] += tree.quarantine(tdir, "unrecognised entry in targets")
+            tree.quarantine(tdir, "unrecognised entry in targets")
             continue
         # Most target directories belong to jobs still running: two stats rule them out, so a
         # periodic sweep stays cheap when many jobs have targets waiting.
@@ -326,7 +331,7 @@ def _sweep_targets(core: Core, notifier: Notifier, counts: dict[str, int]) -> No
         names = fs.scan_names(tdir)
         for name in names:
             if not TARGET_RE.match(name):
-                counts["quarantined"] += tree.quarantine(os.path.join(tdir, name), "unrecognised target name")
+                tree.quarantine(os.path.join(tdir, name), "unrecognised target name")
         if not any(TARGET_RE.match(n) for n in names):
             with contextlib.suppress(OSError):
                 sc.rmdir(tdir)

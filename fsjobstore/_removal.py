@@ -83,6 +83,18 @@ def remove_job(core: Core, path: str, job_id: str, *, drop_targets: bool, entry:
     return True
 
 
+def remove_now(core: Core, record: Record, dest: str, finished_at: float) -> None:
+    """A job kept 0 s is removed by the commit that made it final (queshot's autoremove), not
+    at retention's next pass: a drain of ``retain=0`` jobs faster than passes remove would grow
+    the final directories, which never shrink. One with targets waiting stays (``remove_job``
+    puts it back); a fault leaves it to retention."""
+    entry = core.tree.finished_entry(record, dest, finished_at)
+    try:
+        remove_job(core, core.layout.final_path(dest, record.id), record.id, drop_targets=False, entry=entry)
+    except OSError as exc:
+        log.info("job %s (kept 0 s) was committed; retention removes it (%s)", record.id, exc)
+
+
 def finish_unfinished(core: Core) -> int:
     """Retry the removals of this store that a fault cut short (:func:`remove_job`)."""
     with core.mutex:

@@ -11,6 +11,7 @@ between that check and its write, can only add a line to its own attempt's file.
     {"at": ..., "log": "resized 3 of 10"}                          lease.log()
     {"at": ..., "progress": {"done": 3, "total": 10, "message": null}}   lease.progress()
     {"at": ..., "dropped": 120}                                    lines removed to keep it small
+    {"at": ..., "given_back": true}                                the claim was released (no attempt)
 
 Appends are not fsynced: progress is a hint, kept across process crashes, not power cuts.
 """
@@ -31,6 +32,7 @@ from ._job import LogLine, Progress
 from ._layout import RUN_RE
 from ._shared import Core
 
+LATEST = "latest"  # read_runs: the last progress any attempt reported (no token has this shape)
 LOG_CAP = 256 * 1024  # bytes per attempt; past it the oldest log lines go (and are counted)
 LINE_CAP = 8 * 1024  # characters of one log line; longer ones are cut
 
@@ -147,8 +149,28 @@ def read_lines(path: str) -> list[dict[str, Any]]:
     return out
 
 
-def read_runs(core: Core, job_id: str) -> tuple[Progress | None, tuple[LogLine, ...], int]:
-    """(latest progress, every log line oldest first, lines dropped) of all of a job's attempts."""
+def give_back(core: Core, job_id: str, token: str) -> None:
+    """Say in claim ``token``'s run file, if it has one, that the claim was given back (released:
+    no attempt counted), so that its progress is never shown as the job's (:func:`read_runs`);
+    its log lines stay. Written by the releaser once the job is back in its queue (whatever
+    process of its owner wrote the file). A hint, as every line here: never raises."""
+    line = dumps({"at": core.wall(), "given_back": True}) + b"\n"
+    with contextlib.suppress(OSError):
+        fd = sc.open(core.layout.run_path(job_id, token), os.O_WRONLY | os.O_APPEND | fs.O_NOFOLLOW | fs.O_CLOEXEC)
+        try:
+            if sc.fstat(fd).st_nlink == 1:  # never append to a file with another name (a planted link)
+                sc.write(fd, line)
+        finally:
+            sc.close_read(fd)
+
+
+def read_runs(core: Core, job_id: str, progress_of: str | None) -> tuple[Progress | None, tuple[LogLine, ...], int]:
+    """(progress, every log line oldest first, lines dropped) of all of a job's attempts.
+
+    ``progress_of`` says whose progress is the job's: a claim's token (a running job: that
+    attempt's alone, not an earlier one's while it has said nothing yet), ``LATEST`` (a final
+    job: the last one reported), or None (a waiting job: no attempt runs, so none). A claim
+    given back (a graceful stop, ``release()``) ran no attempt: its progress is never the job's."""
     run_dir = core.layout.run_dir(job_id)
     attempts = []
     for name in fs.scan_names(run_dir):
@@ -156,17 +178,19 @@ def read_runs(core: Core, job_id: str) -> tuple[Progress | None, tuple[LogLine, 
             lines = read_lines(os.path.join(run_dir, name))
             head = lines[0] if lines else {}
             attempt = head.get("attempt")
-            attempts.append((attempt if isinstance(attempt, int) else 0, _number(head.get("at")), lines))
+            shown = progress_of in (LATEST, name[: -len(".jsonl")])
+            shown = shown and not any(doc.get("given_back") is True for doc in lines)
+            attempts.append((attempt if isinstance(attempt, int) else 0, _number(head.get("at")), lines, shown))
     attempts.sort(key=lambda a: (a[0], a[1]))
     progress: Progress | None = None
     logs: list[LogLine] = []
     dropped = 0
-    for attempt, _, lines in attempts:
+    for attempt, _, lines, shown in attempts:
         for doc in lines[1:]:
             at = _number(doc.get("at"))
             if isinstance(doc.get("log"), str):
                 logs.append(LogLine(at, attempt, doc["log"]))
-            elif isinstance(doc.get("progress"), dict):
+            elif shown and isinstance(doc.get("progress"), dict):
                 p = doc["progress"]
                 done = p.get("done")
                 if isinstance(done, int | float) and not isinstance(done, bool):

@@ -85,6 +85,7 @@ class Core:
                          bell=self.doorbell.ring)
         self.tree.default_retain = default_retain  # for jobs whose record does not say (format 2)
         self.tree.lagging = not settings.lock_takeover  # a network filesystem, unless told otherwise
+        self.tree.emptiable = not settings.store_durable
         # The jobs waiting for others (_deps.Deps, made by JobStore once the calls it needs
         # exist): resolved when a job becomes final or is removed, and swept by recovery.
         self.deps: Dependents = _NoDependents()

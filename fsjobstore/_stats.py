@@ -37,7 +37,17 @@ from . import _buckets
 from . import _fsops as fs
 from . import _syscalls as sc
 from ._control import Control
-from ._layout import BUCKET_RE, DEFERRED_RE, FINISHED_RE, PENDING_RE, SCHEDULED_RE, WAITING_RE
+from ._layout import (
+    ACTIVE_RE,
+    BUCKET_RE,
+    DEFERRED_RE,
+    FINAL_RE,
+    FINISHED_RE,
+    PENDING_RE,
+    QUEUE_RE,
+    SCHEDULED_RE,
+    WAITING_RE,
+)
 from ._pending import ENOUGH
 from ._shared import Core
 
@@ -227,7 +237,7 @@ def _list_queue(qdir: str, sig: tuple[int, int, int], counts: DirCounts) -> _Que
     buckets, others = _buckets.list_queue(qdir)
     paths = [f"{qdir}/{b}" for b in buckets]
     values = [counts.get(p, _pending_bucket) for p in paths]
-    flat = _pending_bucket(others)
+    flat = _pending_bucket(_buckets.flat_jobs(qdir, others))  # (rare: one lstat each)
     groups = [i for i, b in enumerate(buckets) if i == 0 or b[:7] != buckets[i - 1][:7]]
     return _Queue(sig, paths, [int(b[8:]) for b in buckets], values,
                   flat[0] + sum(k for k, _ in values), flat, list(range(len(paths))), groups)
@@ -279,7 +289,8 @@ def statistics(core: Core, control: Control, counts: DirCounts, active_queue: Ca
                ) -> StoreStatistics:
     """Count each state: pending and final jobs bucket by bucket (a bucket that did not change
     since this store last counted it is not listed again), the rest by listing its directory.
-    ``active_queue(name)``: the queue of the active job of that name (its file is read)."""
+    Only names of each directory's grammar count (FORMAT.md, "Names"): anything planted beside
+    them is no job. ``active_queue(name)``: the queue of the active job of that name (its file is read)."""
     lay = core.layout
     now = core.wall()
     by_queue: dict[str, dict[str, int]] = {}
@@ -294,6 +305,8 @@ def statistics(core: Core, control: Control, counts: DirCounts, active_queue: Ca
     present: set[str] = set()
     pending: dict[str, int] = {}
     for q in fs.scan_names(lay.pending):
+        if not QUEUE_RE.match(q):
+            continue  # no queue's directory (the next claimer's listing quarantines it)
         qdir = lay.pending_dir(q)
         n, first = _count_queue(qdir, lay.pending_marker(qdir), counts, present)
         pending[q] = n
@@ -305,17 +318,13 @@ def statistics(core: Core, control: Control, counts: DirCounts, active_queue: Ca
         if w:
             pending[w["queue"]] = pending.get(w["queue"], 0) + 1
             add(w["queue"], "pending")
-    scheduled = fs.scan_names(lay.scheduled)
-    for name in scheduled:
-        m = SCHEDULED_RE.match(name)
-        if m:
-            add(m["queue"], "scheduled")
-    deferred = fs.scan_names(lay.deferred)
-    for name in deferred:
-        d = DEFERRED_RE.match(name)
-        if d:
-            add(d["queue"], "deferred")
-    active = fs.scan_names(lay.active)
+    scheduled = [m for m in map(SCHEDULED_RE.match, fs.scan_names(lay.scheduled)) if m]
+    for m in scheduled:
+        add(m["queue"], "scheduled")
+    deferred = [d for d in map(DEFERRED_RE.match, fs.scan_names(lay.deferred)) if d]
+    for d in deferred:
+        add(d["queue"], "deferred")
+    active = [name for name in fs.scan_names(lay.active) if ACTIVE_RE.match(name)]
     for name in active:
         of = active_queue(name)
         if of is not None:
@@ -338,7 +347,7 @@ def statistics(core: Core, control: Control, counts: DirCounts, active_queue: Ca
         fulfilled=total["fulfilled"],
         failed=total["failed"],
         cancelled=total["cancelled"],
-        notifications=len(fs.scan_names(lay.notify)),
+        notifications=sum(1 for n in fs.scan_names(lay.notify) if FINAL_RE.match(n)),
         quarantined=quarantined,
         pending_by_queue=pending,
         oldest_pending_age=max(oldest.values(), default=None),
@@ -346,5 +355,5 @@ def statistics(core: Core, control: Control, counts: DirCounts, active_queue: Ca
         watching=bool(waker and waker.watching),
         by_queue=by_queue,
         oldest_pending_by_queue=oldest,
-        deferred=sum(1 for n in deferred if DEFERRED_RE.match(n)),
+        deferred=len(deferred),
     )

@@ -18,19 +18,20 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from . import _syscalls as sc
 from ._checks import (
+    Duration,
     check_timeout,
     default_backoff,
     integer,
     job_file_cap,
     lease_timing,
-    number,
     result_value,
     retain_seconds,
+    seconds,
 )
 from ._codec import check_job_id, check_queue_name
 from ._control import Control
@@ -64,6 +65,11 @@ _LIVE_STORES: weakref.WeakSet[JobStore] = weakref.WeakSet()
 
 class JobStore(Operating, Relations):
     """A job store in one directory, shared by any number of threads and processes.
+
+    Every length of time it takes (a lease, a heartbeat, a poll interval, a time limit, a
+    delay, a retention, a purge's age) is seconds, a ``timedelta``, or text as the command line
+    takes it: ``"90s"``, ``"15m"``, ``"1h30m"``, ``"7d"``, ``"2w"`` (:func:`parse_duration`). A
+    call's own wait (``timeout=`` of ``pull_work``, ``wait``) is seconds, as in ``queue.Queue``.
 
     :param path: the store's directory. A store is made there if the directory is missing or
         empty (and ``create`` is true); a directory holding anything else and no store is
@@ -106,8 +112,9 @@ class JobStore(Operating, Relations):
         they list every 25 ms (inotify sees only this host). None (the default) turns it on for
         network filesystems only. See FORMAT.md, "Doorbell".
     :param retain: how long the jobs this process creates are kept once final, before
-        retention removes them with every file of theirs: seconds (a number or a ``timedelta``;
-        0 removes a job as soon as it is final and its targets have heard) or ``"forever"``.
+        retention removes them with every file of theirs: a duration (``"7d"``, seconds, a
+        ``timedelta``; 0 removes a job as soon as it is final and its targets have heard) or
+        ``"forever"``.
         None (the default) follows the store's default, recorded when it is made: a new store
         records the ``retain`` it is made with (7 days if None). See README, "Retention".
     :param clock: monotonic seconds, for leases and timeouts (injectable for tests).
@@ -122,18 +129,18 @@ class JobStore(Operating, Relations):
         read_only: bool = False,
         durable: bool | None = None,
         group: str | int | None = None,
-        lease_duration: float = 30.0,
-        heartbeat_interval: float | None = None,
+        lease_duration: Duration = 30.0,
+        heartbeat_interval: Duration | None = None,
         max_attempts: int = 3,
-        default_timeout: float | None = None,
+        default_timeout: Duration | None = None,
         backoff: Callable[[int], float] = default_backoff,
         max_value_bytes: int = 16 * 1024 * 1024,
         max_request_bytes: int = 1024 * 1024,
-        poll_interval: float = 1.0,
+        poll_interval: Duration = 1.0,
         watch: bool = True,
         lock_takeover: bool | None = None,
         doorbell: bool | None = None,
-        retain: float | timedelta | str | None = None,
+        retain: Duration | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -141,7 +148,7 @@ class JobStore(Operating, Relations):
         max_attempts = integer(max_attempts, "max_attempts", at_least=1, at_most=1_000_000)
         max_value_bytes = integer(max_value_bytes, "max_value_bytes", at_least=1)
         max_request_bytes = integer(max_request_bytes, "max_request_bytes", at_least=1)
-        poll_interval = number(poll_interval, "poll_interval (seconds)", at_least=0.001, below=1e9)
+        poll_interval = seconds(poll_interval, "poll_interval (seconds)", at_least=0.001, below=1e9)
         self.default_timeout = check_timeout(default_timeout, "default_timeout")
         if durable is not None and not isinstance(durable, bool):
             raise InvalidRequest(f"durable must be True, False or None, got {durable!r}")
@@ -251,21 +258,21 @@ class JobStore(Operating, Relations):
         self._heart.after_fork()
 
     # == creating ==================================================================================
-    def create(self, request: Any, *, queue: str = "default", priority: int = 0, delay: float | timedelta | None = None,
+    def create(self, request: Any, *, queue: str = "default", priority: int = 0, delay: Duration | None = None,
                run_at: float | datetime | None = None, max_attempts: int | None = None, job_id: str | None = None,
-               timeout: float | None = None, retain: float | timedelta | str | None = None,
+               timeout: Duration | None = None, retain: Duration | None = None,
                unique_key: str | None = None, after: Sequence[str] | None = None,
                on_parent_failure: str = "cancel", concurrency_key: str | None = None) -> Job:
         """Store a new job and return its snapshot once it is durable.
 
         ``priority``: lower runs sooner (-999,999 .. 999,999); equal priorities run in creation
-        order. ``delay`` (seconds or timedelta) or ``run_at`` (epoch seconds or an aware
+        order. ``delay`` (a duration) or ``run_at`` (epoch seconds or an aware
         datetime) holds the job back until then. ``job_id`` lets the caller choose the id; using
         an id twice raises :class:`JobExists`, so it doubles as an idempotency key.
-        ``timeout``: seconds one attempt may run (default: the store's ``default_timeout``);
+        ``timeout``: how long one attempt may run (default: the store's ``default_timeout``);
         the worker runtime stops an attempt that overruns it, counted as a failed attempt, and
         any process takes the job over once it overran by a further ``lease_duration``.
-        ``retain``: how long the job is kept once final (seconds, a timedelta, or ``"forever"``;
+        ``retain``: how long the job is kept once final (a duration, or ``"forever"``;
         0: removed as soon as it is final and its targets have heard); default: the store's
         ``retain``. A removed job's id may be used again. ``unique_key``: while a job with this
         key is not final, a create with it makes nothing and returns that job (compare ids);
@@ -356,9 +363,8 @@ class JobStore(Operating, Relations):
         check_job_id(job_id)
         if reason is not None and not isinstance(reason, str):
             raise InvalidRequest(f"reason must be a str or None, not {type(reason).__name__}")
-        ended = self._direct.cancel(job_id, reason) is JobState.CANCELLED
-        job = self.get(job_id)
-        if ended:  # a running job's cancel is counted by its worker, when it ends
+        job = self._direct.cancel(job_id, reason)
+        if job.state is JobState.CANCELLED:  # a running job's cancel is counted by its worker, when it ends
             self._counters.add(job.queue, "cancelled")
         return job
 

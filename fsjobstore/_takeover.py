@@ -225,10 +225,10 @@ def _finish_commit(core: Core, notifier: Notifier, job_id: str, old_token: str, 
 
 
 def quarantine_job(core: Core, path: str, reason: str, exc: Exception, counts: dict[str, int]) -> None:
-    if core.tree.quarantine(path, reason):
-        counts["quarantined"] += 1
-        if isinstance(exc, LostJobData):
-            note_lost(counts, job_id_of(os.path.basename(path)))
+    # Counted with every quarantine of its pass (_recovery); lost to a power cut only in a store
+    # that does not fsync (a durable store's reason says what else it may be).
+    if core.tree.quarantine(path, reason) and isinstance(exc, LostJobData) and core.tree.emptiable:
+        note_lost(counts, job_id_of(os.path.basename(path)))
 
 
 def publish_found_result(core: Core, notifier: Notifier, active: str, record: Record, state: str) -> None:

@@ -30,7 +30,7 @@ from ._layout import (
     micros,
 )
 from ._quarantine import move_aside
-from ._records import FINAL_STATES, LOST_DATA, LostJobData, Parsed, Record
+from ._records import FINAL_STATES, LostJobData, Parsed, Record, lost_data
 
 log = logging.getLogger("fsjobstore")
 
@@ -49,6 +49,7 @@ class Tree(Finding):
         # in by whoever makes the tree (JobStore), so no other host's waiter sleeps past it.
         self.bell = bell
         self.lagging = False  # reads may lag behind another host's writes (network fs): set by Core
+        self.emptiable = False  # the store was made with durable=False: a power cut empties files (set by Core)
 
     # -- writing, with this store's durability and permissions --------------------------------
     def write_new(self, path: str, data: bytes) -> None:
@@ -79,7 +80,7 @@ class Tree(Finding):
             if not _no_result(loc, parsed := self.read_parsed(loc.path)):
                 break
         if _no_result(loc, parsed):
-            raise LostJobData(f"is in {loc.state.value}/ but holds no result: {LOST_DATA}")
+            raise LostJobData(f"is in {loc.state.value}/ but holds no result: {lost_data(self.emptiable)}")
         return parsed.record
 
     def read_parsed(self, path: str) -> Parsed:
@@ -94,7 +95,10 @@ class Tree(Finding):
         reading it could show a member what they may not read (issue 23). Whoever writes to
         it first makes a private copy (:meth:`private_copy`)."""
         data, st = fs.read_regular_stat(path, self.record_cap)
-        parsed = Record.parse(data)  # and the bytes, for that copy
+        try:
+            parsed = Record.parse(data)  # and the bytes, for that copy
+        except LostJobData as exc:
+            raise LostJobData(f"{exc}: {lost_data(self.emptiable)}") from None
         extra = fs.foreign_links(st, self.layout.id_marker(parsed.record.id)) if st.st_nlink > 1 else 0
         if extra and not self._shared_anyway(st):
             raise fs.Unreadable(f"has {extra} hard link(s) elsewhere and is not the store's own file "

@@ -23,7 +23,7 @@ from typing import Any
 
 from . import _fsops as fs
 from . import _syscalls as sc
-from ._checks import number, result_value, time_limit_error
+from ._checks import Duration, result_value, seconds, time_limit_error
 from ._control import Control
 from ._errors import InvalidRequest, InvalidState, JobCancelled, LeaseLost, StorageError
 from ._gate import Gate
@@ -33,8 +33,8 @@ from ._limits import Declarations
 from ._liveness import NotifyLock
 from ._notify import Notifier
 from ._records import FINAL_STATES, Record, next_record, result_line
-from ._removal import remove_job
-from ._runs import RunLog
+from ._removal import remove_now
+from ._runs import RunLog, give_back
 from ._shared import Core
 from ._takeover import publish_found_result
 
@@ -167,11 +167,11 @@ class Work:
                                                           old=claim.deadline_path)
 
     # == committing (called by WorkClaim, and by _direct) ===========================================
-    def commit(self, claim: WorkClaim, kind: str, payload: Any, retry: bool, delay: float | None) -> None:
+    def commit(self, claim: WorkClaim, kind: str, payload: Any, retry: bool, delay: Duration | None) -> None:
         with claim.commit_lock:
             self._commit_locked(claim, kind, payload, retry, delay)
 
-    def _commit_locked(self, claim: WorkClaim, kind: str, payload: Any, retry: bool, delay: float | None) -> None:
+    def _commit_locked(self, claim: WorkClaim, kind: str, payload: Any, retry: bool, delay: Duration | None) -> None:
         core = self._core
         if claim.finished:
             if claim.compromised is not None:  # timed out or taken over: the late commit is fenced
@@ -187,6 +187,7 @@ class Work:
             asked, kind, payload = kind, "withdraw" if kind == "resolve" else "cancel", reason
             new, dest = next_record(record, token, kind, payload, False, None, core.wall(), core.settings.backoff)
             self._commit_final(claim, active, new.result_bytes(dest), dest, new.finished_at or core.wall())
+            claim.final_record = new
             log.info("job %s was cancelled while it ran; its %s became the cancel", record.id, asked)
             if asked != "release":
                 raise JobCancelled(f"job {record.id} was cancelled ({reason}); it was not committed as asked")
@@ -207,6 +208,7 @@ class Work:
         new, dest = next_record(record, token, kind, payload, retry, delay, core.wall(), core.settings.backoff)
         if dest in FINAL_STATES:
             self._commit_final(claim, active, new.result_bytes(dest), dest, new.finished_at or core.wall())
+            claim.final_record = new
             return
         tmp = lay.commit_tmp_path(token, record.id, dest)
         fs.unlink_quietly(tmp)  # a failed earlier attempt of this very commit may have left it
@@ -259,9 +261,13 @@ class Work:
                     raise self._lost(claim) from None
                 raise
             self._finish(claim)  # released; only the fsync failed
+            give_back(core, record.id, claim.token)
             core.pending.note_published(record, "pending")
             raise
         core.tree.bell("work")
+        # Its progress is no attempt's now. RACE: said after the rename, so a release that failed
+        # says nothing; a reader in between sees the job waiting (no progress) or another claim's.
+        give_back(core, record.id, claim.token)
         self._finish(claim)
         core.pending.note_published(record, "pending")
 
@@ -341,19 +347,7 @@ class Work:
             log.warning("job %s is committed but its notification was not indexed: %s", job_id, exc)
             return
         if self._core.tree.retain_of(claim.record) == 0:
-            self._remove_now(claim.record, dest, finished_at)
-
-    def _remove_now(self, record: Record, dest: str, finished_at: float) -> None:
-        """A job kept 0 s is removed by the commit that made it final (queshot's autoremove), not
-        at retention's next pass: a drain of ``retain=0`` jobs faster than passes remove would grow
-        the final directories, which never shrink. One with targets waiting stays (``remove_job``
-        puts it back); a fault leaves it to retention."""
-        core = self._core
-        entry = core.tree.finished_entry(record, dest, finished_at)
-        try:
-            remove_job(core, core.layout.final_path(dest, record.id), record.id, drop_targets=False, entry=entry)
-        except OSError as exc:
-            log.info("job %s (kept 0 s) was committed; retention removes it (%s)", record.id, exc)
+            remove_now(self._core, claim.record, dest, finished_at)
 
     def _committed(self, claim: WorkClaim, committing: str, new: Record, dest: str) -> None:
         self._core.drop(committing)
@@ -393,11 +387,11 @@ class Work:
             self.gate.release(claim.record, claim.slots)
 
     # == a running attempt (called by WorkClaim) ===================================================
-    def touch(self, claim: WorkClaim, extend: float | None) -> None:
-        seconds = claim.timeout if extend is None else extend
-        if seconds is None:
+    def touch(self, claim: WorkClaim, extend: Duration | None) -> None:
+        wanted = claim.timeout if extend is None else extend
+        if wanted is None:
             raise InvalidRequest(f"job {claim.id} has no timeout to renew; give extend=seconds")
-        limit = number(seconds, "extend (seconds)", above=0, below=1e9)
+        limit = seconds(wanted, "extend (seconds)", above=0, below=1e9)
         with claim.commit_lock:
             if claim.finished or not sc.lexists(self._core.layout.active_path(claim.id, claim.token)):
                 raise LeaseLost(f"the lease on job {claim.id} is no longer held; it cannot be extended")
@@ -463,6 +457,9 @@ class WorkClaim(ClaimEnd):
         self.run: RunLog | None = None
         self.on_cancel: Callable[[WorkLease], object] | None = None
         self.slots: list[NotifyLock] = []  # of the limits it runs under (_gate): let go when it ends
+        # What a final commit of a fail, cancel or withdraw wrote (a fulfil's record is not built):
+        # the caller's answer even once that commit removed the job (kept 0 s).
+        self.final_record: Record | None = None
         self._cancel_seen = False
         self.lease = WorkLease(self)
 
@@ -478,10 +475,10 @@ class WorkClaim(ClaimEnd):
     def timeout(self) -> float | None:
         return self.record.timeout
 
-    def commit(self, kind: str, payload: Any, retry: bool, delay: float | None) -> None:
+    def commit(self, kind: str, payload: Any, retry: bool, delay: Duration | None) -> None:
         self._work.commit(self, kind, payload, retry, delay)
 
-    def touch(self, extend: float | None) -> None:
+    def touch(self, extend: Duration | None) -> None:
         self._work.touch(self, extend)
 
     def run_log(self) -> RunLog:

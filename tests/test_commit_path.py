@@ -11,7 +11,7 @@ import pytest
 from internals import pending_file, rescan
 
 from fsjobstore import JobState, JobStore, _syscalls
-from fsjobstore._records import Record
+from fsjobstore._records import LostJobData, Record
 
 
 class Recorder:
@@ -65,6 +65,23 @@ def test_a_result_line_cut_short_is_ignored_and_the_whole_prefix_measured() -> N
 def test_a_bad_result_line_is_an_error_naming_it(tail: bytes, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         Record.parse(_record().to_bytes() + tail)
+
+
+@pytest.mark.parametrize(("data", "lost", "said"), [
+    (b"", True, "is empty"),
+    (b"\0\0\0\0", True, "is empty"),  # what some filesystems leave of a file a power cut did not write
+    (b'{"format":2,"id":"x","queue":"def', True, "stops inside its first line"),
+    (b'{"format":2,"id":"x"\0\0\0', True, "stops inside its first line"),
+    (b'{"format":2,"id":"\xc3', True, "stops inside its first line"),  # a character cut in two
+    (b"{nope", False, "invalid JSON: Expecting property name"),
+    (b"[1,2]x", False, "invalid JSON: Extra data"),
+    (b"\xff\xfe{}", False, "not UTF-8"),
+])
+def test_a_first_line_cut_short_is_lost_data_and_one_that_is_not_json_says_why(data: bytes, lost: bool,
+                                                                              said: str) -> None:
+    with pytest.raises(ValueError, match=said) as caught:
+        Record.parse(data)
+    assert isinstance(caught.value, LostJobData) is lost
 
 
 def test_two_result_lines_are_an_error() -> None:

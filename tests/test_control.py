@@ -292,6 +292,32 @@ def test_progress_and_logs_are_visible_to_others_during_and_after_the_job(open_s
         lease.log("after the end")
 
 
+def test_a_job_given_back_shows_no_progress_of_the_claim_that_gave_it_back(store: JobStore) -> None:
+    """A released claim ran no attempt: its progress is not the job's, while the job waits, once
+    it runs again (as the same attempt), nor once it ends. Its log lines stay."""
+    job = store.create(1)
+    first = store.pull_work()
+    assert first is not None
+    first.progress(32, 60, "resizing")
+    first.log("stopping early")
+    first.release()
+    waiting = store.get(job.id)
+    assert waiting.state is JobState.PENDING and waiting.progress is None
+    assert [(line.attempt, line.line) for line in waiting.logs] == [(1, "stopping early")]
+    again = store.pull_work()
+    assert again is not None and again.attempt == 1
+    assert store.get(job.id).progress is None  # the running claim has said nothing yet
+    again.progress(5, 60)
+    running = store.get(job.id).progress
+    assert running is not None and (running.done, running.attempt) == (5, 1)
+    again.release()
+    third = store.pull_work()
+    assert third is not None
+    third.fulfill("ok")
+    done = store.get(job.id)
+    assert done.state is JobState.FULFILLED and done.progress is None  # every claim that reported gave it back
+
+
 def test_a_superseded_holder_cannot_write_progress_into_the_new_attempt(open_store: Callable[..., JobStore]) -> None:
     worker, rescuer = open_store(), open_store()
     job = worker.create(1)

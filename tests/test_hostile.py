@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from internals import open_fds, pending_file
 
-from fsjobstore import CorruptJob, JobStore
+from fsjobstore import CorruptJob, JobNotFound, JobStore
 from fsjobstore._layout import PENDING_RE, bucket_of_name
 
 GOOD_NAME = "0000000.00000000000000000001.planted.json"
@@ -192,3 +192,30 @@ def test_a_file_where_a_queue_directory_belongs_is_quarantined_and_every_queue_k
     images = os.path.join(store.path, "jobs", "pending", "images")
     assert os.path.isdir(images) and not os.path.islink(images) and os.listdir(images) == []
     assert any("images" in name for name in os.listdir(os.path.join(store.path, "quarantine")))
+
+
+def test_stats_and_purge_count_only_jobs_and_purge_leaves_planted_names_alone(store: JobStore) -> None:
+    """Names planted beside jobs are no jobs: statistics() does not count them, and a purge
+    neither counts nor removes them (one named like a job of another id would free that id)."""
+    real = [store.create({"n": i}) for i in range(4)]
+    later = store.create("later", delay=3600)
+    jobs = os.path.join(store.path, "jobs")
+    os.makedirs(os.path.join(jobs, "pending", "bad.queue", "1000000.00000000001"))
+    _plant_file(os.path.join(jobs, "pending", "bad.queue", "1000000.00000000001",
+                             "1000000.00000000001000000000.x.json"), b"{}")  # in no queue's directory
+    for name in ("junk.txt", "notes"):
+        _plant_file(_pending(store, name), b"hello")
+    _plant_file(_pending(store, f"0000000.00000000000000000001.{later.id}.json"), b"not a job")  # names a real id
+    _plant_file(_pending(store, "0000000.00000000000000000002.notjson.json"), b"{nope")
+    for rel in ("scheduled/junk.txt", "active/junk.txt", "notify/junk.txt", "deferred/junk.txt"):
+        _plant_file(os.path.join(jobs, rel), b"x")
+    stats = store.statistics()
+    assert (stats.scheduled, stats.active, stats.notifications, stats.deferred) == (1, 0, 0, 0)
+    assert "bad.queue" not in stats.pending_by_queue and "bad.queue" not in stats.by_queue
+    assert store.purge(states="pending", dry_run=True) == 4
+    assert store.purge(states=["pending", "scheduled"]) == 5
+    assert os.path.exists(_pending(store, f"0000000.00000000000000000001.{later.id}.json"))
+    assert os.path.exists(_pending(store, "0000000.00000000000000000002.notjson.json"))
+    assert all(os.path.exists(os.path.join(jobs, rel)) for rel in ("scheduled/junk.txt", "deferred/junk.txt"))
+    with pytest.raises(JobNotFound):
+        store.get(real[0].id)

@@ -7,6 +7,7 @@ way the kernel does it when a process dies: its flock is released and its files 
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import threading
@@ -554,6 +555,27 @@ def test_the_first_puller_after_a_boot_looks_for_jobs_a_power_cut_emptied_once(t
         assert careful.recover().lost_to_power_loss == 1
 
 
+def test_the_deep_pass_takes_only_job_files_for_jobs_a_power_cut_emptied(tmp_path: Any) -> None:
+    """A queue's ".changed" marker is empty by design, and an empty name of no job's grammar
+    was planted: neither is a job, lost or not. A job file emptied beside them still is."""
+    with JobStore(str(tmp_path / "fast"), durable=False) as store:
+        kept = store.create({"n": 1})
+        emptied = store.create({"n": 2})
+        open(pending_file(store.path, emptied.id), "wb").close()  # what a power cut leaves
+        queue = os.path.dirname(os.path.dirname(pending_file(store.path, kept.id)))
+        planted = [os.path.join(queue, ".changed"),  # the marker the store sets itself (FORMAT.md)
+                   os.path.join(os.path.dirname(pending_file(store.path, kept.id)), "notes.txt"),
+                   os.path.join(store.path, "jobs", "scheduled", "notes.json"),
+                   os.path.join(store.path, "jobs", "fulfilled", "not.a.job.json")]
+        for path in planted:
+            open(path, "wb").close()
+        report = store.recover()
+        assert (report.lost_to_power_loss, report.lost_ids, report.quarantined) == (1, (emptied.id,), 1)
+        assert all(os.path.exists(path) for path in planted)
+        lease = store.pull_work()
+        assert lease is not None and lease.id == kept.id
+
+
 def test_a_holder_hears_of_a_hung_heartbeat_while_it_is_still_hung(open_store: Callable[..., JobStore],
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The heartbeat thread blocked inside a hung mount cannot tell anyone; the watchdog, which
@@ -751,3 +773,55 @@ def test_a_crashed_holder_still_reads_as_a_crash_at_warning(
     assert rescuer.get(job.id).error == "attempt 1 lost: its process exited"
     [(level, message)] = _takeover_logs(caplog)
     assert level == logging.WARNING and message.endswith("its process exited")
+
+
+def _reasons(store: JobStore) -> dict[str, str]:
+    """What each file moved aside was, by the job id its name carries: the reason noted for it."""
+    qdir = os.path.join(store.path, "quarantine")
+    out = {}
+    for name in os.listdir(qdir):
+        if name.endswith(".reason"):
+            with open(os.path.join(qdir, name)) as fh:
+                doc = json.load(fh)
+            out[doc["from"].rsplit("/", 1)[1].split(".")[0]] = doc["reason"]
+    return out
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_quarantined_job_file_says_what_was_wrong_with_it_and_only_a_cut_one_is_lost(
+        tmp_path: Path, durable: bool) -> None:
+    """Bad JSON is said as the parser says it, never as a power cut; an empty or cut-short file is
+    lost to a power cut in a store that does not fsync, and said as what it may be in one that does."""
+    with JobStore(str(tmp_path / "s"), durable=durable) as store:
+        dead = "0123456789abcdef-1"  # an owner with no liveness file: gone
+        active = os.path.join(store.path, "jobs", "active")
+        for job_id, content in (("badjson", b"{nope"), ("cut", b'{"format":2,"id":"cut","queue":"def'),
+                                ("empty", b"")):
+            Path(active, f"{job_id}.{dead}.json").write_bytes(content)
+        report = store.recover()
+        reasons = _reasons(store)
+        assert report.quarantined == 3 and set(reasons) == {"badjson", "cut", "empty"}
+        assert reasons["badjson"].startswith("active job file invalid JSON: Expecting property name")
+        assert "power cut" not in reasons["badjson"]
+        assert reasons["cut"].startswith("active job file stops inside its first line: ")
+        assert reasons["empty"].startswith("active job file is empty: ")
+        for job_id in ("cut", "empty"):
+            assert ("durable=False" in reasons[job_id]) is not durable
+            assert ("fsyncs every job file" in reasons[job_id]) is durable
+        assert sorted(report.lost_ids) == ([] if durable else ["cut", "empty"])
+        assert report.lost_to_power_loss == (0 if durable else 2)
+
+
+def test_recovery_counts_every_file_it_quarantines_whichever_step_moved_it(store: JobStore) -> None:
+    parent = store.create("parent")
+    child = store.create("child", after=[parent.id])
+    deferred = os.path.join(store.path, "jobs", "deferred")
+    [name] = os.listdir(deferred)
+    Path(deferred, name).write_bytes(b"{nope")
+    os.unlink(pending_file(store.path, parent.id))  # its parent gone: the sweep of waiting jobs reads it
+    Path(store.path, "jobs", "active", "junk").write_bytes(b"x")  # met by the sweep of claims
+    report = store.recover()
+    moved = [n for n in os.listdir(os.path.join(store.path, "quarantine")) if not n.endswith(".reason")]
+    assert report.quarantined == len(moved) == 2
+    assert sorted(n.split("~")[-1] for n in moved) == sorted(["junk", name])
+    assert child.id in name

@@ -131,7 +131,7 @@ def test_the_store_default_is_recorded_in_the_marker_and_followed_by_a_later_ope
     assert json.loads((tmp_path / "f" / "fsjobstore.json").read_text())["retain"] is None
 
 
-@pytest.mark.parametrize("bad", [-1, "7d", "Forever", float("nan"), True, [], 1e12])
+@pytest.mark.parametrize("bad", [-1, "7x", "7D", "for ever", float("nan"), True, [], 1e12])
 def test_bad_retain_values_give_invalid_request_naming_retain(tmp_path: Path, bad: Any) -> None:
     with pytest.raises(InvalidRequest, match="retain"):
         JobStore(tmp_path / "s", retain=bad)
@@ -353,6 +353,25 @@ def test_a_job_kept_0_seconds_is_removed_by_the_commit_that_makes_it_final_unles
             store.recover(deep=False)  # then retention removes it (this pass, or its thread's)
             time.sleep(0.05)
         assert _finished(root) == [] and os.listdir(root / "jobs" / "fulfilled") == []
+
+
+def test_a_cancel_that_ends_a_job_kept_0_seconds_returns_it_cancelled_and_counts_it(tmp_path: Path) -> None:
+    """The cancel's own commit removes the job (kept 0 s): the caller still hears what it did."""
+    with JobStore(tmp_path / "s", durable=False, retain=0) as store:
+        waiting = store.create({"n": 1}, queue="q")
+        later = store.create({"n": 2}, queue="q", delay=3600, retain=0)
+        heard = store.create({"n": 3}, queue="q")
+        store.queue(heard.id, {"to": "someone"})
+        for job in (waiting, later):
+            ended = store.cancel(job.id, reason="withdrawn")
+            assert (ended.id, ended.state, ended.error, ended.queue) == (job.id, JobState.CANCELLED,
+                                                                         "cancelled: withdrawn", "q")
+            assert ended.finished_at is not None and ended.request == job.request
+            with pytest.raises(JobNotFound):
+                store.get(job.id)  # removed by the cancel itself
+        kept = store.cancel(heard.id)
+        assert kept.state is JobState.CANCELLED and kept.waiting == ({"to": "someone"},)  # kept for its target
+        assert store.counters().queues["q"].cancelled == 3
 
 
 def test_a_retention_pass_looks_only_at_new_entries_of_a_changing_bucket_until_something_is_due(

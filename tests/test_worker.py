@@ -104,6 +104,17 @@ def test_a_stop_past_the_grace_gives_the_running_job_back_without_counting_an_at
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_job_given_back_at_a_stop_no_longer_shows_the_progress_of_that_try(fast: JobStore, mode: str) -> None:
+    job = fast.create({}, queue="careful")
+    worker = Worker(fast, {"careful": tasks.careful}, mode=mode, grace=0.5)
+    threading.Timer(1.0, worker.stop).start()
+    summary = worker.run()
+    assert summary.given_back == 1
+    got = fast.get(job.id)
+    assert got.state is JobState.PENDING and got.attempts == 0 and got.progress is None
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_handler_past_its_time_limit_fails_that_attempt_and_the_job_is_retried(fast: JobStore, mode: str) -> None:
     job = fast.create({}, queue="hang", timeout=0.5, max_attempts=2)
     started = time.monotonic()

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, NoReturn
 
-from .. import JobStore, StoreNotFound
+from .. import InvalidRequest, JobStore, StoreNotFound, parse_duration
 from . import INTERRUPTED as INTERRUPTED  # 130: kept where main() reads it without importing this module
 
 ENV_DIR = "FSJOBSTORE_DIR"
@@ -95,46 +95,24 @@ def moment(text: str) -> float | datetime:
     return when
 
 
-DURATION_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400, "w": 604_800}
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhdw]?)")
-
-
 def duration(text: str) -> float:
-    """``--older-than``: ``90s``, ``15m``, ``12h``, ``7d``, ``2w``, or plain seconds (``3600``,
-    ``1.5h``); anything else is a usage error that argparse prefixes with the option's name."""
-    # Units are lower-case only: "1M" read as a minute purged what a user meaning a month
-    # wanted kept (a new-user trial, 2026-11-25); a capital is refused, with the units named.
-    found = _DURATION.fullmatch(text.strip())
-    if found is None and _DURATION.fullmatch(text.strip().lower()):
-        if "M" in text:  # never suggest minutes to someone who may mean months
-            raise UpperCaseUnit(f"units are lower-case s, m, h, d, w, and m is minutes: there is no month unit, "
-                                f"got {text!r}")
-        raise UpperCaseUnit(f"units are lower-case s, m, h, d, w: did you mean {text.strip().lower()!r}?")
-    seconds = float(found[1]) * DURATION_UNITS[found[2] or "s"] if found else math.nan
-    if not math.isfinite(seconds) or seconds > SECONDS_MAX:
-        raise argparse.ArgumentTypeError(
-            f"must be a duration such as 90s, 15m, 12h, 7d, 2w or plain seconds (at most {SECONDS_MAX} s), "
-            f"got {text!r}")
-    return seconds
-
-
-class UpperCaseUnit(argparse.ArgumentTypeError):
-    """A duration whose unit is a capital: said as such by --older-than and --retain alike."""
+    """``--older-than``: a duration as the store reads every one (``parse_duration``: ``90s``,
+    ``15m``, ``1h30m``, ``7d``, ``2w``, plain seconds); anything else is a usage error that
+    argparse prefixes with the option's name."""
+    try:
+        return parse_duration(text)
+    except InvalidRequest as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def retention(text: str) -> float | str:
-    """``--retain``: how long finished jobs are kept, as :func:`duration` takes it (``0``: removed
-    as soon as they are final), or ``forever``; returned as ``JobStore``/``create`` take it."""
-    if text.strip().lower() == "forever":
-        return "forever"
+    """``--retain``: how long finished jobs are kept, a duration (``0``: removed as soon as they
+    are final) or ``forever``; returned as ``JobStore``/``create`` take it."""
     try:
-        return duration(text)
-    except UpperCaseUnit:
-        raise
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(
-            f"must be forever, 0 (remove at once) or a duration such as 90s, 15m, 12h, 7d, 2w or plain seconds "
-            f"(at most {SECONDS_MAX} s), got {text!r}") from None
+        seconds = parse_duration(text, forever=True)
+    except InvalidRequest as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return "forever" if math.isinf(seconds) else seconds
 
 
 def kept(seconds: float) -> str:
