@@ -20,7 +20,7 @@ def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None)
 
 def test_create_get_fulfill_and_stats_from_the_shell(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
-    made = cli("create", root, '{"n": 1}', "--queue", "q", "--priority", "-2")
+    made = cli("create", root, '{"n": 1}', "--queue", "q", "--priority", "-2", "--init")
     assert made.returncode == 0, made.stderr
     job_id = made.stdout.strip()
     assert cli("queue", root, job_id, '"http://x"').returncode == 0
@@ -40,7 +40,7 @@ def test_errors_are_one_line_and_exit_with_their_documented_code(tmp_path: Path)
     root = str(tmp_path / "s")
     assert cli("init", root).returncode == 0
     missing = cli("get", root, "nope")
-    assert missing.returncode == 3 and missing.stderr.startswith("fsjobstore: JobNotFound: ")
+    assert missing.returncode == 3 and missing.stderr.startswith("fsjobstore get: JobNotFound: ")
     bad = cli("create", root, "{not json")
     assert bad.returncode == 2 and "the request is not JSON" in bad.stderr
     job_id = cli("create", root, "1", "--id", "inv-1").stdout.strip()
@@ -68,7 +68,7 @@ def test_read_commands_never_make_a_store(tmp_path: Path) -> None:
     busy = tmp_path / "project"
     busy.mkdir()
     (busy / "notes.txt").write_text("mine")
-    refused = cli("create", str(busy), "1")  # it would make a store: refused, as init is
+    refused = cli("create", str(busy), "1", "--init")  # it would make a store: refused, as init is
     assert refused.returncode == 4 and "is not empty and holds no fsjobstore.json" in refused.stderr
     assert sorted(os.listdir(busy)) == ["notes.txt"]
     read = cli("stats", str(busy))
@@ -200,12 +200,43 @@ def test_get_shows_a_failing_delivery_and_its_error(tmp_path: Path) -> None:
     assert doc["delivery_attempts"] == 1 and doc["delivery_error"] == "SMTPServerDisconnected: smtp down"
 
 
-def test_create_says_when_it_made_the_store_so_a_typo_in_dir_shows(tmp_path: Path) -> None:
-    root = str(tmp_path / "s")
-    first = cli("create", root, '{"n": 1}')
+def test_create_refuses_a_missing_store_naming_it_so_a_typo_in_dir_starts_nothing(tmp_path: Path) -> None:
+    root = str(tmp_path / "typo" / "s")
+    typo = cli("create", root, '{"n": 1}')
+    assert typo.returncode == 3 and f"no store at {root}" in typo.stderr and "fsjobstore init" in typo.stderr
+    assert "--init" in typo.stderr and not (tmp_path / "typo").exists()
+    first = cli("create", root, '{"n": 1}', "--init")
     assert first.returncode == 0 and first.stderr == f"fsjobstore: made a new store at {root}\n"
-    second = cli("create", root, '{"n": 2}')
+    second = cli("create", root, '{"n": 2}', "--init")
     assert second.returncode == 0 and second.stderr == "" and len(second.stdout.strip()) == 32
+
+
+def test_a_create_refused_with_init_leaves_no_store_behind(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for root, extra, code in ((tmp_path / "a" / "b", ["--queue", "bad queue"], 2),
+                              (tmp_path / "c", ["--after", "0" * 32], 3),
+                              (tmp_path / "d" / "e", ["--id", "bad id"], 2),  # refused by the store it made
+                              (empty, ["--unique-key", ""], 2),
+                              (tmp_path / "f", ["--notify", "1"] * 101, 2)):
+        done = cli("create", str(root), '{"a": 1}', "--init", *extra)
+        assert done.returncode == code and "Traceback" not in done.stderr, (extra, done.stderr)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"], (extra, done.stderr)
+        assert list(empty.iterdir()) == []
+
+
+def test_init_refuses_a_store_among_another_stores_directories_and_warns_in_its_root(tmp_path: Path) -> None:
+    outer = tmp_path / "s"
+    assert cli("init", str(outer)).returncode == 0
+    before, jobs_before = sorted(os.listdir(outer)), sorted(os.listdir(outer / "jobs"))
+    for inside in (outer / "jobs" / "x", outer / "jobs", outer / "tmp" / "a" / "b"):
+        done = cli("init", str(inside))
+        assert done.returncode == 4 and f"inside the store at {outer}" in done.stderr, done.stderr
+    made = cli("create", str(outer / "jobs" / "y"), "1", "--init")
+    assert made.returncode == 4 and f"inside the store at {outer}" in made.stderr
+    assert sorted(os.listdir(outer)) == before and sorted(os.listdir(outer / "jobs")) == jobs_before
+    nested = cli("init", str(outer / "sub"))
+    assert nested.returncode == 0 and "WARNING" in nested.stderr and f"root of the store at {outer}" in nested.stderr
 
 
 # == `fsjobstore get`: how a job is shown (the store helper's block, issue 19) ======================
@@ -286,7 +317,7 @@ def test_get_tells_a_fulfilled_jobs_error_as_its_earlier_attempts(tmp_path: Path
 
 def test_pausing_a_queue_with_no_jobs_says_so(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
-    assert cli("create", root, "{}", "--queue", "alpha").returncode == 0
+    assert cli("create", root, "{}", "--queue", "alpha", "--init").returncode == 0
     typo = cli("pause", root, "alpah")
     assert typo.returncode == 0 and typo.stdout == (
         "queue alpah paused (no such queue in this store yet: jobs created in it will wait)\n")

@@ -360,7 +360,7 @@ def test_every_error_the_arguments_cause_has_the_usage_line_and_names_the_comman
 def test_create_run_at_takes_an_aware_iso_time_or_epoch_seconds_and_refuses_a_naive_one(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
     later = datetime(2100, 1, 1, tzinfo=UTC).timestamp()
-    iso = json.loads(cli("create", root, "1", "--run-at", "2100-01-01T01:00:00+01:00", "--json").stdout)
+    iso = json.loads(cli("create", root, "1", "--run-at", "2100-01-01T01:00:00+01:00", "--json", "--init").stdout)
     assert iso["state"] == "scheduled" and iso["run_at"] == later
     utc = json.loads(cli("create", root, "2", "--run-at", "2100-01-01T00:00:00Z", "--json").stdout)
     epoch = json.loads(cli("create", root, "3", "--run-at", str(int(later)), "--json").stdout)

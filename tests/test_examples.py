@@ -39,7 +39,7 @@ def fsjobstore(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_example_worker_module_runs_under_the_cli_with_progress_failures_and_reports(tmp_path: Path) -> None:
     root, data = str(tmp_path / "jobs"), tmp_path / "data.bin"
     data.write_bytes(b"x" * 3_000_000)
-    ok = fsjobstore("create", root, json.dumps({"path": str(data)}), "--queue", "digest").stdout.strip()
+    ok = fsjobstore("create", root, json.dumps({"path": str(data)}), "--queue", "digest", "--init").stdout.strip()
     missing = fsjobstore("create", root, json.dumps({"path": str(tmp_path / "nope")}), "--queue", "digest",
                          "--max-attempts", "1").stdout.strip()
     report = fsjobstore("create", root, json.dumps({"paths": [str(data)]}), "--queue", "report").stdout.strip()
@@ -58,7 +58,7 @@ def test_the_cron_notifier_delivers_due_notifications_and_keeps_failures(tmp_pat
     root = str(tmp_path / "s")
     good, bad = tmp_path / "good.jsonl", tmp_path / "no-such-dir" / "x.jsonl"
     made = fsjobstore("create", root, '"x"', "--notify", json.dumps({"file": str(good)}),
-                      "--notify", json.dumps({"file": str(bad)}))
+                      "--notify", json.dumps({"file": str(bad)}), "--init")
     assert made.returncode == 0, made.stderr
     job_id = made.stdout.strip()
     with JobStore(root) as store:

@@ -285,7 +285,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_cli_declares_lists_and_clears_limits(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
-    made = _cli("create", root, '{"a": 1}', "--concurrency-key", "api")
+    made = _cli("create", root, '{"a": 1}', "--concurrency-key", "api", "--init")
     assert made.returncode == 0, made.stderr
     assert _cli("limit", root, "--key", "api", "--concurrency", "3", "--rate", "10/m").returncode == 0
     shown = json.loads(_cli("limits", root, "--json").stdout)

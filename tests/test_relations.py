@@ -264,7 +264,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_cli_makes_unique_and_deferred_jobs_and_shows_them(tmp_path: Path) -> None:
     d = str(tmp_path / "s")
-    parent = _cli("create", d, '{"n": 1}').stdout.strip()
+    parent = _cli("create", d, '{"n": 1}', "--init").stdout.strip()
     child = _cli("create", d, '{"n": 2}', "--after", parent, "--unique-key", "k").stdout.strip()
     again = _cli("create", d, '{"n": 3}', "--unique-key", "k")
     assert again.returncode == 0 and again.stdout.strip() == child

@@ -1,9 +1,11 @@
 """The ``fsjobstore`` command: operate a store from the shell or cron.
 
 It is built on fsjobstore's public API only (a test walks its imports). Every error a user can
-cause ends as one line on stderr and a documented exit code, never a traceback; an error of the
-arguments, whoever finds it, reads as argparse's: the command's usage line, then
-``fsjobstore COMMAND: error: ...``, exit 2.
+cause ends as one line on stderr and a documented exit code, never a traceback, in one shape:
+``fsjobstore COMMAND: KIND: message``. KIND is ``error`` for an error of the arguments, whoever
+finds it (after the command's usage line, as argparse's own read; exit 2), ``refused`` for what
+the command itself declines, and otherwise the exception's name (``JobNotFound``,
+``InvalidState``, ``StorageError``), so a script can match it.
 """
 
 from __future__ import annotations
@@ -80,11 +82,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return INTERRUPTED
 
 
+# The commands that run the user's handlers or delivery code: what that code prints is its own
+# (colours included), so their streams are left as they are; their own lines are log records,
+# which the log formatter escapes. Every other command's output goes through SafeText.
+_RUNS_USER_CODE = frozenset({"worker", "notify", "scheduler", "web"})
+
+
 def _main(argv: Sequence[str] | None) -> int:
+    import contextlib
     import logging
     import os
 
     from ._args import OK, REFUSED, USAGE, Refused, UsageError, bind
+    from ._terminal import SafeText, log_to_terminal, printable
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -93,7 +103,7 @@ def _main(argv: Sequence[str] | None) -> int:
         sub.error(f"unrecognized arguments: {' '.join(extra)}")
     bind(args, sub)
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.WARNING, format="fsjobstore: %(levelname)s: %(message)s")
+        log_to_terminal(logging.WARNING, "fsjobstore: %(levelname)s: %(message)s")
     if args.command == "verify" and signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN,
                                                                               signal.default_int_handler):
         # fsjobstore's import ends a Ctrl-C at once (fsjobstore/__init__.py says why), and it stays
@@ -103,7 +113,11 @@ def _main(argv: Sequence[str] | None) -> int:
         # its scratch files on the way out, so for it Ctrl-C is a KeyboardInterrupt again.
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        code: int = args.run_command(args)
+        if args.command in _RUNS_USER_CODE:
+            code: int = args.run_command(args)
+        else:
+            with contextlib.redirect_stdout(SafeText(sys.stdout)), contextlib.redirect_stderr(SafeText(sys.stderr)):
+                code = args.run_command(args)
         return code
     except BrokenPipeError:
         # The reader went away (`fsjobstore get ... --json | head -1`): nothing is wrong with
@@ -112,7 +126,7 @@ def _main(argv: Sequence[str] | None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return OK
     except Refused as exc:
-        print(f"fsjobstore {args.command}: refused: {exc}", file=sys.stderr)
+        print(f"fsjobstore {args.command}: refused: {printable(str(exc))}", file=sys.stderr)
         return REFUSED
     except Exception as exc:  # every other error: one line, and its exit code
         code = USAGE if isinstance(exc, UsageError) else exit_code(exc)
@@ -120,9 +134,9 @@ def _main(argv: Sequence[str] | None) -> int:
             # What the arguments caused (a bad queue name, a weaker durability, a handler module
             # that cannot be imported) reads as argparse's own errors do, whoever found it.
             sub.print_usage(sys.stderr)
-            print(f"fsjobstore {args.command}: error: {_as_typed(sub, str(exc))}", file=sys.stderr)
+            print(f"fsjobstore {args.command}: error: {printable(_as_typed(sub, str(exc)))}", file=sys.stderr)
         else:
-            print(f"fsjobstore: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print(f"fsjobstore {args.command}: {type(exc).__name__}: {printable(str(exc))}", file=sys.stderr)
         logging.getLogger("fsjobstore").debug("details", exc_info=True)
         return code
 

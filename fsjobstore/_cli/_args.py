@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import re
@@ -223,22 +224,46 @@ def store_options(args: argparse.Namespace) -> dict[str, Any]:
             "lock_takeover": getattr(args, "lock_takeover", None)}
 
 
-def open_store(args: argparse.Namespace, *, create: bool = False, **more: Any) -> JobStore:
-    options = {**store_options(args), **more}
-    try:
-        return JobStore(args.dir, create=False, **options)
-    except StoreNotFound:
-        if not create:
-            raise
-    store = make_store(args.dir, **options)
-    print(f"fsjobstore: made a new store at {store.path}", file=sys.stderr)  # a typo in DIR shows
-    return store
+def open_store(args: argparse.Namespace, **more: Any) -> JobStore:
+    """The store at DIR; a missing one is :class:`StoreNotFound` (exit 3), never made: a typo in
+    DIR must not start a store where no worker looks (``init``, or ``create --init``, makes one)."""
+    return JobStore(args.dir, create=False, **{**store_options(args), **more})
 
 
 def make_store(path: str, **options: Any) -> JobStore:
     """Open the store at ``path``, making it if needed; a file or a directory of other files
-    there is :class:`Refused` (exit 4), not "not found" (3), since the user named it."""
+    there is :class:`Refused` (exit 4), not "not found" (3), since the user named it, and so is
+    a path among another store's own directories. A store made in another's root is made, with
+    a warning: nothing of the outer store's is touched, but the two are easy to confuse."""
+    outer = _enclosing_store(path)
+    if outer is not None:
+        root, inside = outer
+        if inside:
+            raise Refused(f"{path} is inside the store at {root}, among its own directories: "
+                          "choose a path outside it")
+        logging.getLogger("fsjobstore").warning(
+            "%s is made inside the root of the store at %s: two stores in one tree are easy to confuse",
+            path, root)
     try:
         return JobStore(path, create=True, **options)
     except StoreNotFound as exc:
         raise Refused(str(exc)) from None
+
+
+MARKER = "fsjobstore.json"  # what makes a directory a store's root (FORMAT.md, "Files")
+
+
+def _enclosing_store(path: str) -> tuple[str, bool] | None:
+    """The store whose tree ``path`` would be made in, and whether it would be among that
+    store's own entries (deeper than its root, or a name its root holds already) rather than a
+    new name in its root."""
+    here = os.path.abspath(path)
+    parts: list[str] = []
+    while True:
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        parts.insert(0, os.path.basename(here))
+        here = parent
+        if os.path.isfile(os.path.join(here, MARKER)):
+            return here, len(parts) > 1 or os.path.lexists(os.path.join(here, parts[0]))

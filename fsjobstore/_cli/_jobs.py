@@ -5,21 +5,28 @@ and list, purge and status, are in :mod:`._ops` and :mod:`._status`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
+import os
+import shutil
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from .. import (
     MAX_PRIORITY,
+    MAX_TARGETS,
     MIN_PRIORITY,
     Job,
+    JobNotFound,
     JobState,
     JobStore,
     StoreNotFound,
     WaitTimeout,
+    check_queue_name,
     verify,
     verify_across_hosts,
 )
@@ -40,6 +47,7 @@ from ._args import (
     open_store,
     retain_doc,
     retention,
+    store_options,
     subcommand,
 )
 
@@ -59,7 +67,7 @@ def add(subparsers: Any) -> None:
                         "when it is made, and fixed from then on")
 
     p = subcommand(subparsers, "create", create, positionals=("REQUEST",), reads=True,
-                   help="create a job from a JSON request and print its id (makes the store if DIR is new)",
+                   help="create a job from a JSON request and print its id (--init: make the store if DIR has none)",
                    example="""fsjobstore create ./jobs '{"resize": "cat.png"}' --queue images --priority -1""")
     p.add_argument("--queue", default="default", help="the job's queue (default: default)")
     p.add_argument("--priority", type=number(low=MIN_PRIORITY, high=MAX_PRIORITY, integer=True), default=0,
@@ -87,6 +95,9 @@ def add(subparsers: Any) -> None:
                    help="wait for this job to be fulfilled first (repeat it); the job is deferred until then")
     p.add_argument("--on-parent-failure", choices=("cancel", "run"), default="cancel",
                    help="when a job of --after fails or is cancelled: cancel this one (default) or run it anyway")
+    p.add_argument("--init", action="store_true",
+                   help="make the store if DIR has none, as `fsjobstore init DIR` would (without it, a missing store "
+                        "is an error: a typo in DIR would start a store no worker looks at)")
 
     subcommand(subparsers, "get", get, positionals=("ID",), reads=True,
                help="show one job", example="fsjobstore get ./jobs 18eb1a2579860598667e72977f6424cd --json")
@@ -217,10 +228,58 @@ def _one_id(text: str) -> str:
     return text
 
 
+@contextlib.contextmanager
+def _store_to_create_in(args: argparse.Namespace) -> Iterator[JobStore]:
+    """The store ``create`` puts its job in. A missing one is made only with ``--init`` (a typo
+    in DIR must not start a store no worker looks at), and a create refused there leaves nothing
+    behind: the store it made for the job is removed again, with every directory made for it."""
+    try:
+        with open_store(args) as store:
+            yield store
+        return
+    except StoreNotFound:
+        if not args.init:
+            raise StoreNotFound(f"no store at {args.dir}: make one with `fsjobstore init {args.dir}`, "
+                                "or give create --init") from None
+    check_queue_name(args.queue, "--queue")  # what a new store can refuse without being made
+    if args.after:
+        raise JobNotFound(f"--after {args.after[0]}: no such job (there is no store at {args.dir} yet)")
+    made = _first_missing(args.dir)
+    store = make_store(args.dir, **store_options(args))
+    print(f"fsjobstore: made a new store at {store.path}", file=sys.stderr)
+    try:
+        with store:
+            yield store
+    except BaseException:
+        # RACE: nothing else can hold a job in this store yet: it was made an instant ago by this
+        # command, and its path was given to no one. Only what this command made goes.
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        else:
+            for name in os.listdir(args.dir):
+                entry = os.path.join(args.dir, name)
+                shutil.rmtree(entry, ignore_errors=True) if os.path.isdir(entry) and not os.path.islink(entry) \
+                    else os.unlink(entry)
+        print(f"fsjobstore: removed the new store at {store.path} again: nothing was created", file=sys.stderr)
+        raise
+
+
+def _first_missing(path: str) -> str | None:
+    """The outermost directory of ``path`` that does not exist yet (None: ``path`` exists)."""
+    missing = None
+    here = os.path.abspath(path)
+    while not os.path.lexists(here):
+        missing = here
+        here = os.path.dirname(here)
+    return missing
+
+
 def create(args: argparse.Namespace) -> int:
     request = json_arg(args.request, "request")
     targets = [json_arg(text, "--notify target") for text in args.notify]
-    with open_store(args, create=True) as store:
+    if len(targets) > MAX_TARGETS:  # before the job is made: a job takes at most that many
+        raise UsageError(f"--notify names {len(targets)} targets; a job takes at most {MAX_TARGETS}")
+    with _store_to_create_in(args) as store:
         asked_at = time.time()
         job = store.create(request, queue=args.queue, priority=args.priority, delay=args.delay, run_at=args.run_at,
                            max_attempts=args.max_attempts, job_id=args.job_id, timeout=args.timeout,

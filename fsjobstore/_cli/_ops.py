@@ -16,6 +16,7 @@ from typing import Any
 from .. import InvalidState, Job, JobNotFound, JobState, JobStore
 from . import _screen as screen
 from ._args import ENV_DIR, OK, duration, number, open_store, regex, subcommand
+from ._terminal import json_text
 
 STATES = [s.value for s in JobState]
 PURGEABLE = ["pending", "scheduled", "deferred", "fulfilled", "failed", "cancelled"]
@@ -102,7 +103,7 @@ def list_jobs(args: argparse.Namespace) -> int:
     page = page[: args.limit]
     if args.json:
         for job in page:
-            print(json.dumps(job.to_dict(), ensure_ascii=False))
+            print(json_text(json.dumps(job.to_dict(), ensure_ascii=False)))
     elif page:
         for line in job_table(page, time.time(), screen.room(sys.stdout)):
             print(line)

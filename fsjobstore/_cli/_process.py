@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ._args import MIN_LEASE, OK, SECONDS_MAX, UsageError, no_lock_takeover, number, store_options, subcommand
+from ._terminal import log_to_terminal
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -156,7 +157,7 @@ def _where(exc: BaseException) -> str:
 
 
 def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    log_to_terminal(level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def worker(args: argparse.Namespace) -> int:

@@ -8,10 +8,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import Job, StoreStatistics, WorkerInfo
+from ._terminal import json_text
 
 
 def print_json(doc: Any) -> None:
-    print(json.dumps(doc, indent=2, ensure_ascii=False, sort_keys=False))
+    print(json_text(json.dumps(doc, indent=2, ensure_ascii=False, sort_keys=False)))
 
 
 def when(epoch: float | None) -> str:

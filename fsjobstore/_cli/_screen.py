@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+from ._terminal import control
+
 ELLIPSIS = "…"
 
 
@@ -113,11 +115,13 @@ class Progress:
         if self.drawn and now - self.last < self.every:
             return
         self.last, self.drawn = now, True
-        self.stream.write(f"\r{self.verb} {done:,}...\x1b[K")
+        control(self.stream, "\r")
+        self.stream.write(f"{self.verb} {done:,}...")
+        control(self.stream, "\x1b[K")
         self.stream.flush()
 
     def end(self) -> None:
         if self.drawn:
-            self.stream.write("\r\x1b[K")
+            control(self.stream, "\r\x1b[K")
             self.stream.flush()
             self.drawn = False

@@ -28,6 +28,7 @@ from typing import Any
 from .. import JobStore
 from . import _screen as screen
 from ._args import ENV_DIR, INTERRUPTED, OK, kept, number, open_store, retain_doc, subcommand
+from ._terminal import control, json_text
 
 WINDOWS = (("1m", 60), ("5m", 300), ("15m", 900))
 WALK_CAP = 5_000  # jobs read per state and snapshot, so a busy store's snapshot stays quick
@@ -287,21 +288,24 @@ def status(args: argparse.Namespace) -> int:
             stop.close()
             if tty:
                 with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
-                    sys.stdout.write(SHOW_CURSOR)
+                    control(sys.stdout, SHOW_CURSOR)
                     sys.stdout.flush()
     return stop.code
 
 
 def _show(doc: dict[str, Any], args: argparse.Namespace, *, tty: bool, first: bool) -> None:
     if args.json:
-        print(json.dumps(doc, ensure_ascii=False))
+        print(json_text(json.dumps(doc, ensure_ascii=False)))
     elif tty:
         # Home, each line over the old one (erasing its rest), then erase below: a redraw in
         # place without the flash of a full clear.
         # At most one line fewer than the terminal has: the last line's newline would scroll it,
         # and a frame that scrolls is no longer redrawn in place.
-        body = "".join(line + "\x1b[K\n" for line in render(doc, screen.width(), screen.height() - 1))
-        sys.stdout.write(("\x1b[?25l\x1b[H\x1b[2J" if first else "\x1b[H") + body + "\x1b[J")
+        control(sys.stdout, "\x1b[?25l\x1b[H\x1b[2J" if first else "\x1b[H")
+        for line in render(doc, screen.width(), screen.height() - 1):
+            sys.stdout.write(line)
+            control(sys.stdout, "\x1b[K\n")
+        control(sys.stdout, "\x1b[J")
     else:
         if not first:
             print()

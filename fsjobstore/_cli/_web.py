@@ -21,7 +21,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from ._args import OK, UsageError, number, store_options, subcommand
 from ._process import configure_logging, log_level
-from ._terminal import printable
+from ._terminal import TerminalFormatter, printable
 
 ENV_TOKEN = "FSJOBSTORE_WEB_TOKEN"
 ENV_ALLOWED_HOSTS = "FSJOBSTORE_WEB_ALLOWED_HOSTS"
@@ -153,20 +153,13 @@ class _Renamed(logging.Filter):
         return True
 
 
-class _Formatter(logging.Formatter):
-    """What every log line of ``fsjobstore web`` goes through. A request's path, a job's text or
-    a planted file's name may carry terminal control characters: each is written as a visible
-    escape (``printable``), one record a line. The token in a URL (``/?token=...``, the link
-    the command prints) is replaced by ``[redacted]`` in the access log."""
+class _Formatter(TerminalFormatter):
+    """What every log line of ``fsjobstore web`` goes through: a request's path may carry
+    terminal control characters too (escaped, as every command's lines are), and the token in a
+    URL (``/?token=...``, the link the command prints) is replaced by ``[redacted]``."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        return printable(_TOKEN_IN_URL.sub(r"\1[redacted]", super().formatMessage(record)), newlines=False)
-
-    def formatException(self, ei: Any) -> str:
-        return printable(super().formatException(ei))
-
-    def formatStack(self, stack_info: str) -> str:
-        return printable(super().formatStack(stack_info))
+        return _TOKEN_IN_URL.sub(r"\1[redacted]", super().formatMessage(record))
 
 
 def _own_the_log() -> None:
