@@ -33,7 +33,8 @@ EXIT_CODES = f"""exit codes:
   {USAGE}    bad arguments or input; nothing was changed
   {NOT_FOUND}    not found: no such job, or no store at DIR
   {REFUSED}    refused: the id is taken, the job is in the wrong state, a lease was lost, or
-       init or create was pointed at a file or a directory that holds other files
+       init or create --init was pointed at a file, a directory that holds other files, or
+       a path among another store's own directories
   {TIMED_OUT}    wait: the job did not end within --timeout
   {INTERRUPTED}  interrupted (Ctrl-C); `status --watch`, which Ctrl-C is the way to end, exits 0
 """
