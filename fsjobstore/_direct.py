@@ -219,7 +219,8 @@ class ById:
             entry = self._notifier.read_entry(job_id) if waiting and loc.state.is_final else None
             return record.snapshot(loc.state, waiting, progress=progress, logs=logs, logs_dropped=dropped,
                                    cancel_requested=requested, delivery_attempts=entry.attempts if entry else 0,
-                                   delivery_error=entry.error if entry else None)
+                                   delivery_error=entry.error if entry else None,
+                                   delivery_due_at=entry.not_before if entry else None)
         raise JobNotFound(f"job {job_id!r} kept moving while being read")
 
     # -- helpers ---------------------------------------------------------------------------------

@@ -74,7 +74,9 @@ class Job:
     ``finished_at``. For a final job whose ``waiting`` targets have not all been delivered to,
     ``delivery_attempts`` counts the deliveries that left targets waiting (they are retried with
     backoff, without limit, until a notifier delivers or ``unqueue`` removes them) and
-    ``delivery_error`` is the last one's error. ``attempt_errors`` lists how each failed
+    ``delivery_error`` is the last one's error; ``delivery_due_at`` is when the next delivery is
+    due (epoch seconds: now or past once due, later while a failed one's backoff runs).
+    ``attempt_errors`` lists how each failed
     attempt of the job's current life ended (oldest first; the last 10, each cut to 4 KiB), as
     RQ's and Celery's per-execution results would: a retried job shows every attempt's error,
     not only the last (which ``error`` also holds, whole). A life ended by ``retry`` keeps only
@@ -102,6 +104,7 @@ class Job:
     cancel_requested: bool = False  # a running job that was asked to stop
     delivery_attempts: int = 0  # final, targets waiting: deliveries so far that left them waiting
     delivery_error: str | None = None  # ... and the last one's error
+    delivery_due_at: float | None = None  # ... and when its next delivery is due (epoch seconds)
     attempt_errors: tuple[AttemptError, ...] = field(default=())  # each failed attempt's, oldest first
     unique_key: str | None = None  # create(unique_key=...): no two jobs that are not final share it
     after: tuple[str, ...] = field(default=())  # create(after=...): the jobs it waits for

@@ -43,6 +43,7 @@ from ._layout import (
     ACTIVE_RE,
     BUCKET_RE,
     DEFERRED_RE,
+    FINAL_RE,
     FINISHED_RE,
     PENDING_RE,
     QUEUE_RE,
@@ -335,3 +336,7 @@ def drop_if_stale(core: Core, entry: str, fin: int) -> None:
     if core.wall() - fin / 1e6 > STALE_AFTER:
         fs.unlink_quietly(entry)
 
+
+def notified(core: Core) -> list[str]:
+    """The ids of the final jobs with targets waiting (``jobs/notify/``), in no order."""
+    return [m.group("id") for name in fs.scan_names(core.layout.notify) if (m := FINAL_RE.match(name))]

@@ -19,7 +19,8 @@ from ._errors import StorageError
 
 # What a read-only store does: the calls that only read. Each runs with every call that would
 # change the store refused (_syscalls.reading_only); every other public method is refused whole.
-_READS = frozenset({"cancel_requested", "counters", "get", "get_group", "jobs", "limits", "paused", "schedules",
+_READS = frozenset({"cancel_requested", "counters", "get", "get_group", "jobs", "limits", "notifications", "paused",
+                    "schedules",
                     "statistics", "subscriptions", "wait", "wait_group", "wakeups", "workers"})
 
 

@@ -39,12 +39,13 @@ from ._counters import Counters
 from ._create import new_record, publish_new
 from ._deps import Deps
 from ._direct import ById
-from ._errors import InvalidRequest, WaitTimeout
-from ._fanout import Subscriptions, check_queues
+from ._errors import CorruptJob, InvalidRequest, JobNotFound, WaitTimeout
+from ._fanout import Subscriptions, check_queues, matches
 from ._heart import Heart
 from ._job import Job, JobState
 from ._layout import Layout
 from ._leases import NotificationLease, OnCompromised, WorkLease
+from ._listing import notified
 from ._notify import Notifier
 from ._opening import open_skeleton
 from ._operating import Operating
@@ -426,6 +427,24 @@ class JobStore(Operating, Relations):
         self._check_open()
         names = check_queues(queues)
         return self._waiting.pull(lambda: self._notifier.claim(names, on_compromised), timeout)
+
+    def notifications(self, *, queues: str | Sequence[str] | None = None) -> list[Job]:
+        """Snapshots (as :meth:`get` makes them) of the final jobs whose targets wait for a
+        notifier, the soonest due first: ``delivery_due_at`` says when each is next due, and
+        ``delivery_attempts`` / ``delivery_error`` why one waits for a backoff. ``queues`` as
+        for :meth:`pull_notification`. It reads every waiting job: an operator's call."""
+        self._check_open()
+        names = check_queues(queues)
+        found = []
+        for job_id in notified(self._core):
+            try:
+                job = self.get(job_id)
+            except (JobNotFound, CorruptJob):  # delivered and gone, or moved aside, meanwhile
+                continue
+            wanted = names is None or any(matches(n, job.queue) for n in names)
+            if wanted and job.waiting and job.delivery_due_at is not None:
+                found.append(job)
+        return sorted(found, key=lambda j: (j.delivery_due_at, j.id))
 
     def wakeups(self, kind: str = "work") -> Wakeups:
         """What an event loop waits on instead of a blocked thread (``fsjobstore.aio`` uses it):

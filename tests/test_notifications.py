@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from conftest import FakeWall, in_background
@@ -262,3 +267,29 @@ def test_releasing_a_notification_hands_it_back_untouched(open_store: Callable[.
     again.release()
     snapshot = s.get(job_id)
     assert (snapshot.delivery_attempts, snapshot.delivery_error) == (0, None)
+
+
+def test_a_burst_notifier_says_what_waits_for_its_backoff_and_for_how_long(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    with JobStore(root, backoff=lambda attempt: 600.0) as store:
+        job = store.create({"n": 1}, queue="mail")
+        store.queue(job.id, {"to": "x"})
+        lease = store.pull_work()
+        assert lease is not None
+        lease.fulfill("ok")
+        note = store.pull_notification()
+        assert note is not None
+        note.done([], error="smtp down")  # the target stays, due again in 600 s
+        waiting = store.notifications()
+        assert [j.id for j in waiting] == [job.id] and waiting[0].delivery_error == "smtp down"
+        assert waiting[0].delivery_due_at is not None and 590 < waiting[0].delivery_due_at - time.time() <= 600
+        assert store.notifications(queues="other-*") == []
+    (tmp_path / "deliver_mod.py").write_text("def deliver(target, note):\n    pass\n")
+    ran = subprocess.run([sys.executable, "-m", "fsjobstore", "notify", root, "--handler", "deliver_mod:deliver",
+                          "--burst"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert f"1 notification(s) wait for a later delivery; the next, job {job.id} (queue mail), is due in" in ran.stderr
+    assert "after 1 failed delivery(ies): smtp down" in ran.stderr
+    shown = subprocess.run([sys.executable, "-m", "fsjobstore", "get", root, job.id], capture_output=True, text=True,
+                           timeout=60)
+    assert re.search(r"^next delivery +in \d+ s", shown.stdout, re.M), shown.stdout

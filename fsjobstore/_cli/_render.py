@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -68,6 +69,7 @@ def print_job(job: Job) -> None:
         ("waiting", ", ".join(json.dumps(t, ensure_ascii=False) for t in job.waiting) or None),
         ("delivery", f"{job.delivery_attempts} failed attempt(s), retried with backoff; last error: "
                      f"{job.delivery_error}" if job.delivery_attempts else None),
+        ("next delivery", _due(job.delivery_due_at) if job.waiting and job.delivery_due_at is not None else None),
         ("history", f"{len(job.history)} earlier life(s): see --json" if job.history else None),
         ("cancel", "requested" if job.cancel_requested else None),
         ("progress", None if job.progress is None else _progress(job)),
@@ -77,6 +79,11 @@ def print_job(job: Job) -> None:
 
 
 LOG_LINES = 10  # the last lines shown; --json has them all
+
+
+def _due(at: float) -> str:
+    wait = at - time.time()
+    return "due now" if wait <= 0 else f"in {wait:.0f} s ({when(at)})"
 
 
 def _attempts(job: Job) -> str:

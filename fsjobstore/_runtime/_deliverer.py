@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
@@ -57,21 +58,31 @@ class Deliverer:
         self._stop.clear()
         with self._signals():
             delivered, failed = self._loop(burst, poll)
-        if burst and not delivered and not failed and self.queues is not None:
-            self._say_what_was_left()
+        if burst:
+            self._say_what_was_left(tried_now=delivered + failed)
         return delivered, failed
 
-    def _say_what_was_left(self) -> None:
-        """A burst filtered by queue that found nothing, while notifications wait: say so, as a
-        burst worker does, or a mistyped pattern reads as nothing to deliver (a new user's trial:
-        ``--queue 'mial-*'`` said "delivered 0" with 3 waiting)."""
+    def _say_what_was_left(self, tried_now: int) -> None:
+        """A burst ends once nothing is due; notifications may still wait: in a backoff after a
+        failed delivery (tried again when it runs out), or of queues this notifier does not
+        take. Say which and for how long, or "delivered 0" reads as nothing to deliver (a new
+        user's trials: a notification in its backoff, and a mistyped ``--queue 'mial-*'``)."""
         try:
-            waiting = self.store.statistics().notifications
+            ours = self.store.notifications(queues=self.queues)
+            others = self.store.statistics().notifications - len(ours) if self.queues is not None else 0
         except JobStoreError:
             return
-        if waiting:
-            log.warning("no notification of queue(s) %s was due; %d notification(s) wait (of other queues, "
-                        "or in a backoff)", ", ".join(self.queues or ()), waiting)
+        if ours:
+            now = time.time()
+            first = ours[0]
+            due = first.delivery_due_at or now
+            why = (f"after {first.delivery_attempts} failed delivery(ies): {first.delivery_error}"
+                   if first.delivery_attempts else "queued since this run looked")
+            log.warning("%d notification(s) wait for a later delivery; the next, job %s (queue %s), is due in %.0f s, "
+                        "%s", len(ours), first.id, first.queue, max(0.0, due - now), why)
+        if others > 0 and not tried_now:
+            log.warning("no notification of queue(s) %s was due; %d notification(s) wait, of other queues",
+                        ", ".join(self.queues or ()), others)
 
     def _loop(self, burst: bool, poll: float) -> tuple[int, int]:
         delivered = failed = 0

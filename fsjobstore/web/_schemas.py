@@ -137,6 +137,7 @@ class JobOut(BaseModel):
     cancel_requested: bool
     delivery_attempts: int
     delivery_error: str | None
+    delivery_due_at: float | None
     attempt_errors: list[AttemptErrorOut]
     unique_key: str | None
     after: list[str]
