@@ -48,6 +48,7 @@ def fill(root: Path, *, pending: int = 0, failed: int = 0, fulfilled: int = 0, q
                 lease.fail("boom", retry=False)
             else:
                 lease.fulfill(n)
+            store.count(queue, "failed" if n < failed else "fulfilled", 0.01)  # as the worker runtime counts
         for n in range(pending):
             ids.append(store.create({"n": n, "what": "waiting"}, queue=queue).id)
     return ids
@@ -338,36 +339,40 @@ def test_status_watch_in_a_narrow_terminal_redraws_in_place_and_stops_cleanly_on
     assert terminal.rstrip().endswith("\x1b[?25h")  # the cursor is given back
 
 
-def test_status_past_its_read_cap_shows_an_unsampled_queues_rate_as_unknown_not_as_idle(
+def test_status_rates_are_events_so_retrying_or_purging_failed_jobs_does_not_rewrite_the_past(tmp_path: Path) -> None:
+    from fsjobstore._cli import _status
+
+    root = tmp_path / "s"
+    fill(root, failed=2, fulfilled=1, queue="mail")
+    with JobStore(root) as store:
+        before = _status.snapshot(store)
+        assert before["per_minute"]["failed"]["5m"] == 0.4 and before["queues"]["mail"]["failed_per_minute_5m"] == 0.4
+        for job in list(store.jobs(state="failed", limit=None)):
+            store.retry(job.id)
+        store.purge(states="fulfilled")
+        after = _status.snapshot(store)
+    assert after["failed"] == 0 and after["fulfilled"] == 0  # the jobs moved on, or are gone
+    assert after["per_minute"] == before["per_minute"]  # what happened in the last minutes did not change
+    assert after["queues"]["mail"]["failed_per_minute_5m"] == 0.4
+
+
+def test_status_past_its_read_cap_shows_an_unsampled_queues_active_count_as_unknown(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fsjobstore._cli import _status
 
     root = tmp_path / "s"
-    fill(root, fulfilled=1, pending=1, queue="quiet")  # finished first: the walk, newest first, reads it last
-    fill(root, fulfilled=3, queue="busy")
-    monkeypatch.setattr(_status, "WALK_CAP", 2)
     with JobStore(root) as store:
+        for q in ("quiet", "busy", "busy", "busy"):
+            store.create({"q": q}, queue=q, delay=3600)
+        monkeypatch.setattr(_status, "WALK_CAP", 2)
         doc = _status.snapshot(store)
-    assert doc["capped"] == ["fulfilled"]
-    assert doc["queues"]["quiet"]["fulfilled_per_minute_5m"] is None  # unknown: none of its jobs was read
-    assert doc["queues"]["busy"]["fulfilled_per_minute_5m"] == 0.4  # 2 read over 5 minutes: at least that
-    assert doc["queues"]["quiet"]["failed_per_minute_5m"] == 0  # failed was not capped: exact
-    text = _status.render(doc, 80)
-    assert re.search(r"^quiet +1 +0 +0 +\? +0\.0$", "\n".join(text), re.M), text
-    assert re.search(r"^busy +0 +0 +0 +0\.4\+ +0\.0$", "\n".join(text), re.M), text
-    assert [line for line in text if "lower bounds" in line] == [
-        "(read at most 2 jobs per state: figures with + are lower bounds, ? unknown)"]
-    assert doc["capped_windows"] == {"fulfilled": ["1m", "5m", "15m"]}  # the cut job is in all three
-    # A walk cut by a job older than a window read that window whole: its rate is exact, no "+".
-    older = dict(doc, capped_windows={"fulfilled": ["15m"]})
-    [row] = [line for line in _status.render(older, 80) if line.startswith("fulfilled")]
-    assert row.split()[1:3] == [f"{doc['per_minute']['fulfilled']['1m']:.1f}",
-                                f"{doc['per_minute']['fulfilled']['5m']:.1f}"] and row.endswith("+"), row
-    monkeypatch.setattr(_status, "WALK_CAP", 10)
-    with JobStore(root) as store:
+        assert doc["capped"] == ["scheduled"]
+        text = "\n".join(_status.render(doc, 80))
+        assert "(read at most 2 active or scheduled jobs" in text
+        monkeypatch.setattr(_status, "WALK_CAP", 10)
         whole = _status.snapshot(store)
-    assert whole["capped"] == [] and whole["queues"]["quiet"]["fulfilled_per_minute_5m"] == 0.2
-    assert not any("lower bounds" in line for line in _status.render(whole, 80))
+    assert whole["capped"] == [] and whole["queues"]["busy"]["scheduled"] == 3
+    assert whole["queues"]["quiet"]["scheduled"] == 1
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])

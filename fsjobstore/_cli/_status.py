@@ -1,13 +1,13 @@
 """``fsjobstore status``: a store at a glance (counts per queue, recent rates, oldest pending job,
 paused queues, live workers), once or redrawn every ``--interval`` seconds with ``--watch``.
 
-Rates are counted from the finished jobs themselves (``store.jobs(state=...)``, newest first,
-stopping at the first one finished before the widest window), not from the difference of two
-samples: the first snapshot already has them, ``--watch`` and a single ``status`` agree, and
-retention removing old jobs between two samples cannot make a rate negative. The walk is bounded
-(:data:`WALK_CAP` jobs per state and snapshot): beyond it a rate is a lower bound, shown with
-``+``, and a queue none of whose jobs was read has an unknown rate (``?``, JSON null), not 0.
-Jobs removed as soon as they finish (``retain=0``) are not counted."""
+Rates come from the store's counters (``store.counters()``, what ``/metrics`` exports): events
+counted as attempts ended, per minute and queue, not jobs found in a state. So retrying failed
+jobs, purging or retention removing finished ones cannot change a rate in the past, jobs kept 0 s
+are counted, and the first snapshot already has them. The counters hold whole minutes: a window
+counts the current minute whole and the minutes before it in proportion to their part in it.
+Active and scheduled jobs per queue are read from the jobs, at most :data:`WALK_CAP` per state
+and snapshot: beyond it a queue's figure is a lower bound (``+``) or unknown (``?``, JSON null)."""
 
 from __future__ import annotations
 
@@ -39,9 +39,10 @@ STATUS_HELP = """\
 Per queue: PEND(ing), SCHED(uled), DEFER(red: shown once a job waits for others), ACT(ive) jobs, and
 the jobs fulfilled (OK) and failed (FAIL) per minute over the last 5 minutes; above them, the
 store's totals per state, the oldest pending job's age, paused queues, the live workers, and
-fulfilled/failed per minute over the last 1, 5 and 15 minutes (counted from the finished jobs, at
-most {cap:,} per state: a rate shown with + is at least that; ? for a queue none of whose jobs was
-among those read). The text fits the terminal's width.
+fulfilled/failed per minute over the last 1, 5 and 15 minutes (from the store's counters, as
+/metrics: attempts that ended so, counted by the worker runtime and by `fulfill`/`cancel` by id).
+Active and scheduled jobs are read, at most {cap:,} per state: a count shown with + is at least
+that, ? unknown. The text fits the terminal's width.
 
 --watch redraws in place on a terminal (like `rq info --interval`); piped, it prints one snapshot
 per interval, separated by a blank line (with --json: one JSON line per snapshot). Ctrl-C stops
@@ -79,37 +80,26 @@ def snapshot(store: JobStore) -> dict[str, Any]:
                 capped.append(state)
                 break
             queues[job.queue][state] += 1
-    recent: dict[str, dict[str, int]] = {}
-    cut: dict[str, list[str]] = {}  # per final state: the windows whose rate is a lower bound
+    counters = store.counters()
+    recent = {state: {name: _in_window(counters.throughput(minutes=width // 60 + 1, now=now), col, width, now)
+                      for name, width in WINDOWS}
+              for col, state in ((1, "fulfilled"), (2, "failed"))}
     unknown: set[str] = set(capped)  # states whose per-queue figures missed some jobs: 0 means "?"
-    for state in ("fulfilled", "failed"):
-        counts = dict.fromkeys((w for w, _ in WINDOWS), 0)
-        for seen, job in enumerate(store.jobs(state=state, limit=None), 1):  # newest first
-            if job.finished_at is None or job.finished_at < now - WINDOWS[-1][1]:
-                break
-            if seen > WALK_CAP:
-                capped.append(state)
-                # Only the windows this job falls in were cut short: a wider walk could find more
-                # of theirs; the others were read whole, so their rates are exact.
-                cut[state] = [name for name, width in WINDOWS if job.finished_at >= now - width]
-                if job.finished_at >= now - seconds[QUEUE_WINDOW]:
-                    # The cap was hit inside the queues' window: a queue none of whose jobs was
-                    # read may have finished many (not none), so its rate is unknown, not 0.
-                    unknown.add(state)
-                break
-            for name, width in WINDOWS:
-                if job.finished_at >= now - width:
-                    counts[name] += 1
-                    if name == QUEUE_WINDOW:
-                        queues[job.queue][state] += 1
-        recent[state] = counts
+    width = seconds[QUEUE_WINDOW]
+    rates: dict[str, tuple[float, float]] = {}  # per queue: fulfilled and failed per minute
+    for q in counters.queues:
+        rows = counters.throughput(q, minutes=width // 60 + 1, now=now)
+        done, failed = (round(_in_window(rows, col, width, now) * 60 / width, 2) for col in (1, 2))
+        if done or failed:
+            rates[q] = (done, failed)
+            queues.setdefault(q, Counter())  # a queue that worked in the window is shown
     for q in stats.paused:
         queues.setdefault(q, Counter())  # a paused queue is shown even when it holds nothing
 
-    def per_queue(c: Counter[str], state: str, per_minute: bool = False) -> float | None:
+    def per_queue(c: Counter[str], state: str) -> int | None:
         if c[state] == 0 and state in unknown:
             return None  # no job of this queue was among those read: unknown (JSON null, text "?")
-        return round(c[state] * 60 / seconds[QUEUE_WINDOW], 2) if per_minute else c[state]
+        return c[state]
 
     return {
         "at": now,
@@ -122,13 +112,12 @@ def snapshot(store: JobStore) -> dict[str, Any]:
         "per_minute": {state: {w: round(n * 60 / seconds[w], 2) for w, n in counts.items()}
                        for state, counts in recent.items()},
         "capped": sorted(set(capped)),
-        "capped_windows": cut,
         "walk_cap": WALK_CAP,
         "queues": {q: {"pending": c["pending"], "scheduled": per_queue(c, "scheduled"),
                        "deferred": stats.by_queue.get(q, {}).get("deferred", 0),
                        "active": per_queue(c, "active"),
-                       f"fulfilled_per_minute_{QUEUE_WINDOW}": per_queue(c, "fulfilled", per_minute=True),
-                       f"failed_per_minute_{QUEUE_WINDOW}": per_queue(c, "failed", per_minute=True),
+                       f"fulfilled_per_minute_{QUEUE_WINDOW}": rates.get(q, (0.0, 0.0))[0],
+                       f"failed_per_minute_{QUEUE_WINDOW}": rates.get(q, (0.0, 0.0))[1],
                        "paused": q in stats.paused}
                    for q, c in sorted(queues.items())},
         "workers": [{"name": w.name, "host": w.host, "pid": w.pid, "queues": w.queues, "running": len(w.current),
@@ -157,21 +146,18 @@ def render(doc: dict[str, Any], room: int, height: int | None = None) -> list[st
         lines.append(f"  {w['name']}  {w['running']}/{w['concurrency']}" + ("  paused" if w["paused"] else ""))
     lines.append("")
     capped = set(doc["capped"])
-    cut = doc["capped_windows"]
-    rows = [[state] + [_rate(doc["per_minute"][state][w], w in cut.get(state, ())) for w, _ in WINDOWS]
-            for state in ("fulfilled", "failed")]
+    rows = [[state] + [_rate(doc["per_minute"][state][w]) for w, _ in WINDOWS] for state in ("fulfilled", "failed")]
     lines += screen.table([screen.Column("per minute"), *[screen.Column(w, right=True) for w, _ in WINDOWS]],
                           rows, room)
     if capped:
-        lines.append(f"(read at most {doc['walk_cap']:,} jobs per state: figures with + are lower bounds, "
-                     "? unknown)")
+        lines.append(f"(read at most {doc['walk_cap']:,} active or scheduled jobs: counts with + are lower "
+                     "bounds, ? unknown)")
     if doc["queues"]:
         lines.append("")
         deferring = any(c["deferred"] for c in doc["queues"].values())  # a column only when in use
         rows = [[q, f"{c['pending']:,}", _count(c["scheduled"], "scheduled" in capped),
                  *([f"{c['deferred']:,}"] if deferring else []), _count(c["active"], "active" in capped),
-                 _rate(c[f"fulfilled_per_minute_{QUEUE_WINDOW}"], QUEUE_WINDOW in cut.get("fulfilled", ())),
-                 _rate(c[f"failed_per_minute_{QUEUE_WINDOW}"], QUEUE_WINDOW in cut.get("failed", ())),
+                 _rate(c[f"fulfilled_per_minute_{QUEUE_WINDOW}"]), _rate(c[f"failed_per_minute_{QUEUE_WINDOW}"]),
                  "paused" if c["paused"] else ""]
                 for q, c in doc["queues"].items()]
         columns = [screen.Column("QUEUE", shrink_to=6), screen.Column("PEND", right=True),
@@ -193,9 +179,21 @@ def render(doc: dict[str, Any], room: int, height: int | None = None) -> list[st
     return [screen.fit_line(line, room) for line in lines]
 
 
-def _rate(per_minute: float | None, capped: bool) -> str:
-    """A rate; with ``+``, a lower bound (the walk stopped at its cap); ``?`` when unknown."""
-    return "?" if per_minute is None else f"{per_minute:.1f}" + ("+" if capped else "")
+def _rate(per_minute: float) -> str:
+    return f"{per_minute:.1f}"
+
+
+def _in_window(rows: list[tuple[int, int, int]], column: int, width: int, now: float) -> float:
+    """How many of ``column`` (1: fulfilled, 2: failed) the per-minute ``rows`` (oldest first,
+    the current minute last) hold within the last ``width`` seconds: the current minute whole
+    (all of it is past), each earlier one by the part of it the window covers."""
+    start = now - width
+    total = 0.0
+    for i, row in enumerate(rows):
+        minute, n = row[0], row[column]
+        share = 1.0 if i == len(rows) - 1 else max(0.0, min(minute + 60, now) - max(minute, start)) / 60
+        total += n * share
+    return total
 
 
 def _count(n: int | None, capped: bool) -> str:
