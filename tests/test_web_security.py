@@ -243,3 +243,31 @@ def test_mounted_under_a_prefix_every_link_form_asset_and_redirect_keeps_it(stor
         assert r.status_code == 303 and r.headers["location"].startswith(f"/queue/jobs/{job.id}?"), r.headers
         missing = client.get("/queue/api/jobs/nope")
         assert missing.status_code == 404 and missing.json()["error"] == "JobNotFound"
+
+
+def test_a_pages_banner_says_only_fixed_messages_never_text_from_the_link(store: JobStore) -> None:
+    with web_app(store) as api:
+        for link, shown in (("/?done=paused&q=mail", "Queue mail paused."), ("/?done=purged&n=3", "Purged 3 job(s)."),
+                            ("/jobs?done=created", "Job created.")):
+            page = api.client.get(link).text
+            assert f'<p class="flash" role="status">{shown}</p>' in page, link
+        for link in ("/?done=Your+account+is+locked:+call+555-0100", "/?done=paused&q=not+a+queue!",
+                     "/?done=purged&n=lots", "/?done=paused"):
+            page = api.client.get(link).text
+            assert 'class="flash"' not in page and "555-0100" not in page and "lots" not in page, link
+
+
+def test_a_corrupt_job_files_page_answers_410_saying_it_was_quarantined_without_an_error_log(
+        store: JobStore, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from internals import pending_file
+
+    job = store.create({"n": 1})
+    with open(pending_file(store.path, job.id), "wb") as f:
+        f.write(b'{"format": 3, "id": "planted", "request": [')
+    with web_app(store) as api, caplog.at_level(logging.INFO):
+        page = api.client.get(f"/jobs/{job.id}")
+        assert page.status_code == 410 and "quarantine" in page.text and job.id in page.text, page.text
+        assert api.client.get(f"/jobs/{job.id}").status_code == 404  # moved aside: no such job now
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR], caplog.text

@@ -20,7 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from .. import InvalidRequest, JobNotFound, JobState, JobStore, JobStoreError, ScheduleInfo
+from .. import InvalidRequest, JobNotFound, JobState, JobStore, JobStoreError, ScheduleInfo, check_queue_name
 from ._context import Context, ctx, queue_rows, search_page
 from ._security import CSRF_FIELD, SESSION_COOKIE, same_origin
 from ._views import FILTERS, age, when
@@ -53,7 +53,7 @@ def render(request: Request, template: str, status: int = 200, **values: Any) ->
     c = ctx(request)
     page = env.get_template(template).render(
         request=request, title=c.title, read_only=c.read_only, path=c.store.path,
-        csrf=getattr(request.state, "csrf", ""), csrf_field=CSRF_FIELD, message=request.query_params.get("done"),
+        csrf=getattr(request.state, "csrf", ""), csrf_field=CSRF_FIELD, message=_banner(request),
         base=base_of(request),
         states=STATES, **values)
     return HTMLResponse(page, status_code=status)
@@ -78,9 +78,45 @@ def base_of(request: Request) -> str:
     return root.rstrip("/")
 
 
-def _back(request: Request, to: str, done: str) -> RedirectResponse:
+# What an action's redirect may say at the top of the next page, by code (``?done=<code>``): a
+# link with free text in it would let any page make the dashboard say anything. ``{q}`` is a
+# queue name and ``{n}`` a count, each shown only when it is one.
+BANNERS = {
+    "created": "Job created.",
+    "cancelled": "Job cancelled.",
+    "stop-asked": "The job was asked to stop: it ends cancelled once its worker stops it.",
+    "retried": "The job will run again.",
+    "paused": "Queue {q} paused.",
+    "resumed": "Queue {q} resumed.",
+    "purged": "Purged {n} job(s).",
+}
+
+
+def _banner(request: Request) -> str | None:
+    """The banner ``?done=`` asks for, or None for a code that is not one of :data:`BANNERS`,
+    or whose queue or count is not one."""
+    params = request.query_params
+    text = BANNERS.get(params.get("done", ""))
+    if text is None:
+        return None
+    q, n = params.get("q", ""), params.get("n", "")
+    if ("{q}" in text and not _is_queue(q)) or ("{n}" in text and not (n.isascii() and n.isdigit() and len(n) < 12)):
+        return None
+    return text.format(q=q, n=n)
+
+
+def _is_queue(name: str) -> bool:
+    try:
+        check_queue_name(name)
+    except JobStoreError:
+        return False
+    return True
+
+
+def _back(request: Request, to: str, done: str, **params: str) -> RedirectResponse:
+    assert done in BANNERS, done
     sep = "&" if "?" in to else "?"
-    return RedirectResponse(f"{base_of(request)}{to}{sep}{urlencode({'done': done})}", status_code=303)
+    return RedirectResponse(f"{base_of(request)}{to}{sep}{urlencode({'done': done, **params})}", status_code=303)
 
 
 def _seconds(text: str, what: str) -> float | None:
@@ -199,7 +235,7 @@ async def job_action(request: Request, job_id: str, action: str) -> Response:
     store = ctx(request).store
     if action == "cancel":
         job = store.cancel(job_id, fields.get("reason") or None)
-        done = "cancelled" if job.state is JobState.CANCELLED else "asked to stop"
+        done = "cancelled" if job.state is JobState.CANCELLED else "stop-asked"
     elif action == "retry":
         store.retry(job_id)
         done = "retried"
@@ -218,7 +254,7 @@ async def queue_action(request: Request, queue: str, action: str) -> Response:
         store.resume(queue)
     else:
         raise JobNotFound(f"no action {action!r}")
-    return _back(request, "/", f"{queue} {action}d")
+    return _back(request, "/", f"{action}d", q=queue)
 
 
 @router.get("/purge", response_class=HTMLResponse)
@@ -251,7 +287,7 @@ async def purge(request: Request) -> Response:
             return render(request, "purge.html", form=shown, count=n, error=None)
     except JobStoreError as exc:
         return render(request, "purge.html", status=422, form=shown, count=None, error=f"{type(exc).__name__}: {exc}")
-    return _back(request, "/", f"purged {n} job{'s' if n != 1 else ''}")
+    return _back(request, "/", "purged", n=str(n))
 
 
 # -- signing in (only when a token is set) ----------------------------------------------------------
