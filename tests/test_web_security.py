@@ -271,3 +271,20 @@ def test_a_corrupt_job_files_page_answers_410_saying_it_was_quarantined_without_
         assert page.status_code == 410 and "quarantine" in page.text and job.id in page.text, page.text
         assert api.client.get(f"/jobs/{job.id}").status_code == 404  # moved aside: no such job now
     assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR], caplog.text
+
+
+def test_the_last_hour_sparkline_draws_readable_bars_even_when_all_work_fell_in_one_minute() -> None:
+    from fsjobstore.web._views import sparkline
+
+    rows = [[60 * m, 0, 0] for m in range(60)]
+    rows[-1] = [60 * 59, 22, 8]
+    svg = str(sparkline(rows))
+    rects = re.findall(r'<rect class="(ok|bad)" x="[\d.]+" y="[\d.]+" width="([\d.]+)" height="([\d.]+)"', svg)
+    assert {kind for kind, _, _ in rects} == {"ok", "bad"}
+    assert all(float(w) >= 8 and float(h) >= 3 for _, w, h in rects), rects
+    assert "22 ok" in svg and "8 failed" in svg and "last hour: 22 fulfilled, 8 failed" in svg
+    one = [[60 * m, 0, 0] for m in range(59)] + [[60 * 59, 1, 0]]
+    quiet = [[60 * m, 500 if m < 55 else 0, 0] for m in range(59)] + [[60 * 59, 1, 0]]
+    assert re.search(r'height="([3-9]|\d\d)(\.\d)?"/>', str(sparkline(one)))
+    last = re.findall(r'<rect class="ok" [^>]*height="([\d.]+)"', str(sparkline(quiet)))[-1]
+    assert float(last) >= 3  # one job beside busy minutes is still a bar

@@ -63,29 +63,37 @@ def rst(text: str | None) -> Markup:
     return Markup(re.sub(r"``(.+?)``", r"<code>\1</code>", escaped))
 
 
-def sparkline(rows: list[list[int]], width: int = 120, height: int = 28) -> Markup:
-    """Bars of jobs fulfilled (and, stacked on them, failed) per minute: ``rows`` as
-    ``[minute, fulfilled, failed]``, oldest first."""
+def sparkline(rows: list[list[int]], width: int = 144, height: int = 30, per_bar: int = 5) -> Markup:
+    """The last hour of a queue at a glance: a bar per ``per_bar`` minutes of jobs fulfilled
+    (and, stacked on them, failed), scaled to the busiest bar, on a baseline, with the hour's
+    totals beside it. ``rows`` as ``[minute, fulfilled, failed]``, oldest first. A bar per
+    minute was 2 px wide, and an hour whose work fell in one minute showed as a hairline."""
     if not rows:
         return Markup("")
-    peak = max((r[1] + r[2] for r in rows), default=0) or 1
-    bar = width / len(rows)
-    parts = []
-    for i, (_, ok, bad) in enumerate(rows):
-        x = i * bar
-        h_ok = height * ok / peak
-        h_bad = height * bad / peak
+    bars = [rows[i:i + per_bar] for i in range(0, len(rows), per_bar)]
+    sums = [(sum(r[1] for r in b), sum(r[2] for r in b)) for b in bars]
+    peak = max((ok + bad for ok, bad in sums), default=0) or 1
+    step = width / len(bars)
+    parts = [f'<line class="base" x1="0" y1="{height - 0.5}" x2="{width}" y2="{height - 0.5}"/>']
+    for i, (ok, bad) in enumerate(sums):
+        x = i * step + 1
+        # A bar of any work is at least 3 px tall: one job in a busy hour is still seen.
+        h_ok = max(3.0, (height - 2) * ok / peak) if ok else 0.0
+        h_bad = max(3.0, (height - 2) * bad / peak) if bad else 0.0
         if ok:
-            parts.append(f'<rect class="ok" x="{x:.1f}" y="{height - h_ok:.1f}" width="{max(bar - 0.5, 0.5):.1f}" '
+            parts.append(f'<rect class="ok" x="{x:.1f}" y="{height - 1 - h_ok:.1f}" width="{step - 2:.1f}" '
                          f'height="{h_ok:.1f}"/>')
         if bad:
-            parts.append(f'<rect class="bad" x="{x:.1f}" y="{height - h_ok - h_bad:.1f}" '
-                         f'width="{max(bar - 0.5, 0.5):.1f}" height="{h_bad:.1f}"/>')
-    total_ok = sum(r[1] for r in rows)
-    total_bad = sum(r[2] for r in rows)
-    label = f"last hour: {total_ok} fulfilled, {total_bad} failed"
-    return Markup(f'<svg class="spark" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-                  f'role="img" aria-label="{label}"><title>{label}</title>{"".join(parts)}</svg>')
+            parts.append(f'<rect class="bad" x="{x:.1f}" y="{height - 1 - h_ok - h_bad:.1f}" width="{step - 2:.1f}" '
+                         f'height="{h_bad:.1f}"/>')
+    total_ok = sum(ok for ok, _ in sums)
+    total_bad = sum(bad for _, bad in sums)
+    label = (f"last hour: {total_ok:,} fulfilled, {total_bad:,} failed "
+             f"(bars of {per_bar} minutes, the busiest {peak:,} jobs)")
+    shown = f'{total_ok:,} ok' + (f' · <span class="bad">{total_bad:,} failed</span>' if total_bad else "")
+    return Markup(f'<span class="spark-box"><svg class="spark" viewBox="0 0 {width} {height}" width="{width}" '
+                  f'height="{height}" role="img" aria-label="{label}"><title>{label}</title>{"".join(parts)}</svg>'
+                  f'<span class="spark-label">{shown}</span></span>')
 
 
 FILTERS = {"compact": compact, "age": age, "ago": ago, "when": when, "pretty": pretty, "value_text": value_text,

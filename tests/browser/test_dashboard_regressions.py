@@ -159,3 +159,30 @@ def test_a_server_stops_on_sigterm_while_a_running_jobs_page_is_open(bed: Bed) -
     began = time.monotonic()
     status = web.stop(wait=3.0)  # without a page open it takes well under a second
     assert status == 0, f"fsjobstore web ended with {status} after {time.monotonic() - began:.1f} s, not 0 within 3 s"
+
+
+RETRY_BELOW_THE_FOLD = (
+    "job.html put the actions (Retry, Cancel) after the whole page: on a failed job with a traceback "
+    "and earlier attempts, Retry was below the first screen at 1280x900; and the last attempt's "
+    "traceback was shown twice, as the error and again as the last failed attempt"
+)
+
+
+def test_a_failed_jobs_retry_button_is_on_the_first_screen_and_its_last_traceback_shown_once(bed: Bed) -> None:
+    bed.web()
+    job = bed.store.create({"file": "report.csv"}, queue="idle", max_attempts=3)
+    for attempt in range(1, 4):
+        lease = bed.store.pull_work(queues="idle", timeout=10)
+        assert lease is not None
+        trace = "Traceback (most recent call last):\n" + "".join(
+            f'  File "handler.py", line {n}, in step_{n}\n' for n in range(30)) + f"OSError: disk full #{attempt}"
+        lease.fail(trace, delay=0)
+    assert bed.store.get(job.id).state.value == "failed"
+    b = bed.open_browser(width=1280, height=900)
+    b.open(f"/jobs/{job.id}", "failed job")
+    b.shot("failed-job")
+    top = b.js("var r = document.getElementById('retry').getBoundingClientRect(); return r.bottom;")
+    assert 0 < top <= b.js("return window.innerHeight;"), RETRY_BELOW_THE_FOLD
+    shown = b.js("return document.body.innerText;")
+    assert shown.count("OSError: disk full #3") == 1, RETRY_BELOW_THE_FOLD
+    assert shown.count("OSError: disk full #1") == 1 and shown.count("OSError: disk full #2") == 1
