@@ -118,6 +118,10 @@ def test_a_hook_that_raises_or_exits_neither_fails_the_job_nor_stops_the_worker(
         with_traceback = [r for r in said if r.exc_info]
         assert len(with_traceback) == 2  # once per hook (boom twice registered is one function)
         assert any("SystemExit" in r.getMessage() for r in said)
+        for record in with_traceback:  # each starts at the hook that raised, as a handler's does
+            assert record.exc_info is not None
+            tb = record.exc_info[2]
+            assert tb is not None and tb.tb_frame.f_code.co_name in ("boom", "leave"), tb.tb_frame.f_code
 
 
 def test_a_misspelt_event_or_a_hook_that_is_not_callable_is_refused_at_once(open_store: Any) -> None:

@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from types import CodeType
 
 from .. import InvalidRequest, JobStoreError
 
@@ -150,11 +151,21 @@ class Hooks:
             # Hook code is user code (module docstring). Not BaseException: the worker's own stop
             # of a child (WorkerShutdown, raised by SIGTERM) must go through.
             except (Exception, SystemExit, KeyboardInterrupt) as exc:
+                drop_caller_frame(exc, Hooks._call.__code__)  # its traceback starts at the hook, as a handler's does
                 first = id(fn) not in self._told
                 self._told.add(id(fn))
                 log.error("hook %s for %s of job %s raised %s: %s; the job is not affected",
                           getattr(fn, "__qualname__", repr(fn)), event.event, event.job_id,
                           type(exc).__name__, exc, exc_info=exc if first else None)
+
+
+def drop_caller_frame(exc: BaseException, caller: CodeType) -> None:
+    """Start ``exc``'s traceback at the user's code (a handler, a hook) that raised it, not at
+    the runtime's call of it in ``caller``: what a user reads in the log or the job's error is
+    theirs alone, as Celery and RQ show a task's."""
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame.f_code is caller and tb.tb_next is not None:
+        exc.__traceback__ = tb.tb_next
 
 
 def counted(count: Count, event: JobEvent) -> None:

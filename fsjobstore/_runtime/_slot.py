@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from .. import InvalidRequest, JobCancelled, JobStore, LeaseLost, WorkLease
 from ._gate import Gate
-from ._hooks import OF_OUTCOME, OUTCOME_OF, Hooks, JobEvent, say
+from ._hooks import OF_OUTCOME, OUTCOME_OF, Hooks, JobEvent, drop_caller_frame, say
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -268,9 +268,7 @@ def _forked_by_handler(pid: int) -> None:
 def drop_own_frame(exc: BaseException, caller: CodeType | None = None) -> None:
     """The stored traceback starts at the handler, not at the runtime's call of it (``caller``:
     the code that called it, default :func:`run_one`)."""
-    tb = exc.__traceback__
-    if tb is not None and tb.tb_frame.f_code is (caller or run_one.__code__) and tb.tb_next is not None:
-        exc.__traceback__ = tb.tb_next
+    drop_caller_frame(exc, caller or run_one.__code__)
 
 
 def _ended(lease: WorkLease) -> str | None:
