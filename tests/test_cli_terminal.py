@@ -73,6 +73,19 @@ def test_a_workers_name_is_escaped_in_workers(tmp_path: Path) -> None:
     assert json.loads(as_json.stdout)[0]["name"] == HOSTILE
 
 
+def test_a_quarantine_warning_for_a_planted_name_is_escaped(tmp_path: Path) -> None:
+    """A group member plants a file whose name drives the terminal; the warning that names it
+    while a command runs (recover's pass moves it aside) shows it as visible escapes."""
+    root = tmp_path / "s"
+    JobStore(root).close()
+    (root / "tmp" / ("planted" + HOSTILE)).write_bytes(b"x")
+    shown = cli("recover", str(root))
+    assert shown.returncode == 0, shown.stderr
+    assert "quarantined" in shown.stderr and "planted" in shown.stderr
+    assert _raw_in(shown.stdout + shown.stderr) == []
+    assert "plantedboom\\x1b]0;PWN\\x07\\x1b[2J\\u202e" in shown.stderr  # shown, as visible escapes
+
+
 def test_an_error_line_escapes_what_the_store_says() -> None:
     # The id is refused with its text in the message: the error line shows it escaped.
     shown = cli("get", "/nonexistent-store-for-a-test", "a\x1b[2J")
