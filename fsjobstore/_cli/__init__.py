@@ -103,7 +103,8 @@ def _main(argv: Sequence[str] | None) -> int:
         sub.error(f"unrecognized arguments: {' '.join(extra)}")
     bind(args, sub)
     if not logging.getLogger().handlers:
-        log_to_terminal(logging.WARNING, "fsjobstore: %(levelname)s: %(message)s")
+        # A warning reads as an error line does, the command first and the level as its KIND.
+        log_to_terminal(logging.WARNING, f"fsjobstore {args.command}: %(levelname)s: %(message)s")
     if args.command == "verify" and signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN,
                                                                               signal.default_int_handler):
         # fsjobstore's import ends a Ctrl-C at once (fsjobstore/__init__.py says why), and it stays
