@@ -63,9 +63,11 @@ def write_module(where: Path, name: str, source: str) -> None:
     (("worker", "d", "--handler", "m:f", "--grace=-1"), "--grace", "from 0 to"),
     (("worker", "d", "--handler", "m:f", "--grace", "inf"), "--grace", "from 0 to"),
     (("worker", "d", "--handler", "m:f", "--max-jobs", "0"), "--max-jobs", "an integer from 1"),
-    (("create", "d", "1", "--delay", "-1"), "--delay", "from 0 to"),
+    (("create", "d", "1", "--delay", "-1"), "--delay", "a duration such as 90s"),
+    (("create", "d", "1", "--delay", "1000000000"), "--delay", "at most 999999999 seconds"),
     (("create", "d", "1", "--priority", "1000000"), "--priority", "from -999999 to 999999"),
-    (("create", "d", "1", "--timeout", "nan"), "--timeout", "above 0"),
+    (("create", "d", "1", "--timeout", "nan"), "--timeout", "a duration such as 90s"),
+    (("create", "d", "1", "--timeout", "0s"), "--timeout", "more than 0"),
     (("create", "d", "1", "--max-attempts", "0"), "--max-attempts", "from 1 to 1000000"),
     (("wait", "d", "x", "--timeout", "NaN"), "--timeout", "from 0 to"),
     (("verify", "d", "--timeout", "1e999"), "--timeout", "above 0"),
@@ -83,6 +85,19 @@ def test_the_number_check_takes_the_values_at_the_edges_of_each_range() -> None:
     assert (args.lease_duration, args.concurrency, args.grace, args.max_seconds) == (0.5, 1024, 0.0, 0.1)
     args = parse("create", "d", "1", "--priority", "-999999", "--delay", "0", "--max-attempts", "1")
     assert (args.priority, args.delay, args.max_attempts) == (-999999, 0.0, 1)
+
+
+def test_create_takes_its_delay_and_time_limit_as_durations_as_the_library_does(tmp_path: Path) -> None:
+    # create(delay="90s", timeout="1h") in Python; the same words on the command line.
+    args = parse("create", "d", "1", "--delay", "1h30m", "--timeout", "90s")
+    assert (args.delay, args.timeout) == (5400.0, 90.0)
+    assert (parse("create", "d", "1", "--delay", "2.5").delay, parse("create", "d", "1", "--timeout", "7").timeout) \
+        == (2.5, 7.0)
+    made = cli("create", str(tmp_path / "s"), "{}", "--init", "--delay", "15m", "--timeout", "1h", "--json")
+    assert made.returncode == 0, made.stderr
+    job = json.loads(made.stdout)
+    assert job["state"] == "scheduled" and job["timeout"] == 3600.0
+    assert job["run_at"] - job["created_at"] == pytest.approx(900.0, abs=1.0)
 
 
 def test_a_worker_given_max_seconds_nan_is_refused_before_it_runs(tmp_path: Path) -> None:

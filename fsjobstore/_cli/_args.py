@@ -107,6 +107,23 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def delay(text: str) -> float:
+    """``create --delay``: a duration as the library's ``create(delay=)`` takes it (``90s``,
+    ``1h30m``, plain seconds), up to the store's limit for any delay."""
+    seconds = duration(text)
+    if seconds > SECONDS_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {SECONDS_MAX} seconds, got {text!r}")
+    return seconds
+
+
+def time_limit(text: str) -> float:
+    """``create --timeout``: how long one attempt may run, a duration as ``delay``, above 0."""
+    seconds = delay(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 (90s, 15m, 1h or plain seconds), got {text!r}")
+    return seconds
+
+
 def retention(text: str) -> float | str:
     """``--retain``: how long finished jobs are kept, a duration (``0``: removed as soon as they
     are final) or ``forever``; returned as ``JobStore``/``create`` take it."""

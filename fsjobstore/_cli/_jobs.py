@@ -39,6 +39,7 @@ from ._args import (
     TIMED_OUT,
     Refused,
     UsageError,
+    delay,
     kept,
     make_store,
     moment,
@@ -49,6 +50,7 @@ from ._args import (
     retention,
     store_options,
     subcommand,
+    time_limit,
 )
 
 SECONDS = number(low=0, high=SECONDS_MAX, above=True, unit="seconds")  # a time limit, or a wait
@@ -73,15 +75,16 @@ def add(subparsers: Any) -> None:
     p.add_argument("--priority", type=number(low=MIN_PRIORITY, high=MAX_PRIORITY, integer=True), default=0,
                    help=f"lower runs sooner, {MIN_PRIORITY} to {MAX_PRIORITY} (default 0)")
     when = p.add_mutually_exclusive_group()
-    when.add_argument("--delay", type=DELAY, default=None, metavar="S", help="seconds before it may run")
+    when.add_argument("--delay", type=delay, default=None, metavar="AGE",
+                      help="how long before it may run: 90s, 15m, 1h30m, 7d or plain seconds")
     when.add_argument("--run-at", type=moment, default=None, metavar="TIME",
                       help="when it may run: an ISO-8601 time with its timezone (2026-12-01T09:30:00+01:00, "
                            "or ...Z for UTC; a time without one is refused) or epoch seconds")
     p.add_argument("--max-attempts", type=number(low=1, high=1_000_000, integer=True), default=None, metavar="N",
                    help="attempts before it fails for good, 1 to 1000000 (default: the store's)")
     p.add_argument("--id", dest="job_id", default=None, help="choose the job id (an unused one)")
-    p.add_argument("--timeout", type=SECONDS, default=None, metavar="S",
-                   help="seconds one attempt may run (default: the store's)")
+    p.add_argument("--timeout", type=time_limit, default=None, metavar="AGE",
+                   help="how long one attempt may run: 90s, 15m, 1h or plain seconds (default: the store's)")
     p.add_argument("--retain", type=retention, default=None, metavar="AGE",
                    help="how long this job is kept once finished: 90s, 15m, 12h, 7d, 2w, plain seconds, 0 (as "
                         "soon as it is final) or forever (default: the store's)")
