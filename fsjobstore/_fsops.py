@@ -424,5 +424,11 @@ def makedirs(path: str) -> None:
     parent = os.path.dirname(path)
     if parent != path and not sc.lexists(parent):
         makedirs(parent)
-    with contextlib.suppress(FileExistsError):
+    try:
         sc.mkdir(path, 0o777)
+    except FileExistsError:
+        pass
+    except FileNotFoundError as exc:  # a parent that lists but takes no directory (procfs), or one removed meanwhile
+        err = StorageError(exc.errno, f"cannot make the store's parent directory: {exc.strerror}", path)
+        err.op = "mkdir"
+        raise err from None

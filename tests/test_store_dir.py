@@ -165,3 +165,13 @@ def test_a_world_writable_empty_directory_is_still_refused(tmp_path: Path) -> No
     with pytest.raises(UntrustedStore, match="world-writable"):
         JobStore(shared)
     assert os.listdir(shared) == []
+
+
+def test_a_root_whose_parent_cannot_be_made_is_a_storage_error_not_a_bare_os_error() -> None:
+    from fsjobstore import JobStore, JobStoreError, StorageError
+
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("needs procfs, whose directories take no new entries")
+    with pytest.raises(StorageError, match="cannot make the store's parent directory") as caught:
+        JobStore("/proc/no-such-dir/jobs")
+    assert isinstance(caught.value, JobStoreError)
