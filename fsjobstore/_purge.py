@@ -129,7 +129,8 @@ def _pattern(match: object) -> Searcher | None:
     except re2.error as exc:
         why = exc.args[0] if exc.args else exc
         why = why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
-        raise InvalidRequest(f"match {match if isinstance(match, str) else text!r} is not a pattern RE2 accepts: "
+        shown = match if isinstance(match, str) else text
+        raise InvalidRequest(f"match '{shown}' is not a pattern RE2 accepts: "
                              f"{why} (RE2 syntax: no backreferences or lookaround)") from None
     return compiled
 

@@ -206,7 +206,7 @@ def test_create_refuses_a_missing_store_naming_it_so_a_typo_in_dir_starts_nothin
     assert typo.returncode == 3 and f"no store at {root}" in typo.stderr and "fsjobstore init" in typo.stderr
     assert "--init" in typo.stderr and not (tmp_path / "typo").exists()
     first = cli("create", root, '{"n": 1}', "--init")
-    assert first.returncode == 0 and first.stderr == f"fsjobstore: made a new store at {root}\n"
+    assert first.returncode == 0 and first.stderr == f"fsjobstore create: made a new store at {root}\n"
     second = cli("create", root, '{"n": 2}', "--init")
     assert second.returncode == 0 and second.stderr == "" and len(second.stdout.strip()) == 32
 

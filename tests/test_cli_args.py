@@ -424,3 +424,24 @@ def test_notify_stopped_by_sigterm_mid_delivery_finishes_it_records_it_and_exits
     with JobStore(root) as store:
         job = store.get(job_id)
         assert job.waiting == () and job.delivery_attempts == 0
+
+
+def test_every_option_of_seconds_takes_a_duration_as_the_library_reads_one(tmp_path: Path) -> None:
+    from fsjobstore._cli._args import number
+
+    seconds = number(low=0, high=86_400, unit="seconds")
+    assert seconds("90") == 90 and seconds("1m30s") == 90 and seconds("1h") == 3600
+    with pytest.raises(Exception, match=r"a number of seconds from 0 to 86400 \(or a duration: 90s, 15m, 1h30m\)"):
+        seconds("2d")  # past the option's range, said in the option's words
+    with pytest.raises(Exception, match="got 'soon'"):
+        seconds("soon")
+    root = str(tmp_path / "s")
+    made = subprocess.run([sys.executable, "-m", "fsjobstore", "create", root, "1", "--init", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    job_id = json.loads(made.stdout)["id"]
+    waited = subprocess.run([sys.executable, "-m", "fsjobstore", "wait", root, job_id, "--timeout", "300ms"],
+                            capture_output=True, text=True, timeout=60)
+    assert waited.returncode == 2 and "--timeout" in waited.stderr  # ms is no unit: refused, named
+    waited = subprocess.run([sys.executable, "-m", "fsjobstore", "wait", root, job_id, "--timeout", "0.3s"],
+                            capture_output=True, text=True, timeout=60)
+    assert waited.returncode == 5 and waited.stderr.startswith("fsjobstore wait: WaitTimeout: "), waited.stderr

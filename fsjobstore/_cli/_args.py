@@ -7,7 +7,6 @@ import argparse
 import logging
 import math
 import os
-import re
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -57,12 +56,20 @@ def number(*, low: float, high: float, integer: bool = False, above: bool = Fals
     kind = ("an integer" if integer else "a number") + (f" of {unit}" if unit else "")
     span = f"above {_show(low)} and at most {_show(high)}" if above else f"from {_show(low)} to {_show(high)}"
 
+    if unit == "seconds" and not integer:  # a length of time: also as the library reads one (90s, 1h30m)
+        span += " (or a duration: 90s, 15m, 1h30m)"
+
     def check(text: str) -> int | float:
         value: int | float
         try:
             value = int(text) if integer else float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {kind} {span}, got {text!r}") from None
+            try:
+                if unit != "seconds" or integer:
+                    raise ValueError(text) from None
+                value = parse_duration(text)
+            except (ValueError, InvalidRequest):
+                raise argparse.ArgumentTypeError(f"must be {kind} {span}, got {text!r}") from None
         if not math.isfinite(value) or not (value > low if above else value >= low) or value > high:
             raise argparse.ArgumentTypeError(f"must be {kind} {span}, got {text!r}")
         return value
@@ -150,14 +157,6 @@ def kept(seconds: float) -> str:
 def retain_doc(seconds: float) -> float | str:
     """``store.retain`` in JSON: seconds, or "forever" (JSON has no infinity)."""
     return "forever" if math.isinf(seconds) else seconds
-
-
-def regex(text: str) -> re.Pattern[str]:
-    """``--match``: a Python regular expression, checked before anything runs."""
-    try:
-        return re.compile(text)
-    except re.error as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {exc}") from None
 
 
 class Parser(argparse.ArgumentParser):

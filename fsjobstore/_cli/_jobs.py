@@ -249,7 +249,7 @@ def _store_to_create_in(args: argparse.Namespace) -> Iterator[JobStore]:
         raise JobNotFound(f"--after {args.after[0]}: no such job (there is no store at {args.dir} yet)")
     made = _first_missing(args.dir)
     store = make_store(args.dir, **store_options(args))
-    print(f"fsjobstore: made a new store at {store.path}", file=sys.stderr)
+    print(f"fsjobstore create: made a new store at {store.path}", file=sys.stderr)
     try:
         with store:
             yield store
@@ -370,10 +370,13 @@ def wait(args: argparse.Namespace) -> int:
         try:
             job = store.wait(args.id, timeout=args.timeout)
         except WaitTimeout as exc:
-            print(f"fsjobstore: {exc}", file=sys.stderr)
+            print(f"fsjobstore wait: WaitTimeout: {exc}", file=sys.stderr)
             return TIMED_OUT
     show(job, args)
-    return OK if job.state is JobState.FULFILLED else FAILED
+    if job.state is not JobState.FULFILLED:  # exit 1 says so; a line on stderr says why, as other errors do
+        print(f"fsjobstore wait: JobFailed: job {job.id} ended {job.state.value}", file=sys.stderr)
+        return FAILED
+    return OK
 
 
 def pause(args: argparse.Namespace) -> int:

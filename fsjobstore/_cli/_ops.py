@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import InvalidState, Job, JobNotFound, JobState, JobStore
 from . import _screen as screen
-from ._args import ENV_DIR, OK, duration, number, open_store, regex, subcommand
+from ._args import ENV_DIR, OK, duration, number, open_store, subcommand
 from ._terminal import json_text
 
 STATES = [s.value for s in JobState]
@@ -66,8 +66,10 @@ def add(subparsers: Any) -> None:
     p.add_argument("--older-than", type=duration, default=None, metavar="AGE",
                    help="only jobs finished (waiting ones: created) longer ago than AGE: 90s, 15m, 12h, 7d, 2w "
                         "or plain seconds")
-    p.add_argument("--match", type=regex, default=None, metavar="REGEX",
-                   help="only jobs whose request (its compact JSON text) or id this regular expression finds")
+    p.add_argument("--match", default=None, metavar="REGEX",
+                   help="only jobs whose request (its compact JSON text) or id this regular expression finds: RE2 "
+                        "syntax (no backreferences or lookaround), linear in time; needs the re2 extra: "
+                        "pip install 'fsjobstore[re2]'")
     p.add_argument("--limit", type=number(low=1, high=10**12, integer=True), default=None, metavar="N",
                    help="remove at most N jobs")
     p.add_argument("--dry-run", action="store_true", help="only count what would be removed")

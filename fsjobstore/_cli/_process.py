@@ -225,5 +225,6 @@ def notify(args: argparse.Namespace) -> int:
     with JobStore(args.dir, create=False, lease_duration=args.lease_duration, **store_options(args)) as store:
         runner = Deliverer(store, deliver, queues=args.queues)
         delivered, failed = runner.run(burst=args.burst)
-    log.info("delivered %d, will retry %d", delivered, failed)
+    # Of this run only: what waits from earlier runs (in a backoff) the burst says above.
+    log.info("delivered %d, will retry %d (this run's targets)", delivered, failed)
     return OK
