@@ -193,7 +193,7 @@ def test_purge_refuses_a_bad_duration_a_bad_regex_and_a_running_state_naming_eac
     for args, said in ((["--older-than", "7x"], "argument --older-than: must be a duration"),
                        (["--older-than", "1M"], "--older-than: units are lower-case s, m, h, d, w, and m is minutes"),
                        (["--older-than", "7D"], "did you mean '7d'?"),
-                       (["--match", "("], "argument --match: '(' is not a regular expression"),
+                       (["--match", "("], "--match '(' is not a pattern RE2 accepts: missing )"),
                        (["--state", "active"], "argument --state: a running job is never purged"),
                        (["--state", "done"], "'done' is not a state")):
         done = cli("purge", str(root), *args)
