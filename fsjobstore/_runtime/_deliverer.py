@@ -65,8 +65,8 @@ class Deliverer:
     def _say_what_was_left(self, tried_now: int) -> None:
         """A burst ends once nothing is due; notifications may still wait: in a backoff after a
         failed delivery (tried again when it runs out), or of queues this notifier does not
-        take. Say which and for how long, or "delivered 0" reads as nothing to deliver (a new
-        user's trials: a notification in its backoff, and a mistyped ``--queue 'mial-*'``)."""
+        take. Say which and for how long, or "delivered 0" reads as nothing to deliver: a
+        notification in its backoff, or a mistyped ``--queue 'mial-*'``, would go unseen."""
         try:
             ours = self.store.notifications(queues=self.queues)
             others = self.store.statistics().notifications - len(ours) if self.queues is not None else 0

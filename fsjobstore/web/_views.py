@@ -67,7 +67,7 @@ def sparkline(rows: list[list[int]], width: int = 144, height: int = 30, per_bar
     """The last hour of a queue at a glance: a bar per ``per_bar`` minutes of jobs fulfilled
     (and, stacked on them, failed), scaled to the busiest bar, on a baseline, with the hour's
     totals beside it. ``rows`` as ``[minute, fulfilled, failed]``, oldest first. A bar per
-    minute was 2 px wide, and an hour whose work fell in one minute showed as a hairline."""
+    minute would be 2 px wide, and an hour whose work fell in one minute would show as a hairline."""
     if not rows:
         return Markup("")
     bars = [rows[i:i + per_bar] for i in range(0, len(rows), per_bar)]
