@@ -15,11 +15,11 @@ either). It is not a store: the jobs it drains keep no deadline, progress or not
 Two switches put back, one at a time, what a store cannot leave out; each uses fsjobstore's own
 (private) code, so the row measures exactly what the store pays for it:
 
-* ``shared``: the names come from the store's pending index (``fsjobstore._pending.QueueIndex``:
+* ``shared``: the names come from the store's pending index (``fsjobstore._core._pending.QueueIndex``:
   a listing, claims from its front, a random point after a lost race, a new listing after
   several), as in any queue whose workers do not know each other: every process claims from the
   one directory and some claims are lost to others.
-* ``strict``: the claimed file is read as the store reads it (``fsjobstore._records.Record.parse``:
+* ``strict``: the claimed file is read as the store reads it (``fsjobstore._format._records.Record.parse``:
   every field checked, a torn tail told apart) instead of one ``json.loads`` and three checks.
 """
 
@@ -35,8 +35,8 @@ from typing import Any
 import _raw
 from _adapters import FsJobStore, fill
 
-from fsjobstore._pending import QueueIndex
-from fsjobstore._records import Record
+from fsjobstore._core._pending import QueueIndex
+from fsjobstore._format._records import Record
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1

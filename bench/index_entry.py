@@ -29,7 +29,8 @@ import time
 
 _PROBE = r"""
 import os, sys, time
-from fsjobstore import JobStore, _tree
+from fsjobstore import JobStore
+from fsjobstore._core import _tree
 root, jobs, skip = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "skip"
 if skip:
     _tree.Tree.index_final = lambda self, record, state, finished_at: True

@@ -42,7 +42,7 @@ HUEY_WORKERS = (1, 2, 4, 8, 16)
 
 def _worker(d: str, threads: int, no_dir_fsync: bool, start: Any, out: Any) -> None:
     if no_dir_fsync:
-        from fsjobstore import _fsops
+        from fsjobstore._os import _files as _fsops
 
         _fsops.sync_applied = lambda path, *, durable: None  # type: ignore[assignment]  # the unsafe variant
     bare_threads(d, threads, True, start, out)

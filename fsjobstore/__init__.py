@@ -45,9 +45,8 @@ if _sys.argv[0].endswith("/fsjobstore") or _sys.orig_argv[1:3] == ["-m", "fsjobs
 
 from typing import TYPE_CHECKING, Any  # after the guard: these imports take a while
 
-from ._checks import default_backoff, parse_duration
-from ._codec import MAX_NESTING, check_queue_name
-from ._counters import QueueCounters, StoreCounters
+from ._core._counters import QueueCounters, StoreCounters
+from ._core._worker_registry import WorkerInfo
 from ._errors import (
     CorruptJob,
     InvalidJobId,
@@ -71,21 +70,22 @@ from ._errors import (
     WaitTimeout,
     WorkerFailing,
 )
-from ._fanout import Subscription, check_interest, check_queues
-from ._groups import Group
-from ._job import AttemptError, Job, JobState, LogLine, Progress
-from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
-from ._leases import NotificationLease, WorkLease
-from ._limits import Limit
-from ._notify import MAX_TARGETS
-from ._recovery import RecoveryReport
-from ._registry import WorkerInfo
-from ._stats import StoreStatistics
-from ._store import JobStore
-from ._ticks import ScheduleInfo, tick_of
-from ._verify import VerifyCheck, VerifyReport, verify
-from ._verify_peer import verify_across_hosts
-from ._waiting import Wakeups
+from ._format._checks import default_backoff, parse_duration
+from ._format._codec import MAX_NESTING, check_queue_name
+from ._format._job import AttemptError, Job, JobState, LogLine, Progress
+from ._format._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
+from ._format._patterns import Subscription, check_interest, check_queues
+from ._os._verify import VerifyCheck, VerifyReport, verify
+from ._os._verify_peer import verify_across_hosts
+from ._relations._groups import Group
+from ._relations._limits import Limit
+from ._relations._ticks import ScheduleInfo, tick_of
+from ._store._jobstore import JobStore
+from ._store._waiting import Wakeups
+from ._transitions._leases import NotificationLease, WorkLease
+from ._transitions._notify import MAX_TARGETS
+from ._transitions._recovery import RecoveryReport
+from ._transitions._stats import StoreStatistics
 
 __version__ = "0.2.0"
 

@@ -33,14 +33,14 @@ from typing import Any, Literal
 
 from . import InvalidRequest, JobStore, JobStoreError, check_interest, check_queues
 from ._runtime._asyncio import AsyncPool
-from ._runtime._bell import Bell
 from ._runtime._deliverer import Deliverer
-from ._runtime._gate import Gate
-from ._runtime._hooks import EVENTS, Hook, Hooks, JobEvent, check_event
 from ._runtime._pool import Pool
 from ._runtime._processes import ProcessPool
+from ._runtime._run_flags import Gate
 from ._runtime._slot import Handler, JobContext, Tally, WorkerShutdown
 from ._runtime._threads import ThreadPool
+from ._runtime._wake_pipe import Bell
+from ._runtime._worker_hooks import EVENTS, Hook, Hooks, JobEvent, check_event
 from .schedule import Periodic, Schedule
 
 __all__ = ["EVENTS", "Deliverer", "JobContext", "JobEvent", "RunSummary", "Worker", "WorkerShutdown"]

@@ -1,7 +1,7 @@
 """Shared machinery of the reliability suite: call-counting hooks, the operations under test,
 and the invariant checker every crash, fault and power-loss test ends with.
 
-The hooks plug into ``fsjobstore._syscalls`` (the one module every filesystem call goes through),
+The hooks plug into ``fsjobstore._os._syscalls`` (the one module every filesystem call goes through),
 so "the N-th call of an operation" means the same thing in every test.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 
 from internals import die_unlinked, freeze, temp_path
 
-from fsjobstore import InvalidState, JobExists, JobStore, _syscalls
-from fsjobstore._layout import (
+from fsjobstore import InvalidState, JobExists, JobStore
+from fsjobstore._format._layout import (
     ACTIVE_RE,
     FINAL_RE,
     FINISHED_RE,
@@ -29,7 +29,8 @@ from fsjobstore._layout import (
     TMP_RE,
     bucket_of_name,
 )
-from fsjobstore._records import Record
+from fsjobstore._format._records import Record
+from fsjobstore._os import _syscalls
 
 CRASH_EXIT = 77
 
@@ -281,7 +282,7 @@ def _retention_later(store: JobStore, ctx: Ctx) -> None:
 
 
 def _remove(store: JobStore, ctx: Ctx) -> None:
-    from fsjobstore._removal import remove_job
+    from fsjobstore._transitions._removal import remove_job
     core = store._core
     remove_job(core, core.layout.final_path("fulfilled", "kept-1"), "kept-1", drop_targets=False)
 

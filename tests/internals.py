@@ -11,8 +11,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from fsjobstore import JobStore, _beneath
-from fsjobstore._liveness import OwnerLease
+from fsjobstore import JobStore
+from fsjobstore._core._liveness import OwnerLease
+from fsjobstore._os import _beneath
 
 
 def open_fds() -> int:
@@ -94,14 +95,14 @@ def pretend_paused_dir_unchanged(store: JobStore, changed_at: float) -> None:
     """Make this store see control/paused/ with one stat from now on, last changed at
     ``changed_at`` (epoch seconds): as when a change lands in the clock tick of a listing, or an
     attribute cache hides it."""
-    from fsjobstore._fsops import SETTLE
+    from fsjobstore._os._files import SETTLE
 
     store._control._paused_stat = lambda: ((1, 1, 1), time.time() - changed_at >= SETTLE)  # type: ignore[method-assign]
 
 
 def count_lost_races(monkeypatch: Any) -> list[int]:
     """Count (in ``[0]``) the claims any store in this process loses to another claimer."""
-    from fsjobstore._pending import QueueIndex
+    from fsjobstore._core._pending import QueueIndex
 
     count = [0]
     lost = QueueIndex.lost
@@ -118,7 +119,7 @@ def count_lost_races(monkeypatch: Any) -> list[int]:
 def count_listings(directory: str, *, below: bool = False) -> Iterator[list[int]]:
     """Count (in ``[0]``) the listings of ``directory`` (and, with ``below``, of the directories
     under it: a queue's buckets) any store in this process makes inside."""
-    from fsjobstore import _syscalls
+    from fsjobstore._os import _syscalls
 
     count = [0]
 
@@ -141,7 +142,7 @@ def count_listings(directory: str, *, below: bool = False) -> Iterator[list[int]
 def small_pending_index(monkeypatch: Any, size: int) -> None:
     """Make every store opened from now on keep only ``size`` names of a queue between
     listings (4,096 in use): a few files then stand for thousands."""
-    from fsjobstore import _pending
+    from fsjobstore._core import _pending
 
     monkeypatch.setattr(_pending, "INDEX_SIZE", size)
 
@@ -181,7 +182,7 @@ def _ls(directory: str) -> list[str]:
 def keep_emptied_buckets(monkeypatch: Any) -> None:
     """Make claimers keep emptied pending buckets for an hour after their second (2 s in use):
     a test that needs one kept does not then depend on how fast the machine runs it."""
-    from fsjobstore import _buckets
+    from fsjobstore._core import _buckets
 
     monkeypatch.setattr(_buckets, "LINGER", 3600.0)
 
@@ -189,7 +190,7 @@ def keep_emptied_buckets(monkeypatch: Any) -> None:
 def retention_walker(store: JobStore) -> tuple[Any, list[str]]:
     """A retention remover of its own over ``store`` (the store's threads are not started), and
     the list the index entries its passes look at are appended to."""
-    from fsjobstore._retention import Retention
+    from fsjobstore._transitions._retention import Retention
 
     no_background(store)
     remover = Retention(store._core)

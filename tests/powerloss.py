@@ -34,7 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from faultkit import Ctx, _dead_owner, check_store, drain_survivors, full_cycle, hooked
 from internals import die
 
-from fsjobstore import JobStore, _counters
+from fsjobstore import JobStore
+from fsjobstore._core import _counters
 
 META = ("create", "rename", "link", "unlink", "mkdir", "rmdir")
 

@@ -693,7 +693,7 @@ def test_a_crashed_create_of_a_taken_generated_id_gives_its_reservation_back(
 ) -> None:
     from internals import die
 
-    from fsjobstore import _tree
+    from fsjobstore._core import _tree
 
     producer, rescuer = open_store(), open_store()
     taken = rescuer.create({"n": 1}).id

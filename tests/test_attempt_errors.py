@@ -9,7 +9,7 @@ from conftest import FakeWall, die
 from internals import pending_file
 
 from fsjobstore import AttemptError, JobState, JobStore
-from fsjobstore._records import Record
+from fsjobstore._format._records import Record
 
 
 def test_each_failed_attempt_keeps_its_error_and_the_final_one_too(store: JobStore) -> None:

@@ -12,8 +12,11 @@ from typing import Any
 
 import pytest
 
-from fsjobstore import JobStore, _shared, _stats, _syscalls
-from fsjobstore._fsops import SETTLE
+from fsjobstore import JobStore
+from fsjobstore._core import _core as _shared
+from fsjobstore._os import _syscalls
+from fsjobstore._os._files import SETTLE
+from fsjobstore._transitions import _stats
 
 
 class _Listings:

@@ -18,10 +18,11 @@ from conftest import FakeWall
 from faultkit import hooked
 from internals import count_listings, keep_emptied_buckets, pending_buckets, pending_file
 
-from fsjobstore import JobNotFound, JobState, JobStore, _beneath
-from fsjobstore._buckets import LINGER
-from fsjobstore._fsops import SETTLE
-from fsjobstore._layout import generated_id, seq_field
+from fsjobstore import JobNotFound, JobState, JobStore
+from fsjobstore._core._buckets import LINGER
+from fsjobstore._format._layout import generated_id, seq_field
+from fsjobstore._os import _beneath
+from fsjobstore._os._files import SETTLE
 
 
 def _next_second() -> None:

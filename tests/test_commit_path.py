@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from internals import pending_file, rescan
 
-from fsjobstore import JobState, JobStore, _syscalls
-from fsjobstore._records import LostJobData, Record
+from fsjobstore import JobState, JobStore
+from fsjobstore._format._records import LostJobData, Record
+from fsjobstore._os import _syscalls
 
 
 class Recorder:

@@ -22,8 +22,8 @@ from fsjobstore import (
     JobStore,
     LeaseLost,
     WaitTimeout,
-    _control,
 )
+from fsjobstore._core import _control
 
 
 # == cancel ======================================================================================

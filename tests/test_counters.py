@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fsjobstore import InvalidQueueName, InvalidRequest, JobStore, Worker
-from fsjobstore._counters import BOUNDS, FOLD_AT, TOTAL_RE, fold
+from fsjobstore._core._counters import BOUNDS, FOLD_AT, TOTAL_RE, fold
 
 METRICS = ("control", "metrics")
 
@@ -238,7 +238,7 @@ def test_a_sigkilled_process_keeps_what_it_had_written(tmp_path: Path) -> None:
 
 def test_a_counts_writer_thread_ends_when_idle_and_is_made_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                  ) -> None:
-    import fsjobstore._counters as counters
+    import fsjobstore._core._counters as counters
 
     monkeypatch.setattr(counters, "FLUSH_EVERY", 0.02)
     monkeypatch.setattr(counters, "_IDLE_EXIT", 0.1)

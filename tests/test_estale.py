@@ -15,7 +15,7 @@ import pytest
 from faultkit import hooked
 
 from fsjobstore import JobState, JobStore, LeaseLost, StorageError, WorkLease
-from fsjobstore._liveness import OwnerGone
+from fsjobstore._core._liveness import OwnerGone
 
 
 class Stale:

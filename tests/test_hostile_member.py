@@ -36,7 +36,7 @@ import pytest
 from internals import pending_file
 
 from fsjobstore import Deliverer, JobContext, JobState, JobStore, JobStoreError, Worker
-from fsjobstore._layout import PENDING_BUCKET_RE
+from fsjobstore._format._layout import PENDING_BUCKET_RE
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from webkit import CheckedClient, web_app
 
-from fsjobstore import MAX_NESTING, MAX_TARGETS, InvalidRequest, JobStore, _codec
+from fsjobstore import MAX_NESTING, MAX_TARGETS, InvalidRequest, JobStore
+from fsjobstore._format import _codec
 
 
 def nested(depth: int) -> Any:

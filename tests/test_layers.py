@@ -70,11 +70,11 @@ def test_the_runtime_and_the_cli_use_only_the_public_api() -> None:
 def test_the_layer_check_notices_a_reach_into_a_private_module(tmp_path: Path, monkeypatch: object) -> None:
     # The check above must be able to fail: run its logic on a file that does what it forbids.
     bad = PACKAGE / "_runtime" / "_reach_probe_for_test.py"
-    bad.write_text("from .._syscalls import rename\nfrom .. import _tree\n")
+    bad.write_text("from .._os._syscalls import rename\nfrom .. import _tree\n")
     try:
         found = [m for m, names in _imports(bad) if m.startswith("fsjobstore.") and m.split(".")[1] not in UPPER]
         found += [n for m, names in _imports(bad) if m == "fsjobstore" for n in names if n.startswith("_")]
-        assert found == ["fsjobstore._syscalls", "_tree"]
+        assert found == ["fsjobstore._os._syscalls", "_tree"]
     finally:
         bad.unlink()
 

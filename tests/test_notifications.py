@@ -195,7 +195,7 @@ def test_done_survives_a_sweep_removing_the_emptied_target_directory(store: JobS
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from fsjobstore import _fsops
+    from fsjobstore._os import _files as _fsops
     job_id, note = _leased_notification(store)
     real_unlink = _fsops.unlink
 

@@ -23,7 +23,8 @@ import pytest
 from faultkit import hooked
 from internals import pending_file
 
-from fsjobstore import JobStore, JobStoreError, _beneath
+from fsjobstore import JobStore, JobStoreError
+from fsjobstore._os import _beneath
 
 JOB = "victim"  # the id whose targets/<id> and runs/<id> are planted
 QUEUE = "q1"
@@ -294,7 +295,7 @@ def test_wakeups_never_watch_a_directory_through_a_planted_link(tmp_path: Path, 
     # Wake-ups are hints, but a watch through a link would tell this process the names of files
     # made in a directory outside the store (and hold an inotify watch there). The new-directory
     # event is the race: a member swaps the new directory for a link before the watch is added.
-    from fsjobstore._wakeup import Waker
+    from fsjobstore._os._inotify import Waker
 
     canary = _canary(tmp_path)
     root = tmp_path / "store"
@@ -455,7 +456,8 @@ def test_verify_never_writes_through_a_link_planted_in_place_of_its_scratch_dire
     # verify(dir) works in a scratch directory it makes in ``dir``; in a shared directory a
     # member can move that away and plant a link to a directory of someone else's in its place
     # while the checks run. Done here as the first check, so every real check runs after it.
-    from fsjobstore import _verify, verify
+    from fsjobstore import verify
+    from fsjobstore._os import _verify
 
     canary = _canary(tmp_path)
     before = _snapshot(canary)

@@ -10,7 +10,8 @@ from typing import Any
 import powerloss
 import pytest
 
-from fsjobstore import _fsops, _opening
+from fsjobstore._core import _opening
+from fsjobstore._os import _files as _fsops
 
 
 @pytest.fixture(autouse=True)
@@ -79,7 +80,7 @@ def test_data_written_through_a_rename_that_did_not_survive_is_in_the_file_the_o
 def test_the_checker_catches_a_claim_that_quarantines_a_queued_file_holding_its_result(
     monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fsjobstore import _work
+    from fsjobstore._transitions import _work
 
     def quarantine_it(core: Any, notifier: object, active: str, record: object, state: str) -> None:
         core.tree.quarantine(active, f"a queued job file already holds a {state} result")

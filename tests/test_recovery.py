@@ -20,7 +20,10 @@ import pytest
 from conftest import FakeWall, die, freeze
 from internals import owner, owner_or_none, pending_file, temp_path
 
-from fsjobstore import JobExists, JobNotFound, JobState, JobStore, LeaseLost, WorkLease, _fsops, _syscalls, _tree
+from fsjobstore import JobExists, JobNotFound, JobState, JobStore, LeaseLost, WorkLease
+from fsjobstore._core import _tree
+from fsjobstore._os import _files as _fsops
+from fsjobstore._os import _syscalls
 
 
 class Crash(BaseException):
@@ -580,7 +583,7 @@ def test_a_holder_hears_of_a_hung_heartbeat_while_it_is_still_hung(open_store: C
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The heartbeat thread blocked inside a hung mount cannot tell anyone; the watchdog, which
     never touches the filesystem, must, within about 0.75 lease of the last beat that landed."""
-    from fsjobstore import _liveness
+    from fsjobstore._core import _liveness
 
     worker = open_store(lease_duration=1.0, heartbeat_interval=0.1)
     worker.create("x")

@@ -234,7 +234,7 @@ def _kill_mid(root: Path, where: str) -> None:
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from faultkit import hooked
         from fsjobstore import JobStore
-        from fsjobstore._removal import remove_job
+        from fsjobstore._transitions._removal import remove_job
 
         class Kill:
             def __init__(self): self.n = 0

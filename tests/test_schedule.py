@@ -22,9 +22,9 @@ from fsjobstore import (
     Schedule,
     StorageError,
     Worker,
-    _ticks,
     tick_of,
 )
+from fsjobstore._relations import _ticks
 from fsjobstore.schedule import LATE, RETRY_AFTER, Cron, Every, timing_of
 
 PARIS = ZoneInfo("Europe/Paris")

@@ -14,7 +14,8 @@ import pytest
 from conftest import FakeWall, die
 from faultkit import CountingHook, hooked
 
-from fsjobstore import InvalidRequest, JobState, JobStore, _syscalls, _verify, verify
+from fsjobstore import InvalidRequest, JobState, JobStore, verify
+from fsjobstore._os import _syscalls, _verify
 
 
 def test_verify_passes_on_this_machine_and_names_the_modes(tmp_path: Path) -> None:

@@ -14,10 +14,10 @@ import pytest
 import worker_tasks as tasks
 
 from fsjobstore import JobState, Worker
-from fsjobstore._runtime._gate import Gate
-from fsjobstore._runtime._hooks import Hooks
 from fsjobstore._runtime._processes import ProcessPool, Unended, fork_child
+from fsjobstore._runtime._run_flags import Gate
 from fsjobstore._runtime._slot import OUTCOMES
+from fsjobstore._runtime._worker_hooks import Hooks
 
 MODES = ["threads", "processes"]
 

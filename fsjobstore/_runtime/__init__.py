@@ -1,1 +1,2 @@
-"""The worker runtime's machinery (public face: ``fsjobstore.worker``)."""
+"""The worker runtime's machinery (public face: ``fsjobstore.worker``).
+"""

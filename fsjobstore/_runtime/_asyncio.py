@@ -25,9 +25,8 @@ from typing import Any
 
 from .. import JobCancelled, JobStore, WorkLease
 from ..aio import AsyncJobStore
-from ._gate import Gate
-from ._hooks import OF_OUTCOME, Hooks, JobEvent
 from ._restarts import Restarts
+from ._run_flags import Gate
 from ._slot import (
     CANCEL_POLL,
     ENDED_BECAUSE,
@@ -43,6 +42,7 @@ from ._slot import (
     next_look,
     tell,
 )
+from ._worker_hooks import OF_OUTCOME, Hooks, JobEvent
 
 log = logging.getLogger("fsjobstore.worker")
 

@@ -34,10 +34,10 @@ from typing import NamedTuple
 
 from .. import JobStore, JobStoreError, WorkLease
 from ._board import Board
-from ._gate import Gate
-from ._hooks import OF_OUTCOME, Hooks, JobEvent
 from ._restarts import Restarts
+from ._run_flags import Gate
 from ._slot import CANCEL_POLL, ENDED_BECAUSE, Handler, Tally, WorkerShutdown, fate, serve, tell
+from ._worker_hooks import OF_OUTCOME, Hooks, JobEvent
 
 log = logging.getLogger("fsjobstore.worker")
 

@@ -17,8 +17,8 @@ from types import CodeType
 from typing import Any, Protocol
 
 from .. import InvalidRequest, JobCancelled, JobStore, LeaseLost, WorkLease
-from ._gate import Gate
-from ._hooks import OF_OUTCOME, OUTCOME_OF, Hooks, JobEvent, drop_caller_frame, say
+from ._run_flags import Gate
+from ._worker_hooks import OF_OUTCOME, OUTCOME_OF, Hooks, JobEvent, drop_caller_frame, say
 
 log = logging.getLogger("fsjobstore.worker")
 

@@ -22,10 +22,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from .. import JobStore, WorkerFailing, WorkLease
-from ._gate import Gate
-from ._hooks import Hooks, JobEvent
 from ._restarts import Restarts
+from ._run_flags import Gate
 from ._slot import CANCEL_POLL, ENDED_BECAUSE, Handler, Tally, fate, give_back_running, next_look, serve, tell
+from ._worker_hooks import Hooks, JobEvent
 
 log = logging.getLogger("fsjobstore.worker")
 

@@ -35,7 +35,7 @@ def _renameat2_as_it_was() -> Iterator[None]:
     process back the local filesystems' renameat2. Without this, the fault tests that ran after
     an in-process store on the volume counted a link and an unlink where they expect one rename
     (5 failures in a CI run, 2026-11-27)."""
-    from fsjobstore import _syscalls
+    from fsjobstore._os import _syscalls
 
     saved = _syscalls._renameat2
     yield

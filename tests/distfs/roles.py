@@ -16,7 +16,8 @@ sys.path[:0] = [os.path.dirname(TESTS), TESTS]
 
 from internals import owner, temp_path  # noqa: E402
 
-from fsjobstore import JobStore, _fsops  # noqa: E402
+from fsjobstore import JobStore  # noqa: E402
+from fsjobstore._os import _files as _fsops  # noqa: E402
 
 
 def log(path: str, text: str) -> None:

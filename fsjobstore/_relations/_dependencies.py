@@ -1,0 +1,247 @@
+"""Jobs that wait for others (``create(after=[...])``): FORMAT.md, "Dependencies".
+
+A job made after parents that are not all fulfilled waits in ``jobs/deferred/<SEQ>.<queue>.<id>.json``
+(state ``deferred``). ``deps/<parent>/<child>`` (an empty file per parent and child) says who waits
+for whom; it is made before the child is published, so whoever makes a parent final finds every
+child that was waiting for it.
+
+**Resolving** a child (:meth:`Deps.resolve`): once every parent is final, it is *promoted* (a rename
+out of ``deferred/`` into pending, or scheduled if its ``run_at`` is still to come) if they were all
+fulfilled, or if it was made with ``on_parent_failure="run"``; otherwise it is cancelled, saying
+which parent failed, was cancelled or is gone. Then its ``deps/`` entries go. Whoever makes a job
+final resolves its children at once (``Notifier.after_final``, on every path a job becomes final),
+so a chain runs without waiting for a sweep; a child cancelled this way resolves its own children
+in turn (iteratively: a chain of thousands does not recurse). A create resolves its child once
+more after publishing it, for parents that became final meanwhile. Two processes resolving one
+child race on its rename (promotion) or its claim (cancel): one wins, the other finds it gone.
+
+**Sweeps** (every recovery pass) resolve the children of every parent in ``deps/`` that is final or
+gone, and drop ``deferred/`` copies of jobs that also exist elsewhere (a promotion a power cut half
+undid). A job's removal resolves its children first, while it is still there to be read (a purged
+parent that never ran is *gone*: its children are cancelled, or run).
+
+Cycles cannot be made: a parent must exist when its child is made, or be made before it in the
+same group (``_groups``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+
+from .._core._core import Core
+from .._errors import InvalidRequest, InvalidState, JobNotFound, JobStoreError
+from .._format._codec import check_job_id
+from .._format._layout import DEP_RE
+from .._format._records import MAX_PARENTS, Record
+from .._os import _files as fs
+from .._os import _syscalls as sc
+
+log = logging.getLogger("fsjobstore")
+
+FAILURES = ("cancel", "run")
+
+Cancel = Callable[[str, str], object]  # cancel(job_id, reason): ById.cancel
+
+
+def check_after(after: object, on_parent_failure: object) -> tuple[tuple[str, ...], str]:
+    """``create``'s ``after`` (ids, checked, duplicates dropped) and ``on_parent_failure``."""
+    if on_parent_failure not in FAILURES:
+        raise InvalidRequest(f'on_parent_failure must be "cancel" or "run", got {on_parent_failure!r}')
+    if after is None:
+        return (), str(on_parent_failure)
+    if isinstance(after, str) or not isinstance(after, Sequence | set | frozenset | tuple):
+        raise InvalidRequest(f"after must be a list of job ids, got {after!r}")
+    ids = tuple(dict.fromkeys(check_job_id(p) for p in after))
+    if len(ids) > MAX_PARENTS:
+        raise InvalidRequest(f"after names {len(ids)} jobs; at most {MAX_PARENTS}")
+    return ids, str(on_parent_failure)
+
+
+def parent_states(core: Core, after: Iterable[str]) -> dict[str, str]:
+    """Each parent's state name, or ``"gone"``."""
+    states = {}
+    for parent in after:
+        loc = core.tree.locate(parent)
+        states[parent] = "gone" if loc is None else loc.state.value
+    return states
+
+
+def destination(core: Core, record: Record) -> str | None:
+    """Refuse parents that do not exist; the destination a new job with ``after`` takes:
+    None when every parent is fulfilled already (its usual one), else ``"deferred"``."""
+    if record.id in record.after:
+        raise InvalidRequest(f"job {record.id} cannot be made after itself")
+    states = parent_states(core, record.after)
+    missing = [p for p, s in states.items() if s == "gone"]
+    if missing:
+        raise JobNotFound(f"after names no job {missing[0]!r} in {core.layout.root}: a job can be made "
+                          "after jobs that exist, or after jobs made before it in the same group")
+    if all(s == "fulfilled" for s in states.values()):
+        return None
+    return "deferred"
+
+
+def link_parents(core: Core, record: Record) -> None:
+    """``deps/<parent>/<child>`` for each parent, durably, before the child is published."""
+    tree, lay = core.tree, core.layout
+    for parent in record.after:
+        path = lay.dep_path(parent, record.id)
+        for _ in range(3):
+            try:
+                sc.mknod(path, tree.perms.file_mode)
+                break
+            except FileExistsError:
+                break  # a create of this very record that was tried again
+            except FileNotFoundError:
+                with contextlib.suppress(FileExistsError):
+                    tree.ensure_dir(lay.deps)
+                    tree.ensure_dir(lay.dep_dir(parent))
+        else:
+            raise InvalidState(f"could not note that job {record.id} waits for {parent}; try again")
+        fs.sync_applied(lay.dep_dir(parent), durable=core.durable)
+
+
+def recheck(core: Core, record: Record) -> None:
+    """After a deferred job is published: resolve it against parents that became final
+    meanwhile (their own resolution ran before its ``deps/`` entry could be seen)."""
+    for parent, state in parent_states(core, record.after).items():
+        if state in ("fulfilled", "failed", "cancelled", "gone"):
+            core.deps.resolve_children(parent)
+            return  # one pass resolves it against every parent
+
+
+class Deps:
+    """Resolution of waiting children, for one store (see the module docstring)."""
+
+    def __init__(self, core: Core, cancel: Cancel) -> None:
+        self._core = core
+        self._cancel = cancel
+        self._local = threading.local()
+
+    # -- resolving ------------------------------------------------------------------------------
+    def resolve_children(self, parent: str) -> None:
+        """Resolve the children waiting for ``parent`` (it became final, or is gone). Nested
+        calls (a cancelled child's own children) are queued and done by the outermost one."""
+        queue: list[str] | None = getattr(self._local, "queue", None)
+        if queue is not None:
+            queue.append(parent)
+            return
+        if not sc.lexists(self._core.layout.dep_dir(parent)):
+            return  # the common case: nobody waits for it (one stat per final job)
+        self._local.queue = queue = [parent]
+        try:
+            while queue:
+                self._resolve_children_of(queue.pop(0))
+        finally:
+            self._local.queue = None
+
+    def _resolve_children_of(self, parent: str) -> None:
+        directory = self._core.layout.dep_dir(parent)
+        for child in fs.scan_names(directory):
+            if DEP_RE.match(child):
+                try:
+                    self.resolve(child)
+                except JobStoreError as exc:  # a fault: the entry stays, for the next sweep
+                    log.warning("job %s waits for %s and could not be resolved now: %s", child, parent, exc)
+        with contextlib.suppress(OSError):
+            sc.rmdir(directory)  # ENOTEMPTY: a child made meanwhile, or one left for the sweep
+
+    def resolve(self, child: str) -> str | None:
+        """Promote or cancel ``child`` if all its parents are final: ``"promoted"``,
+        ``"cancelled"``, or None (still waiting, or not deferred any more)."""
+        core = self._core
+        loc = next(core.tree.in_deferred(child), None)
+        if loc is None:
+            self._unlink_entries(child, None)
+            return None
+        try:
+            record = core.tree.read_record(loc.path)
+        except FileNotFoundError:
+            return None
+        except (fs.Unreadable, ValueError) as exc:
+            core.tree.quarantine(loc.path, f"deferred job file {exc}")
+            return None
+        states = parent_states(core, record.after)
+        if any(s not in ("fulfilled", "failed", "cancelled", "gone") for s in states.values()):
+            return None
+        bad = [(p, s) for p, s in states.items() if s != "fulfilled"]
+        if bad and record.on_parent_failure == "cancel":
+            parent, state = bad[0]
+            why = f"its parent {parent} was removed before it was fulfilled" if state == "gone" \
+                else f"its parent {parent} {'was cancelled' if state == 'cancelled' else 'failed'}"
+            try:
+                self._cancel(child, why)
+            except InvalidState:
+                return None  # it moved on meanwhile (another resolver, a purge)
+            done = "cancelled"
+        elif not self._promote(loc.path, record):
+            return None
+        else:
+            done = "promoted"
+        self._unlink_entries(child, record.after)
+        return done
+
+    def _promote(self, path: str, record: Record) -> bool:
+        core = self._core
+        due = record.not_before is not None and record.not_before > core.wall()
+        dest = "scheduled" if due else "pending"
+        try:
+            if dest == "pending":
+                core.tree.into_pending(path, core.tree.dest_path(record, dest))
+                core.tree.bell("work")
+            else:
+                core.tree.rename_into(path, core.tree.dest_path(record, dest))
+        except FileNotFoundError:
+            return False  # another process promoted or cancelled it first
+        core.pending.note_published(record, dest)
+        return True
+
+    def _unlink_entries(self, child: str, parents: Iterable[str] | None) -> None:
+        lay = self._core.layout
+        if parents is None:  # not deferred any more: whatever entries name it are stale
+            parents = [p for p in fs.scan_names(lay.deps) if DEP_RE.match(p) and _entry_left(lay.dep_path(p, child))]
+        for parent in parents:
+            fs.unlink(lay.dep_path(parent, child))
+            with contextlib.suppress(OSError):
+                sc.rmdir(lay.dep_dir(parent))  # ENOTEMPTY: others still wait for it
+
+    # -- sweeps (recovery) ------------------------------------------------------------------------
+    def sweep(self, *, deep: bool) -> int:
+        """Resolve the children of parents that are final or gone; ``deep`` (after a reboot):
+        also drop deferred copies of jobs that exist elsewhere. How many were resolved."""
+        core, lay = self._core, self._core.layout
+        resolved = 0
+        for parent in fs.scan_names(lay.deps):
+            if not DEP_RE.match(parent):
+                continue
+            loc = core.tree.locate(parent)
+            if loc is not None and not loc.state.is_final:
+                continue
+            for child in fs.scan_names(lay.dep_dir(parent)):
+                if DEP_RE.match(child) and self.resolve(child) is not None:
+                    resolved += 1
+            with contextlib.suppress(OSError):
+                sc.rmdir(lay.dep_dir(parent))
+        for name in fs.scan_names(lay.deferred) if deep else ():
+            path = os.path.join(lay.deferred, name)
+            job_id = name.rsplit(".", 2)[-2] if name.endswith(".json") else ""
+            if job_id and any(loc.path != path for loc in core.tree._locations(job_id)):
+                core.drop(path)  # promoted, and its old name came back (a power cut): the copy goes
+        return resolved
+
+
+def _entry_left(path: str) -> bool:
+    """Whether a ``deps/<parent>/<child>`` entry is there. ESTALE (past lstat's own retries): its
+    parent's directory was removed on another host (seen on the GlusterFS bed, where it killed a
+    worker): no entry is left there. Only here: elsewhere a stale answer is no proof of absence."""
+    try:
+        return sc.lexists(path)
+    except OSError as exc:
+        if exc.errno != errno.ESTALE:
+            raise
+        return False

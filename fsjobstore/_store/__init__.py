@@ -1,0 +1,2 @@
+"""The store users hold: ``JobStore``, its background thread, and the blocking waits.
+"""

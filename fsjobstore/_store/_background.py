@@ -1,0 +1,194 @@
+"""The background thread of a store that pulls: heartbeats, lease checks, periodic recovery.
+
+One thread per open store, started by its first pull (or, in a heartbeat-only store, as soon
+as the store has an owner identity: a producer there must beat too). Each beat rewrites the owner file (so
+observers see this process alive), then tells every held lease whose claim or lock is gone, or
+every held lease if this process could not beat in time (``stalled``). Every
+``max(heartbeat_interval, lease_duration / 2)`` it also runs a recovery pass. A second thread
+removes final jobs whose retention is over (``_retention``): its own, so a long removal never
+delays a beat; a bounded batch per pass, passes repeated quickly while a backlog is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from .._core._control import Control
+from .._core._core import Core
+from .._core._liveness import OwnerGone
+from .._errors import LeaseLost
+from .._transitions._notify import Notifier
+from .._transitions._recovery import boot_pass, recover
+from .._transitions._retention import Retention
+from .._transitions._work import Work
+
+log = logging.getLogger("fsjobstore")
+
+RETENTION_INTERVAL = 1.0  # seconds between retention passes with nothing left to remove
+
+
+class Heart:
+    def __init__(self, core: Core, work: Work, notifier: Notifier, control: Control) -> None:
+        self._core = core
+        self._work = work
+        self._notifier = notifier
+        self._control = control
+        self.retention = Retention(core)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.watchdog: threading.Thread | None = None
+        self.remover: threading.Thread | None = None
+        self.stop_event = threading.Event()
+        self._first_pass = threading.Event()
+        self._last_beat = self._core.clock()
+        self._last_success = self._core.clock()  # of the last beat that reached the owner file
+
+    def after_fork(self) -> None:
+        self._reset()
+
+    def start(self) -> None:
+        """Start the thread, after one recovery pass in the calling thread: a process's first
+        pull must already see the jobs of workers that died before it started (a cron worker
+        pulls once, and a background pass would come too late for it)."""
+        if self._first_pass.is_set():
+            return  # the common case, every pull after the first: no lock taken
+        core = self._core
+        core.ensure_owner()  # in a heartbeat-only store this starts the thread itself (keep_beating)
+        if not self._claim_thread():
+            self._first_pass.wait(60)  # another thread of ours is making the first pass
+            return
+        self._first_recovery()
+        self._start_threads()
+
+    def keep_beating(self) -> None:
+        """Start the thread without waiting for its first recovery pass, which it makes itself
+        (a create must not wait for one); a later first pull waits for that pass."""
+        if self._claim_thread():
+            self._start_threads()
+
+    def _claim_thread(self) -> bool:
+        """Make the heartbeat thread (not yet started) if there is none; True for the one caller
+        that made it, and so starts it."""
+        core = self._core
+        with core.mutex:
+            if self.thread is not None or core.closed:
+                return False
+            self.thread = threading.Thread(target=self._run, name=f"fsjobstore-heartbeat-{core.pid}", daemon=True)
+            return True
+
+    def _start_threads(self) -> None:
+        core = self._core
+        self._last_beat = self._last_success = core.clock()
+        assert self.thread is not None
+        self.thread.start()
+        self.watchdog = threading.Thread(target=self._watch, name=f"fsjobstore-watchdog-{core.pid}", daemon=True)
+        self.watchdog.start()
+        self.remover = threading.Thread(target=self._remove, name=f"fsjobstore-retention-{core.pid}", daemon=True)
+        self.remover.start()
+
+    def _first_recovery(self) -> None:
+        # Not deep: the once-per-boot look for files a power cut emptied reads every job file's
+        # size (25 s at a million pending), so the retention thread makes it (_remove), and a
+        # first pull waits only for what can need repair. A worker that claims an emptied file
+        # before that pass meets it quarantines it just the same (LostJobData).
+        try:
+            self._recover(deep=False)
+        finally:
+            self._first_pass.set()  # pulls waiting for it go on, whatever happened
+
+    def _recover(self, *, deep: bool | None) -> None:
+        try:
+            recover(self._core, self._notifier, self._control, deep=deep)
+        except Exception:
+            log.exception("recovery failed; will try again")
+
+    def _run(self) -> None:
+        core, settings = self._core, self._core.settings
+        interval = max(settings.heartbeat_interval, settings.lease_duration / 2)
+        if not self._first_pass.is_set():  # started by keep_beating: the first pass is ours
+            self._first_recovery()
+        next_recovery = core.clock() + interval
+        while not self.stop_event.is_set():
+            if core.clock() >= next_recovery:
+                self._recover(deep=False)
+                next_recovery = core.clock() + interval
+            if self.stop_event.wait(settings.heartbeat_interval):
+                return
+            self.beat_once()
+
+    def _remove(self) -> None:
+        """Retention passes: every RETENTION_INTERVAL, and while a backlog is left, again after
+        a pause twice as long as the pass took, so removing a backlog takes at most a third of
+        the time this process's workers could use (they keep most of their rate meanwhile)."""
+        core = self._core
+        self._first_pass.wait(60)  # after the first recovery pass, which finishes cut-short removals
+        if not self.stop_event.is_set():
+            boot_pass(core, self.stop_event.is_set)  # once per boot of the host, by one process: see _first_recovery
+        pause = 0.0
+        while not self.stop_event.wait(pause):
+            began = core.clock()
+            try:
+                more = self.retention.run_pass().more
+            except Exception:
+                log.exception("retention pass failed; will try again")
+                more = False
+            pause = max(0.005, 2 * (core.clock() - began)) if more else RETENTION_INTERVAL
+
+    def _watch(self) -> None:
+        """Judge, on this process's monotonic clock alone, whether its heartbeat still lands.
+
+        The heartbeat thread can block inside a hung mount (a stopped FUSE client, an NFS server
+        gone) and with it every lease check it makes; others take our claims after a lease
+        without beats. This thread never touches the filesystem, so it can tell every holder
+        at 0.75 x lease_duration after the last beat that landed, hung mount or not."""
+        core, settings = self._core, self._core.settings
+        told = False
+        while not self.stop_event.wait(min(settings.heartbeat_interval / 2, 1.0)):
+            silent = core.clock() - self._last_success
+            if silent <= 0.75 * settings.lease_duration:
+                told = False
+                continue
+            if told:
+                continue
+            told = True
+            problem = LeaseLost(f"this process's heartbeat has not landed for {silent:.1f}s (lease "
+                                f"{settings.lease_duration}s): its disk or mount may hang, and its claims may "
+                                "be taken over", reason="stalled")
+            self._work.check_held(problem)
+            self._notifier.check_held(problem)
+
+    def beat_once(self) -> None:
+        core = self._core
+        owner = core.owner
+        if owner is None:
+            return
+        now = core.clock()
+        gap, self._last_beat = now - self._last_beat, now
+        problem: LeaseLost | None = None
+        try:
+            owner.beat()
+        except OwnerGone as exc:
+            # Another process judged us gone (our heartbeat stopped for a lease: a hung disk,
+            # a stopped process) and cleaned up after us. Our claims are its now; new ones are
+            # made under a new identity.
+            problem = LeaseLost(str(exc), reason="taken-over")
+            core.replace_owner(owner)
+        except OSError as exc:
+            problem = LeaseLost(f"heartbeat could not be written: {exc}", reason="heartbeat-failed")
+        else:
+            self._last_success = core.clock()
+        lease = core.settings.lease_duration
+        if problem is None and gap > 0.75 * lease:
+            problem = LeaseLost(f"this process did not beat for {gap:.1f}s (lease {lease}s); "
+                                "its claims may have been taken over", reason="stalled")
+        self._work.check_held(problem)
+        self._notifier.check_held(problem)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for thread in (self.thread, self.watchdog, self.remover):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=5.0)

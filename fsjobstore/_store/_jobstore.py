@@ -1,0 +1,517 @@
+"""JobStore: the public face of a store. Every method checks its arguments first (bad input
+raises before anything changes); most then delegate.
+
+What happens on disk lives one layer down: ``_create`` (new jobs), ``_work`` (claims, commits), ``_direct``
+(snapshots, fulfil, cancel, retry by id), ``_notify`` (targets, notifier leases), ``_listing`` and ``_purge``
+(finding and removing jobs), ``_recovery`` (repairs; take-overs in ``_takeover``), ``_stats`` (counts), ``_heart``
+(background threads), ``_waiting`` (the waits of ``pull_work``, ``pull_notification`` and ``wait``, and the
+wake-ups event loops wait on), ``_ticks`` (periodic ticks), all sharing one ``_shared.Core``. ``__init__``
+assembles the settings and the parts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import os
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from .._core._control import Control
+from .._core._core import Core, Settings
+from .._core._counters import Counters
+from .._core._opening import open_skeleton
+from .._errors import CorruptJob, InvalidRequest, JobNotFound, WaitTimeout
+from .._format._checks import (
+    Duration,
+    check_timeout,
+    default_backoff,
+    integer,
+    job_file_cap,
+    lease_timing,
+    result_value,
+    retain_seconds,
+    seconds,
+)
+from .._format._codec import check_job_id, check_queue_name
+from .._format._job import Job, JobState
+from .._format._layout import Layout
+from .._format._patterns import Subscriptions, check_queues, matches
+from .._os import _syscalls as sc
+from .._os._verify import locks_prove_death
+from .._relations._dependencies import Deps
+from .._transitions._by_id import ById
+from .._transitions._create import new_record, publish_new
+from .._transitions._leases import NotificationLease, OnCompromised, WorkLease
+from .._transitions._listing import notified
+from .._transitions._notify import Notifier
+from .._transitions._recovery import RecoveryReport, recover
+from .._transitions._retention import index_strays
+from .._transitions._stats import DirCounts
+from .._transitions._work import Work
+from ._background import Heart
+from ._operating import Operating
+from ._read_only import reading_only
+from ._relating import Relations
+from ._waiting import Waiting, Wakeups
+
+log = logging.getLogger("fsjobstore")
+
+_LIVE_STORES: weakref.WeakSet[JobStore] = weakref.WeakSet()
+
+
+class JobStore(Operating, Relations):
+    """A job store in one directory, shared by any number of threads and processes.
+
+    Every length of time it takes (a lease, a heartbeat, a poll interval, a time limit, a
+    delay, a retention, a purge's age) is seconds, a ``timedelta``, or text as the command line
+    takes it: ``"90s"``, ``"15m"``, ``"1h30m"``, ``"7d"``, ``"2w"`` (:func:`parse_duration`). A
+    call's own wait (``timeout=`` of ``pull_work``, ``wait``) is seconds, as in ``queue.Queue``.
+
+    :param path: the store's directory. A store is made there if the directory is missing or
+        empty (and ``create`` is true); a directory holding anything else and no store is
+        refused (:class:`StoreNotFound`). Relative paths are resolved once.
+    :param create: False to open only an existing store (what read-only tools should do).
+    :param read_only: a reader that never changes anything in the store: no directory, temp,
+        owner or heartbeat file is made, no bad file is quarantined, no planted directory
+        replaced, no count cached, nothing recovered or removed. Reads (``get``, ``jobs``,
+        ``statistics``, ``wait``, ...) skip what they cannot read (``get`` of an unreadable job
+        raises :class:`CorruptJob`); every call that would change the store raises
+        :class:`StorageError` (EROFS) naming it. Implies ``create=False``. A store that needs a
+        repair or an upgrade at open is refused (open it writable once).
+    :param durable: fsync files and directories before acknowledging (see FORMAT.md). It is
+        recorded when the store is made (default True) and belongs to the store: None (the
+        default) follows the store, True is always allowed, and False is refused on a durable
+        store, so one process cannot weaken what the others promise. With False, every
+        operation is still atomic under process crashes, but a power loss may undo recent
+        acknowledged operations.
+    :param group: share the store with the members of this Unix group (a name or a gid): its
+        directories are made setgid and group-writable, its files group-readable and -writable,
+        and directories made by other members are trusted. Only when the store is made; later
+        opens may repeat it or leave it out. Without it a store belongs to the user who made it.
+    :param lease_duration: seconds without a heartbeat after which another process may take a
+        hung holder's job. A dead holder's jobs are taken at once, whatever this says. At least
+        0.5 s: a holder calls itself stalled 0.75 lease after its last beat landed, and a shorter
+        lease leaves too little room for one slow write.
+    :param heartbeat_interval: seconds between heartbeats (default ``lease_duration / 4``; from
+        0.01 s to ``lease_duration / 2``).
+    :param max_attempts: default for jobs that do not set their own.
+    :param default_timeout: seconds one attempt of a job may run, for jobs created here that do
+        not set their own ``timeout`` (None: no limit).
+    :param backoff: ``attempt -> seconds`` before a failed job (or notification) is retried.
+    :param poll_interval: longest a waiting puller sleeps before rescanning, whether or not
+        inotify said anything (it cannot see other hosts, and it can overflow).
+    :param lock_takeover: whether a free ``flock`` proves a holder dead, so its jobs are taken at
+        once. None (the default) trusts locks on local filesystems and not on network ones
+        (NFS, CIFS, FUSE, ...), where they may not reach other hosts; untrusted, a holder is
+        replaced only after ``lease_duration`` without heartbeats. ``fsjobstore verify`` checks.
+    :param doorbell: wake waiting pullers when another *host* makes work due, by a directory
+        they list every 25 ms (inotify sees only this host). None (the default) turns it on for
+        network filesystems only. See FORMAT.md, "Doorbell".
+    :param retain: how long the jobs this process creates are kept once final, before
+        retention removes them with every file of theirs: a duration (``"7d"``, seconds, a
+        ``timedelta``; 0 removes a job as soon as it is final and its targets have heard) or
+        ``"forever"``.
+        None (the default) follows the store's default, recorded when it is made: a new store
+        records the ``retain`` it is made with (7 days if None). See README, "Retention".
+    :param clock: monotonic seconds, for leases and timeouts (injectable for tests).
+    :param wall_clock: epoch seconds, for ``run_at``/``delay`` and timestamps.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        read_only: bool = False,
+        durable: bool | None = None,
+        group: str | int | None = None,
+        lease_duration: Duration = 30.0,
+        heartbeat_interval: Duration | None = None,
+        max_attempts: int = 3,
+        default_timeout: Duration | None = None,
+        backoff: Callable[[int], float] = default_backoff,
+        max_value_bytes: int = 16 * 1024 * 1024,
+        max_request_bytes: int = 1024 * 1024,
+        poll_interval: Duration = 1.0,
+        watch: bool = True,
+        lock_takeover: bool | None = None,
+        doorbell: bool | None = None,
+        retain: Duration | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        lease, heartbeat = lease_timing(lease_duration, heartbeat_interval)
+        max_attempts = integer(max_attempts, "max_attempts", at_least=1, at_most=1_000_000)
+        max_value_bytes = integer(max_value_bytes, "max_value_bytes", at_least=1)
+        max_request_bytes = integer(max_request_bytes, "max_request_bytes", at_least=1)
+        poll_interval = seconds(poll_interval, "poll_interval (seconds)", at_least=0.001, below=1e9)
+        self.default_timeout = check_timeout(default_timeout, "default_timeout")
+        if durable is not None and not isinstance(durable, bool):
+            raise InvalidRequest(f"durable must be True, False or None, got {durable!r}")
+        raw = os.fspath(path)
+        if not isinstance(raw, str) or not raw.strip():
+            raise InvalidRequest(f"the store path must be a non-empty string, got {raw!r}")
+        # The caller chose this path, so a symlink to the store is resolved once; inside the
+        # store, symlinked directories are refused (see _fsops.check_trusted).
+        self.path = os.path.realpath(os.path.abspath(raw))
+        layout = Layout(self.path)
+        own_retain = retain_seconds(retain)
+        if not isinstance(read_only, bool):
+            raise InvalidRequest(f"read_only must be True or False, got {read_only!r}")
+        self.read_only = read_only
+        config = open_skeleton(layout, durable=durable, group=group, create=create and not read_only,
+                               retain=own_retain, read_only=read_only)
+        self._retain = config.retain if own_retain is None else own_retain
+        # Ends the root's attachment (_syscalls.attach, made by open_skeleton) at close, or when
+        # a store that was never closed is collected: at most once either way.
+        self._detach = weakref.finalize(self, sc.detach, self.path)
+        durable = config.durable if durable is None else durable
+        local = locks_prove_death(self.path)  # a local filesystem: locks reach every process, inotify too
+        settings = Settings(
+            path=self.path, durable=durable, store_durable=config.durable, lease_duration=lease,
+            heartbeat_interval=float(heartbeat), max_attempts=max_attempts, backoff=backoff,
+            max_value_bytes=max_value_bytes, max_request_bytes=max_request_bytes,
+            poll_interval=poll_interval, watch=watch,
+            lock_takeover=local if lock_takeover is None else lock_takeover,
+            doorbell=not local if doorbell is None else doorbell,
+            clock=clock, wall=wall_clock,
+        )
+        # Late-bound: the heartbeat is made below, from parts that need the core (see Core).
+        self._core = core = Core(settings, layout, perms=config.perms,
+                                 record_cap=job_file_cap(max_value_bytes, max_request_bytes),
+                                 default_retain=config.retain,
+                                 on_new_owner=lambda: self._heart.keep_beating())
+        self._notifier = Notifier(core)
+        self._control = Control(core)
+        self._counts = DirCounts(core.layout.control, core.tree.perms.file_mode)  # statistics() per bucket
+        self._counters = Counters(core.layout.metrics, lambda: core.tree.ensure_dir(core.layout.metrics),
+                                  core.tree.perms.file_mode, wall_clock)
+        self._work = Work(core, self._notifier, self._control)
+        self._direct = ById(core, self._work, self._notifier, self._control)
+        self._deps = Deps(core, lambda job_id, why: self._direct.cancel(job_id, why))
+        core.deps = self._deps
+        self._subscriptions = Subscriptions(core.layout, core.clock)
+        self._heart = Heart(core, self._work, self._notifier, self._control)
+        self._waiting = Waiting(core, self._heart)
+        self.group: int | None = config.perms.gid
+        """The gid of the group that shares this store, or None for a private store."""
+        if read_only:
+            reading_only(self)
+        _LIVE_STORES.add(self)
+
+    # == settings, read-only ========================================================================
+    @property
+    def durable(self) -> bool:
+        """Whether operations are fsynced before they are acknowledged."""
+        return self._core.settings.durable
+
+    @property
+    def lease_duration(self) -> float:
+        return self._core.settings.lease_duration
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self._core.settings.heartbeat_interval
+
+    @property
+    def retain(self) -> float:
+        """Seconds the jobs this process creates are kept once final by default (``math.inf``:
+        forever): its own ``retain=``, else the store's recorded default."""
+        return self._retain
+
+    @property
+    def max_attempts(self) -> int:
+        return self._core.settings.max_attempts
+
+    @property
+    def max_value_bytes(self) -> int:
+        return self._core.settings.max_value_bytes
+
+    @property
+    def max_request_bytes(self) -> int:
+        return self._core.settings.max_request_bytes
+
+    @property
+    def poll_interval(self) -> float:
+        return self._core.settings.poll_interval
+
+    @property
+    def lock_takeover(self) -> bool:
+        """Whether a free flock proves a holder dead here (see the class docstring)."""
+        return self._core.settings.lock_takeover
+
+    def _check_open(self) -> None:
+        self._core.check_open()
+        if self._core.forked():
+            self._after_fork()
+
+    def _after_fork(self) -> None:
+        """A forked child must not reuse the parent's owner lock, claims or threads."""
+        self._core.after_fork()
+        self._counters.after_fork()
+        self._work.after_fork()
+        self._notifier.after_fork()
+        self._heart.after_fork()
+
+    # == creating ==================================================================================
+    def create(self, request: Any, *, queue: str = "default", priority: int = 0, delay: Duration | None = None,
+               run_at: float | datetime | None = None, max_attempts: int | None = None, job_id: str | None = None,
+               timeout: Duration | None = None, retain: Duration | None = None,
+               unique_key: str | None = None, after: Sequence[str] | None = None,
+               on_parent_failure: str = "cancel", concurrency_key: str | None = None) -> Job:
+        """Store a new job and return its snapshot once it is durable.
+
+        ``priority``: lower runs sooner (-999,999 .. 999,999); equal priorities run in creation
+        order. ``delay`` (a duration) or ``run_at`` (epoch seconds or an aware
+        datetime) holds the job back until then. ``job_id`` lets the caller choose the id; using
+        an id twice raises :class:`JobExists`, so it doubles as an idempotency key.
+        ``timeout``: how long one attempt may run (default: the store's ``default_timeout``);
+        the worker runtime stops an attempt that overruns it, counted as a failed attempt, and
+        any process takes the job over once it overran by a further ``lease_duration``.
+        ``retain``: how long the job is kept once final (a duration, or ``"forever"``;
+        0: removed as soon as it is final and its targets have heard); default: the store's
+        ``retain``. A removed job's id may be used again. ``unique_key``: while a job with this
+        key is not final, a create with it makes nothing and returns that job (compare ids);
+        once it is final, the key may be used again. ``after``: ids of jobs this one waits for
+        (``deferred`` until they are all final): it runs once they are all fulfilled; if one
+        fails, is cancelled or is removed first, it is cancelled saying why, unless
+        ``on_parent_failure="run"``. Each must exist (:class:`JobNotFound`).
+        ``concurrency_key``: jobs sharing it run at most the key's limit at once (one, unless
+        :meth:`set_limit` says otherwise), across every process on the directory; the others
+        wait in order, and show as ``pending``.
+        """
+        self._check_open()
+        subs = self._subscriptions.matching(check_queue_name(queue))
+        if subs:
+            return self._fan_out(subs, request, dict(
+                queue=queue, priority=priority, delay=delay, run_at=run_at, max_attempts=max_attempts, job_id=job_id,
+                timeout=timeout, retain=retain, default_timeout=self.default_timeout, default_retain=self._retain,
+                unique_key=unique_key, after=after, on_parent_failure=on_parent_failure,
+                concurrency_key=concurrency_key))
+        record = new_record(self._core, request, queue=queue, priority=priority, delay=delay, run_at=run_at,
+                            max_attempts=max_attempts, job_id=job_id, timeout=timeout, retain=retain,
+                            default_timeout=self.default_timeout, default_retain=self._retain,
+                            unique_key=unique_key, after=after, on_parent_failure=on_parent_failure,
+                            concurrency_key=concurrency_key)
+        made = publish_new(self._core, record, explicit=job_id is not None)
+        if isinstance(made, Job):
+            return made  # the job that holds the unique key
+        self._count_created(record.queue)
+        if made == "deferred":  # its parents may have ended meanwhile: it may have moved on already
+            return self.get(record.id)
+        return record.snapshot(JobState(made))
+
+    def _count_created(self, queue: str) -> None:
+        self._counters.add(queue, "created")
+
+    # == claiming work =============================================================================
+    def pull_work(self, *, queues: str | Sequence[str] | None = None, timeout: float | None = 0,
+                  on_compromised: OnCompromised | None = None) -> WorkLease | None:
+        """Lease one due job, or return None.
+
+        ``queues``: a name or a list in priority order (all queues when None); a pattern (``order-*``)
+        stands for every queue it matches, the most urgent job of them first. ``timeout``: 0
+        never waits; a positive number waits up to that many seconds; None waits forever.
+        ``on_compromised`` is installed before the lease is visible, so no loss is missed.
+        """
+        self._check_open()
+        names = check_queues(queues)
+        return self._waiting.pull(lambda: self._work.claim(names, on_compromised), timeout)
+
+    # == resolving by id ===========================================================================
+    def fulfill(self, job_id: str, value: Any) -> None:
+        """Fulfil a job without holding its lease (for jobs resolved elsewhere).
+
+        Raises :class:`InvalidState` if a live worker holds it or it is already final, and
+        :class:`JobNotFound` for an unknown id. A job held by a dead or hung worker is taken
+        over first.
+        """
+        self._check_open()
+        check_job_id(job_id)
+        self._counters.add(self._direct.fulfill(job_id, result_value(value, self.max_value_bytes)), "fulfilled")
+
+    def get(self, job_id: str) -> Job:
+        """A snapshot of the job (state, request, value or error, attempts, waiting targets)."""
+        self._check_open()
+        check_job_id(job_id)
+        return self._direct.snapshot(job_id)
+
+    def wait(self, job_id: str, timeout: float | None = None) -> Job:
+        """Block until the job is final (fulfilled, failed or cancelled) and return its snapshot;
+        ``wait(job_id).result()`` gives its value or raises. Raises :class:`WaitTimeout` after
+        ``timeout`` seconds (None: wait forever), :class:`JobNotFound` for an unknown id.
+        Woken by inotify when the result lands, with a rescan every ``poll_interval``."""
+        self._check_open()
+        check_job_id(job_id)
+        if not self._waiting.wait_final(job_id, timeout):
+            raise WaitTimeout(f"job {job_id} was not final after {timeout} s")
+        return self.get(job_id)
+
+    # == control =================================================================================
+    def cancel(self, job_id: str, reason: str | None = None) -> Job:
+        """Cancel a job. A pending or scheduled job becomes ``cancelled`` at once; a running one
+        is asked to stop (its lease's ``cancel_requested`` turns true, ``on_cancel`` fires, the
+        worker runtime aborts the handler) and ends ``cancelled`` whatever its holder commits.
+        Notifications are delivered as for any final state. Returns the job's snapshot: state
+        ``cancelled``, or ``active`` with ``cancel_requested`` set. :class:`InvalidState` for a job
+        that has ended, or that its holder's commit ended as the request was made (it keeps that)."""
+        self._check_open()
+        check_job_id(job_id)
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidRequest(f"reason must be a str or None, not {type(reason).__name__}")
+        job = self._direct.cancel(job_id, reason)
+        if job.state is JobState.CANCELLED:  # a running job's cancel is counted by its worker, when it ends
+            self._counters.add(job.queue, "cancelled")
+        return job
+
+    def retry(self, job_id: str) -> Job:
+        """Give a ``failed`` or ``cancelled`` job a new life: back to pending, with its whole
+        attempt budget again. Its earlier outcome stays readable in ``Job.history``. Raises
+        :class:`InvalidState` for a job in any other state."""
+        self._check_open()
+        check_job_id(job_id)
+        return self._direct.retry(job_id)
+
+    def cancel_requested(self, job_id: str) -> bool:
+        """Whether a cancel was asked for this job and not yet honoured (cheap: one stat)."""
+        self._check_open()
+        return self._control.cancel_requested(check_job_id(job_id))
+
+    def pause(self, queue: str) -> bool:
+        """Stop every worker on this directory from taking jobs of ``queue`` (running ones go on;
+        the queue keeps accepting jobs). Persisted in the store. False if it was paused already."""
+        self._check_open()
+        return self._control.pause(check_queue_name(queue))
+
+    def resume(self, queue: str) -> bool:
+        """Undo :meth:`pause`; False if the queue was not paused."""
+        self._check_open()
+        return self._control.resume(check_queue_name(queue))
+
+    def paused(self) -> frozenset[str]:
+        """The queues that are paused."""
+        self._check_open()
+        return self._control.paused()
+
+    # == notifications =============================================================================
+    def queue(self, job_id: str, target: Any) -> None:
+        """Ask for the job's result to be delivered to ``target`` (any JSON value) once final.
+
+        Queueing the same target twice has no further effect. If the job is already final the
+        notification is available at once.
+        """
+        self._check_open()
+        self._notifier.queue(check_job_id(job_id), target)
+
+    def unqueue(self, job_id: str, target: Any) -> bool:
+        """Stop waiting to notify ``target``; True if it was waiting. A notifier already
+        delivering it may still do so."""
+        return self.unqueue_all(job_id, [target]) == 1
+
+    def unqueue_all(self, job_id: str, targets: Iterable[Any]) -> int:
+        """Batch :meth:`unqueue`; returns how many of ``targets`` were waiting."""
+        self._check_open()
+        return self._notifier.unqueue_all(check_job_id(job_id), targets)
+
+    def pull_notification(self, *, queues: str | Sequence[str] | None = None, timeout: float | None = 0,
+                          on_compromised: OnCompromised | None = None) -> NotificationLease | None:
+        """Lease one final job whose result is waiting to be delivered, or return None.
+
+        ``queues``: only jobs of these queues (names, or patterns such as ``order-*``; all queues
+        when None), the most overdue first. ``timeout`` as for :meth:`pull_work`."""
+        self._check_open()
+        names = check_queues(queues)
+        return self._waiting.pull(lambda: self._notifier.claim(names, on_compromised), timeout)
+
+    def notifications(self, *, queues: str | Sequence[str] | None = None) -> list[Job]:
+        """Snapshots (as :meth:`get` makes them) of the final jobs whose targets wait for a
+        notifier, the soonest due first: ``delivery_due_at`` says when each is next due, and
+        ``delivery_attempts`` / ``delivery_error`` why one waits for a backoff. ``queues`` as
+        for :meth:`pull_notification`. It reads every waiting job: an operator's call."""
+        self._check_open()
+        names = check_queues(queues)
+        found = []
+        for job_id in notified(self._core):
+            try:
+                job = self.get(job_id)
+            except (JobNotFound, CorruptJob):  # delivered and gone, or moved aside, meanwhile
+                continue
+            wanted = names is None or any(matches(n, job.queue) for n in names)
+            if wanted and job.waiting and job.delivery_due_at is not None:
+                found.append(job)
+        return sorted(found, key=lambda j: (j.delivery_due_at, j.id))
+
+    def wakeups(self, kind: str = "work") -> Wakeups:
+        """What an event loop waits on instead of a blocked thread (``fsjobstore.aio`` uses it):
+        ``"work"`` (for pulls of work and notifications) or ``"done"`` (jobs became final). Close it."""
+        self._check_open()
+        return Wakeups(self._core, kind)
+
+    # == maintenance ===============================================================================
+    def recover(self, *, deep: bool = True) -> RecoveryReport:
+        """Repair what crashed or hung processes left behind; safe to run anywhere, any time.
+
+        Every store that pulls also runs it: once before its first pull, then every
+        ``lease_duration / 2`` in the background. See FORMAT.md, "Recovery", for each step.
+        ``deep``: in a store that does not fsync, also look for job files a power cut left
+        empty, queued or final (one stat per job file: pass False for a periodic pass over a deep
+        backlog); each is quarantined, counted in ``lost_to_power_loss`` and named in
+        ``lost_ids``; and final jobs an older fsjobstore committed after the upgrade are indexed
+        (``indexed``). Also one bounded retention pass (README, "Retention"), in ``removed``."""
+        self._check_open()
+        report = recover(self._core, self._notifier, self._control, deep=deep)
+        removed = self._heart.retention.run_pass().removed  # one bounded pass (its thread does the rest)
+        indexed = index_strays(self._core) if deep else 0  # it lists every final job: deep passes only
+        return dataclasses.replace(report, removed=report.removed + removed, indexed=indexed)
+
+    def close(self) -> None:
+        """Release held leases (giving their jobs back), stop the threads, drop the owner lock."""
+        core = self._core
+        if core.closed:
+            return
+        if core.forked():
+            self._after_fork()
+        self._work.release_all()
+        self._notifier.close()
+        self._counters.close()  # what this process counted, for the others
+        core.closed = True
+        self._heart.stop_event.set()
+        core.stop_waker()
+        self._heart.stop()
+        if core.owner is not None:
+            core.owner.close()
+        _LIVE_STORES.discard(self)
+        self._detach()
+
+    def __enter__(self) -> JobStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<JobStore {self.path!r} durable={self.durable}>"
+
+
+def _reset_after_fork() -> None:
+    for store in list(_LIVE_STORES):
+        store._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+@atexit.register
+def _flush_counters_at_exit() -> None:
+    """What a store that was never closed counted in its last second (its writer is a daemon
+    thread, which the interpreter's exit does not wait for)."""
+    for store in list(_LIVE_STORES):
+        if not store._core.closed and not store._core.forked():
+            store._counters.close()
+
