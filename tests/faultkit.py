@@ -284,7 +284,7 @@ def _retention_later(store: JobStore, ctx: Ctx) -> None:
 def _remove(store: JobStore, ctx: Ctx) -> None:
     from fsjobstore._transitions._removal import remove_job
     core = store._core
-    remove_job(core, core.layout.final_path("fulfilled", "kept-1"), "kept-1", drop_targets=False)
+    remove_job(core, store._hooks, core.layout.final_path("fulfilled", "kept-1"), "kept-1", drop_targets=False)
 
 
 def _job_setup(store: JobStore, ctx: Ctx) -> None:

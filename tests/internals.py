@@ -193,7 +193,7 @@ def retention_walker(store: JobStore) -> tuple[Any, list[str]]:
     from fsjobstore._transitions._retention import Retention
 
     no_background(store)
-    remover = Retention(store._core)
+    remover = Retention(store._core, store._hooks)
     looked: list[str] = []
     consider = remover._consider
 

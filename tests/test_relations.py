@@ -177,13 +177,12 @@ def test_a_child_whose_resolution_a_crash_interrupted_is_resolved_by_recovery(st
     b = store.create({"n": "b"}, after=[a.id])
     lease = store.pull_work()
     assert lease is not None
-    deps = store._core.deps
-    store._core.deps = type(deps).__new__(type(deps))  # as if the committer died before resolving
-    store._core.deps.resolve_children = lambda parent: None  # type: ignore[method-assign]
+    deps = store._hooks.parents
+    deps._resolve_children_of = lambda parent: None  # type: ignore[attr-defined]  # as if the committer died before resolving
     try:
         lease.fulfill("x")
     finally:
-        store._core.deps = deps
+        del deps._resolve_children_of  # type: ignore[attr-defined]
     assert store.get(b.id).state is JobState.DEFERRED
     assert store.recover().children_resolved == 1
     assert store.get(b.id).state is JobState.PENDING

@@ -247,7 +247,7 @@ def _kill_mid(root: Path, where: str) -> None:
 
         s = JobStore({str(root)!r}, durable=False)
         with hooked(Kill()):
-            remove_job(s._core, s._core.layout.final_path("fulfilled", "k"), "k", drop_targets=False)
+            remove_job(s._core, s._hooks, s._core.layout.final_path("fulfilled", "k"), "k", drop_targets=False)
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()

@@ -1,9 +1,10 @@
 """The state one open store shares between its parts: settings, the tree of job files, the
 owner identity and its tokens, the pending index, the doorbell and the wake-up sources.
 
-``JobStore`` builds one :class:`Core` and hands it to the protocol modules (``_create``,
-``_work``, ``_notify``, ``_recovery``, ``_heart``, ``_waiting``); none of them reaches into
-``JobStore``. The blocking waits that sleep on the wake-ups live above, in ``_waiting``.
+``JobStore`` builds one :class:`Core`, whole, and hands it to the transitions (``_transitions``),
+the features (``_relations``) and its own background thread and waits (``_store``); none of them
+reaches into ``JobStore``, and nothing is set on a Core after it is made. What the features add
+to a transition is handed to the transition itself (``_hooks``), not kept here.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from .._errors import StoreClosed
 from .._format._layout import Layout, seq_field
@@ -49,29 +49,14 @@ class Settings:
     wall: Callable[[], float]
 
 
-class Dependents(Protocol):
-    """What the store's layers below ``_deps`` call of it (``_deps.Deps``)."""
-
-    def resolve_children(self, parent: str) -> None: ...
-
-    def sweep(self, *, deep: bool) -> int: ...
-
-
-class _NoDependents:
-    def resolve_children(self, parent: str) -> None:
-        pass
-
-    def sweep(self, *, deep: bool) -> int:
-        return 0
-
-
 class Core:
     """Shared state of one open store. Thread-safe; reset in a forked child."""
 
     def __init__(self, settings: Settings, layout: Layout, *, perms: fs.Perms, record_cap: int,
                  default_retain: float, on_new_owner: Callable[[], None]) -> None:
-        """``on_new_owner`` is called once this process has an owner identity and must beat
-        (JobStore passes the heartbeat's ``keep_beating``): handed in, as this module is below it."""
+        """``on_new_owner`` is called once this process has an owner identity and must beat (a
+        store where a free lock proves nothing): the one call a Core makes upward, handed in by
+        the store, whose background thread beats."""
         self.settings = settings
         self.layout = layout
         self.durable = settings.durable
@@ -81,16 +66,11 @@ class Core:
         self.closed = False
         self._on_new_owner = on_new_owner
         self.doorbell = Doorbell(layout, self.owner_id, enabled=settings.doorbell, file_mode=perms.file_mode)
+        # Locks that prove nothing mean a network filesystem, unless told otherwise: reads there
+        # may lag behind another host's writes.
         self.tree = Tree(layout, durable=settings.durable, record_cap=record_cap, perms=perms,
-                         bell=self.doorbell.ring)
-        self.tree.default_retain = default_retain  # for jobs whose record does not say (format 2)
-        self.tree.lagging = not settings.lock_takeover  # a network filesystem, unless told otherwise
-        self.tree.emptiable = not settings.store_durable
-        # The jobs waiting for others (_deps.Deps, made by JobStore once the calls it needs
-        # exist): resolved when a job becomes final or is removed, and swept by recovery.
-        self.deps: Dependents = _NoDependents()
-        # Promotes what waits in jobs/waiting/ (_gate.Gate.sweep, set by Work): every recovery pass.
-        self.sweep_waiting: Callable[[], int] = lambda: 0
+                         ring=self.doorbell.ring if settings.doorbell else None, default_retain=default_retain,
+                         lagging=not settings.lock_takeover, emptiable=not settings.store_durable)
         self._reset()
 
     def _reset(self) -> None:

@@ -296,9 +296,8 @@ def _migrate_to_3(layout: Layout, config: StoreConfig, retain: float, made_as: i
             raise StoreFormatError(f"{layout.marker} went away while the store was being upgraded")
         if integer(doc.get("format"), "format", error=StoreFormatError) >= FORMAT_VERSION:
             return _config(layout, doc, config.durable)  # another process did it meanwhile
-        tree = Tree(layout, durable=False, record_cap=_MIGRATE_READ_CAP, perms=config.perms,
-                    bell=lambda kind: None)  # it only indexes jobs already final: no news for a waiter
-        tree.default_retain = retain
+        # No doorbell: it only indexes jobs already final, no news for a waiter.
+        tree = Tree(layout, durable=False, record_cap=_MIGRATE_READ_CAP, perms=config.perms, default_retain=retain)
         indexed = tree.index_unindexed(set())
         for queue in fs.scan_names(layout.pending):  # pending jobs into their buckets (_buckets)
             qdir = layout.pending_dir(queue)

@@ -39,17 +39,24 @@ DEFAULT_RETAIN = 7 * 24 * 3600.0  # a new store's default retention (FORMAT.md, 
 
 
 class Tree(Finding):
-    def __init__(self, layout: Layout, *, durable: bool, record_cap: int,
-                 perms: fs.Perms = fs.PRIVATE, bell: Callable[[str], None]) -> None:
+    def __init__(self, layout: Layout, *, durable: bool, record_cap: int, perms: fs.Perms = fs.PRIVATE,
+                 ring: Callable[[str], None] | None = None, default_retain: float = DEFAULT_RETAIN,
+                 lagging: bool = False, emptiable: bool = False) -> None:
+        """``ring``: the doorbell's, rung after a job becomes due ("work") or final ("done"), so
+        no other host's waiter sleeps past it (None: no doorbell). ``default_retain``: seconds a
+        job is kept once final when its record does not say (a format-2 job): the store's
+        recorded default. ``lagging``: reads may lag behind another host's writes (a network
+        filesystem). ``emptiable``: the store was made with durable=False, so a power cut may
+        empty files."""
         self.layout, self.durable, self.record_cap, self.perms = layout, durable, record_cap, perms
-        # Seconds a job is kept once final when its record does not say (a format-2 job, or a
-        # store whose default the caller has not set yet): the store's recorded default.
-        self.default_retain = DEFAULT_RETAIN
-        # Rung after a job becomes due ("work") or final ("done"): the doorbell's ring, passed
-        # in by whoever makes the tree (JobStore), so no other host's waiter sleeps past it.
-        self.bell = bell
-        self.lagging = False  # reads may lag behind another host's writes (network fs): set by Core
-        self.emptiable = False  # the store was made with durable=False: a power cut empties files (set by Core)
+        self._ring = ring
+        self.default_retain = default_retain
+        self.lagging = lagging
+        self.emptiable = emptiable
+
+    def bell(self, kind: str) -> None:
+        if self._ring is not None:
+            self._ring(kind)
 
     # -- writing, with this store's durability and permissions --------------------------------
     def write_new(self, path: str, data: bytes) -> None:

@@ -6,13 +6,17 @@ import math
 import random
 import re
 import traceback
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from .._errors import InvalidRequest, ValueTooLarge
-from ._codec import canonical
+from ._codec import canonical, check_job_id
 
 MAX_ERROR_CHARS = 64 * 1024
+MAX_KEY = 512  # characters of a unique or concurrency key
+MAX_PARENTS = 1000  # jobs one job may wait for
+FAILURES = ("cancel", "run")  # what a child does when a parent does not end fulfilled
 # Each attempt's error is kept in the job's record (Job.attempt_errors): the last
 # MAX_ATTEMPT_ERRORS attempts, each cut to ATTEMPT_ERROR_CHARS, so a job file stays small
 # however often it is retried. The last error is also kept whole (up to MAX_ERROR_CHARS) in ``error``.
@@ -248,3 +252,25 @@ def job_file_cap(max_value_bytes: int, max_request_bytes: int) -> int:
     each kept attempt error; the request was measured serialised."""
     errors = MAX_ERROR_CHARS + MAX_ATTEMPT_ERRORS * ATTEMPT_ERROR_CHARS
     return 2 * max_value_bytes + max_request_bytes + errors * 6 + 65536
+
+
+def check_key(key: object, what: str = "unique_key") -> str:
+    if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY or not key.isprintable():
+        long = isinstance(key, str) and len(key) > 60
+        shown = f"{key[:40]!r}... ({len(key):,} characters)" if long else repr(key)  # type: ignore[index,arg-type]
+        raise InvalidRequest(f"{what} must be a printable string of 1 to {MAX_KEY} characters, got {shown}")
+    return key
+
+
+def check_after(after: object, on_parent_failure: object) -> tuple[tuple[str, ...], str]:
+    """``create``'s ``after`` (ids, checked, duplicates dropped) and ``on_parent_failure``."""
+    if on_parent_failure not in FAILURES:
+        raise InvalidRequest(f'on_parent_failure must be "cancel" or "run", got {on_parent_failure!r}')
+    if after is None:
+        return (), str(on_parent_failure)
+    if isinstance(after, str) or not isinstance(after, Sequence | set | frozenset | tuple):
+        raise InvalidRequest(f"after must be a list of job ids, got {after!r}")
+    ids = tuple(dict.fromkeys(check_job_id(p) for p in after))
+    if len(ids) > MAX_PARENTS:
+        raise InvalidRequest(f"after names {len(ids)} jobs; at most {MAX_PARENTS}")
+    return ids, str(on_parent_failure)

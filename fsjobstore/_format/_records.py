@@ -9,7 +9,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ._checks import MAX_ATTEMPT_ERRORS, Duration, attempt_error_text, error_text, integer, number, retry_delay
+from ._checks import (
+    MAX_ATTEMPT_ERRORS,
+    MAX_PARENTS,
+    Duration,
+    attempt_error_text,
+    error_text,
+    integer,
+    number,
+    retry_delay,
+)
 from ._codec import check_job_id, check_queue_name, dumps, encode_value, loads
 from ._job import AttemptError, Job, JobState
 from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
@@ -374,8 +383,6 @@ def _on_parent_failure(v: Any) -> str:
         raise ValueError('on_parent_failure must be "cancel" or "run"')
     return str(v)
 
-
-MAX_PARENTS = 1000  # jobs one job may wait for
 
 
 def _seq(v: Any) -> str:

@@ -31,89 +31,18 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 from .._core._core import Core
 from .._errors import InvalidRequest, InvalidState, JobNotFound, JobStoreError
-from .._format._codec import check_job_id
 from .._format._layout import DEP_RE
-from .._format._records import MAX_PARENTS, Record
+from .._format._records import Record
 from .._os import _files as fs
 from .._os import _syscalls as sc
 
 log = logging.getLogger("fsjobstore")
 
-FAILURES = ("cancel", "run")
-
 Cancel = Callable[[str, str], object]  # cancel(job_id, reason): ById.cancel
-
-
-def check_after(after: object, on_parent_failure: object) -> tuple[tuple[str, ...], str]:
-    """``create``'s ``after`` (ids, checked, duplicates dropped) and ``on_parent_failure``."""
-    if on_parent_failure not in FAILURES:
-        raise InvalidRequest(f'on_parent_failure must be "cancel" or "run", got {on_parent_failure!r}')
-    if after is None:
-        return (), str(on_parent_failure)
-    if isinstance(after, str) or not isinstance(after, Sequence | set | frozenset | tuple):
-        raise InvalidRequest(f"after must be a list of job ids, got {after!r}")
-    ids = tuple(dict.fromkeys(check_job_id(p) for p in after))
-    if len(ids) > MAX_PARENTS:
-        raise InvalidRequest(f"after names {len(ids)} jobs; at most {MAX_PARENTS}")
-    return ids, str(on_parent_failure)
-
-
-def parent_states(core: Core, after: Iterable[str]) -> dict[str, str]:
-    """Each parent's state name, or ``"gone"``."""
-    states = {}
-    for parent in after:
-        loc = core.tree.locate(parent)
-        states[parent] = "gone" if loc is None else loc.state.value
-    return states
-
-
-def destination(core: Core, record: Record) -> str | None:
-    """Refuse parents that do not exist; the destination a new job with ``after`` takes:
-    None when every parent is fulfilled already (its usual one), else ``"deferred"``."""
-    if record.id in record.after:
-        raise InvalidRequest(f"job {record.id} cannot be made after itself")
-    states = parent_states(core, record.after)
-    missing = [p for p, s in states.items() if s == "gone"]
-    if missing:
-        raise JobNotFound(f"after names no job {missing[0]!r} in {core.layout.root}: a job can be made "
-                          "after jobs that exist, or after jobs made before it in the same group")
-    if all(s == "fulfilled" for s in states.values()):
-        return None
-    return "deferred"
-
-
-def link_parents(core: Core, record: Record) -> None:
-    """``deps/<parent>/<child>`` for each parent, durably, before the child is published."""
-    tree, lay = core.tree, core.layout
-    for parent in record.after:
-        path = lay.dep_path(parent, record.id)
-        for _ in range(3):
-            try:
-                sc.mknod(path, tree.perms.file_mode)
-                break
-            except FileExistsError:
-                break  # a create of this very record that was tried again
-            except FileNotFoundError:
-                with contextlib.suppress(FileExistsError):
-                    tree.ensure_dir(lay.deps)
-                    tree.ensure_dir(lay.dep_dir(parent))
-        else:
-            raise InvalidState(f"could not note that job {record.id} waits for {parent}; try again")
-        fs.sync_applied(lay.dep_dir(parent), durable=core.durable)
-
-
-def recheck(core: Core, record: Record) -> None:
-    """After a deferred job is published: resolve it against parents that became final
-    meanwhile (their own resolution ran before its ``deps/`` entry could be seen)."""
-    for parent, state in parent_states(core, record.after).items():
-        if state in ("fulfilled", "failed", "cancelled", "gone"):
-            core.deps.resolve_children(parent)
-            return  # one pass resolves it against every parent
-
 
 class Deps:
     """Resolution of waiting children, for one store (see the module docstring)."""
@@ -122,6 +51,72 @@ class Deps:
         self._core = core
         self._cancel = cancel
         self._local = threading.local()
+
+    # -- before create, at a retry (the store's hooks: _core._hooks.Parents) -------------------------
+    def states(self, after: Iterable[str]) -> dict[str, str]:
+        """Each parent's state name, or ``"gone"``."""
+        states = {}
+        for parent in after:
+            loc = self._core.tree.locate(parent)
+            states[parent] = "gone" if loc is None else loc.state.value
+        return states
+
+    def place(self, record: Record) -> str | None:
+        """Refuse parents that do not exist; the destination a new job with ``after`` takes:
+        None when every parent is fulfilled already (its usual one), else ``"deferred"``."""
+        if record.id in record.after:
+            raise InvalidRequest(f"job {record.id} cannot be made after itself")
+        states = self.states(record.after)
+        missing = [p for p, s in states.items() if s == "gone"]
+        if missing:
+            raise JobNotFound(f"after names no job {missing[0]!r} in {self._core.layout.root}: a job can be made "
+                              "after jobs that exist, or after jobs made before it in the same group")
+        if all(s == "fulfilled" for s in states.values()):
+            return None
+        return "deferred"
+
+    def place_retry(self, record: Record) -> str:
+        """Where a retried job goes: ``pending``, or ``deferred`` while a parent is not final;
+        :class:`InvalidState` while a parent failed, was cancelled or is gone, and the job would be
+        cancelled again at once."""
+        states = self.states(record.after)
+        bad = [(p, s) for p, s in states.items() if s in ("failed", "cancelled", "gone")]
+        if bad and record.on_parent_failure == "cancel":
+            parent, state = bad[0]
+            how = "is gone" if state == "gone" else f"is {state}"
+            raise InvalidState(f"job {record.id} waits for job {parent}, which {how}: it would be cancelled "
+                               "again. Retry that job first (or make this one with on_parent_failure=\"run\")")
+        if any(s not in ("fulfilled", "failed", "cancelled", "gone") for s in states.values()):
+            return "deferred"
+        return "pending"
+
+    def link(self, record: Record) -> None:
+        """``deps/<parent>/<child>`` for each parent, durably, before the child is published."""
+        core = self._core
+        tree, lay = core.tree, core.layout
+        for parent in record.after:
+            path = lay.dep_path(parent, record.id)
+            for _ in range(3):
+                try:
+                    sc.mknod(path, tree.perms.file_mode)
+                    break
+                except FileExistsError:
+                    break  # a create of this very record that was tried again
+                except FileNotFoundError:
+                    with contextlib.suppress(FileExistsError):
+                        tree.ensure_dir(lay.deps)
+                        tree.ensure_dir(lay.dep_dir(parent))
+            else:
+                raise InvalidState(f"could not note that job {record.id} waits for {parent}; try again")
+            fs.sync_applied(lay.dep_dir(parent), durable=core.durable)
+
+    def recheck(self, record: Record) -> None:
+        """After a deferred job is published: resolve it against parents that became final
+        meanwhile (their own resolution ran before its ``deps/`` entry could be seen)."""
+        for parent, state in self.states(record.after).items():
+            if state in ("fulfilled", "failed", "cancelled", "gone"):
+                self.resolve_children(parent)
+                return  # one pass resolves it against every parent
 
     # -- resolving ------------------------------------------------------------------------------
     def resolve_children(self, parent: str) -> None:
@@ -166,7 +161,7 @@ class Deps:
         except (fs.Unreadable, ValueError) as exc:
             core.tree.quarantine(loc.path, f"deferred job file {exc}")
             return None
-        states = parent_states(core, record.after)
+        states = self.states(record.after)
         if any(s not in ("fulfilled", "failed", "cancelled", "gone") for s in states.values()):
             return None
         bad = [(p, s) for p, s in states.items() if s != "fulfilled"]

@@ -27,11 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._errors import InvalidRequest
+from .._format._checks import check_key
 from .._format._codec import check_queue_name, dumps
 from .._format._layout import LIMIT_RE, Layout
 from .._os import _files as fs
 from .._os import _syscalls as sc
-from ._unique_keys import check_key
 
 KINDS = ("key", "queue")
 MAX_CONCURRENCY = 10_000

@@ -24,7 +24,7 @@ import stat
 import time
 
 from .._core._core import Core
-from .._errors import InvalidRequest, InvalidState, StorageError
+from .._errors import InvalidState, StorageError
 from .._format._job import Job, JobState
 from .._format._records import Record
 from .._os import _files as fs
@@ -32,15 +32,6 @@ from .._os import _syscalls as sc
 
 log = logging.getLogger("fsjobstore")
 
-MAX_KEY = 512  # characters
-
-
-def check_key(key: object, what: str = "unique_key") -> str:
-    if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY or not key.isprintable():
-        long = isinstance(key, str) and len(key) > 60
-        shown = f"{key[:40]!r}... ({len(key):,} characters)" if long else repr(key)  # type: ignore[index,arg-type]
-        raise InvalidRequest(f"{what} must be a printable string of 1 to {MAX_KEY} characters, got {shown}")
-    return key
 
 
 def key_name(key: str) -> str:
@@ -205,3 +196,20 @@ def retake(core: Core, record: Record, new_file: str) -> None:
                                f"by job {holder.id}, which is {holder.state.value}")
         return
     raise InvalidState(f"the holder of unique key {record.unique_key!r} kept changing; try again")
+
+
+class UniqueKeys:
+    """The store's hooks for unique keys (``_core._hooks.UniqueKeys``): before create, at a
+    retry, and when a job's create gave up or the job was removed."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+
+    def take(self, tmp: str, record: Record) -> Job | None:
+        return take(self._core, tmp, record)
+
+    def release(self, record: Record) -> None:
+        release(self._core, record)
+
+    def retake(self, record: Record, new_file: str) -> None:
+        retake(self._core, record, new_file)

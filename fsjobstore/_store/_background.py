@@ -16,6 +16,7 @@ import threading
 
 from .._core._control import Control
 from .._core._core import Core
+from .._core._hooks import Hooks
 from .._core._liveness import OwnerGone
 from .._errors import LeaseLost
 from .._transitions._notify import Notifier
@@ -29,12 +30,13 @@ RETENTION_INTERVAL = 1.0  # seconds between retention passes with nothing left t
 
 
 class Heart:
-    def __init__(self, core: Core, work: Work, notifier: Notifier, control: Control) -> None:
+    def __init__(self, core: Core, hooks: Hooks, work: Work, notifier: Notifier, control: Control) -> None:
         self._core = core
+        self._hooks = hooks
         self._work = work
         self._notifier = notifier
         self._control = control
-        self.retention = Retention(core)
+        self.retention = Retention(core, hooks)
         self._reset()
 
     def _reset(self) -> None:
@@ -101,7 +103,7 @@ class Heart:
 
     def _recover(self, *, deep: bool | None) -> None:
         try:
-            recover(self._core, self._notifier, self._control, deep=deep)
+            recover(self._core, self._hooks, self._notifier, self._control, deep=deep)
         except Exception:
             log.exception("recovery failed; will try again")
 

@@ -12,20 +12,25 @@ assembles the settings and the parts.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import logging
 import os
+import re
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from .._core import _counters
+from .._core import _worker_registry as registry
 from .._core._control import Control
 from .._core._core import Core, Settings
-from .._core._counters import Counters
+from .._core._counters import Counters, StoreCounters
 from .._core._opening import open_skeleton
-from .._errors import CorruptJob, InvalidRequest, JobNotFound, WaitTimeout
+from .._core._worker_registry import WorkerInfo
+from .._errors import CorruptJob, InvalidRequest, JobExists, JobNotFound, WaitTimeout
 from .._format._checks import (
     Duration,
     check_timeout,
@@ -33,6 +38,7 @@ from .._format._checks import (
     integer,
     job_file_cap,
     lease_timing,
+    number,
     result_value,
     retain_seconds,
     seconds,
@@ -40,10 +46,17 @@ from .._format._checks import (
 from .._format._codec import check_job_id, check_queue_name
 from .._format._job import Job, JobState
 from .._format._layout import Layout
-from .._format._patterns import Subscriptions, check_queues, matches
+from .._format._patterns import check_interest, check_queues, matches
+from .._format._records import Record
+from .._os import _files as fs
 from .._os import _syscalls as sc
 from .._os._verify import locks_prove_death
-from .._relations._dependencies import Deps
+from .._relations import _groups, _ticks
+from .._relations import _limits as lim
+from .._relations._groups import Group
+from .._relations._subscriptions import Subscription, Subscriptions
+from .._relations._ticks import MAX_TICK, ScheduleInfo, check_schedule_name, check_spec, tick_id
+from .._transitions import _listing, _purge
 from .._transitions._by_id import ById
 from .._transitions._create import new_record, publish_new
 from .._transitions._leases import NotificationLease, OnCompromised, WorkLease
@@ -51,20 +64,26 @@ from .._transitions._listing import notified
 from .._transitions._notify import Notifier
 from .._transitions._recovery import RecoveryReport, recover
 from .._transitions._retention import index_strays
-from .._transitions._stats import DirCounts
+from .._transitions._stats import DirCounts, StoreStatistics, statistics
 from .._transitions._work import Work
 from ._background import Heart
-from ._operating import Operating
+from ._features import attach
 from ._read_only import reading_only
-from ._relating import Relations
 from ._waiting import Waiting, Wakeups
 
 log = logging.getLogger("fsjobstore")
 
 _LIVE_STORES: weakref.WeakSet[JobStore] = weakref.WeakSet()
 
+# What a member of a group may say: create()'s options, less the two that name one job alone.
+_MEMBER_OPTIONS = frozenset({"request", "queue", "priority", "delay", "run_at", "max_attempts", "timeout", "retain",
+                             "after", "on_parent_failure", "concurrency_key"})
 
-class JobStore(Operating, Relations):
+
+
+
+
+class JobStore:
     """A job store in one directory, shared by any number of threads and processes.
 
     Every length of time it takes (a lease, a heartbeat, a poll interval, a time limit, a
@@ -181,22 +200,23 @@ class JobStore(Operating, Relations):
             doorbell=not local if doorbell is None else doorbell,
             clock=clock, wall=wall_clock,
         )
-        # Late-bound: the heartbeat is made below, from parts that need the core (see Core).
+        # The parts, each made whole from those made before it. Two calls go back up, each handed
+        # in as a method of this store: a Core that made an owner identity starts the heartbeat
+        # (_owner_made), and a parent that did not end fulfilled cancels its children by id
+        # (_cancel_child).
         self._core = core = Core(settings, layout, perms=config.perms,
                                  record_cap=job_file_cap(max_value_bytes, max_request_bytes),
-                                 default_retain=config.retain,
-                                 on_new_owner=lambda: self._heart.keep_beating())
-        self._notifier = Notifier(core)
+                                 default_retain=config.retain, on_new_owner=self._owner_made)
         self._control = Control(core)
         self._counts = DirCounts(core.layout.control, core.tree.perms.file_mode)  # statistics() per bucket
         self._counters = Counters(core.layout.metrics, lambda: core.tree.ensure_dir(core.layout.metrics),
                                   core.tree.perms.file_mode, wall_clock)
-        self._work = Work(core, self._notifier, self._control)
-        self._direct = ById(core, self._work, self._notifier, self._control)
-        self._deps = Deps(core, lambda job_id, why: self._direct.cancel(job_id, why))
-        core.deps = self._deps
+        self._hooks, self._gate = attach(core, self._counters, self._cancel_child)
+        self._notifier = Notifier(core, self._hooks)
+        self._work = Work(core, self._notifier, self._control, self._hooks)
+        self._direct = ById(core, self._work, self._notifier, self._control, self._hooks)
         self._subscriptions = Subscriptions(core.layout, core.clock)
-        self._heart = Heart(core, self._work, self._notifier, self._control)
+        self._heart = Heart(core, self._hooks, self._work, self._notifier, self._control)
         self._waiting = Waiting(core, self._heart)
         self.group: int | None = config.perms.gid
         """The gid of the group that shares this store, or None for a private store."""
@@ -244,6 +264,12 @@ class JobStore(Operating, Relations):
     def lock_takeover(self) -> bool:
         """Whether a free flock proves a holder dead here (see the class docstring)."""
         return self._core.settings.lock_takeover
+
+    def _owner_made(self) -> None:
+        self._heart.keep_beating()
+
+    def _cancel_child(self, job_id: str, reason: str) -> object:
+        return self._direct.cancel(job_id, reason)
 
     def _check_open(self) -> None:
         self._core.check_open()
@@ -298,7 +324,7 @@ class JobStore(Operating, Relations):
                             default_timeout=self.default_timeout, default_retain=self._retain,
                             unique_key=unique_key, after=after, on_parent_failure=on_parent_failure,
                             concurrency_key=concurrency_key)
-        made = publish_new(self._core, record, explicit=job_id is not None)
+        made = publish_new(self._core, self._hooks, record, explicit=job_id is not None)
         if isinstance(made, Job):
             return made  # the job that holds the unique key
         self._count_created(record.queue)
@@ -452,6 +478,334 @@ class JobStore(Operating, Relations):
         self._check_open()
         return Wakeups(self._core, kind)
 
+    # == periodic ticks (_ticks; which tick is due is fsjobstore.schedule's business) ==============
+    def make_tick(self, schedule: str, at: int, request: Any = None, *, queue: str = "default", priority: int = 0,
+                  max_attempts: int | None = None, timeout: Duration | None = None,
+                  retain: Duration | None = None) -> Job | None:
+        """Make the job (id ``tick-<schedule>-<at>``) of tick ``at`` (epoch seconds) of ``schedule``
+        once, however many schedulers try, on any host; None if it or a later tick was made."""
+        self._check_open()
+        name, at = check_schedule_name(schedule), integer(at, "at (epoch seconds)", at_least=0, at_most=MAX_TICK)
+        record = new_record(self._core, request, queue=queue, priority=priority, max_attempts=max_attempts,
+                            job_id=tick_id(name, at), timeout=timeout, retain=retain,
+                            default_timeout=self.default_timeout, default_retain=self._retain)
+        def publish(still_due: Callable[[], bool]) -> Job:
+            made = publish_new(self._core, self._hooks, record, explicit=True, still_due=still_due)
+            assert isinstance(made, str)  # a tick has no unique key
+            return record.snapshot(JobState(made))
+
+        return _ticks.make(self._core, name, at, publish)
+
+    def declare_schedule(self, schedule: str, *, spec: str, queue: str = "default", request: Any = None,
+                         priority: int = 0, max_attempts: int | None = None, timeout: Duration | None = None,
+                         retain: Duration | None = None) -> ScheduleInfo:
+        """Say that ``schedule`` ticks by ``spec``, making jobs as :meth:`make_tick` is told (every
+        option checked here); no tick before its first declaration is made. What the store knows."""
+        self._check_open()
+        name = check_schedule_name(schedule)
+        new_record(self._core, request, queue=queue, priority=priority, max_attempts=max_attempts, job_id=None,
+                   timeout=timeout, retain=retain, default_timeout=None, default_retain=0)
+        return _ticks.declare(self._core, name, spec=check_spec(spec), queue=queue)
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule declared in this store, by name, with its newest tick."""
+        self._check_open()
+        return _ticks.read_all(self._core)
+
+    # == workers =================================================================================
+    def workers(self) -> list[WorkerInfo]:
+        """The workers running on this directory (from any process or host), oldest first, as
+        each last published itself; a worker whose process died or stopped beating is left out."""
+        self._check_open()
+        return registry.read_all(self._core)
+
+    def publish_worker(self, info: Mapping[str, Any]) -> None:
+        """Publish (or refresh) this process's entry in :meth:`workers` with ``info`` (JSON):
+        what ``fsjobstore.Worker`` calls about once a second. The entry lives as long as this
+        store's owner identity, and each call also beats it, so a worker loop that does not
+        pull (a supervisor of worker processes) stays alive to others."""
+        self._check_open()
+        registry.publish(self._core, dict(info), on_owner_gone=self._heart.beat_once)
+
+    def retract_worker(self) -> None:
+        """Remove this process's entry from :meth:`workers` (a worker stopping cleanly)."""
+        self._check_open()
+        registry.retract(self._core)
+
+    # == counts ====================================================================================
+    def statistics(self) -> StoreStatistics:
+        """A snapshot of the store's counts: jobs in each state, and per queue in each state
+        (``by_queue``), final jobs with notifications waiting, quarantined files, the age of the
+        oldest pending job (and per queue), and the paused queues. One listing of each directory
+        (and a read of each running job's file, for its queue); cheap enough to call often."""
+        self._check_open()
+        core = self._core
+        return statistics(core, self._control, self._counts, lambda name: _listing.queue_of_active(core, name))
+
+    # == counters (_counters) =========================================================================
+    def count(self, queue: str, what: str, duration: float | None = None) -> None:
+        """Add one to ``queue``'s counter ``what`` (one of ``created``, ``fulfilled``, ``retried``,
+        ``failed``, ``cancelled``, ``timed_out``, ``lost``, ``given_back``), and ``duration``
+        (seconds an attempt ran) to its run-time histogram: what the worker runtime's hooks call
+        for each attempt. Kept in memory and written about once a second (:meth:`counters`)."""
+        self._check_open()
+        if what not in _counters.NAMES:
+            raise InvalidRequest(f"no counter {what!r}: use one of {', '.join(_counters.NAMES)}")
+        if duration is not None:
+            duration = number(duration, "duration (seconds)", at_least=0.0, below=1e9)
+        self._counters.add(check_queue_name(queue), what, duration)
+
+    def counters(self) -> StoreCounters:
+        """Every process's counters on this directory, added up (what ``/metrics`` exports): per
+        queue, jobs created, attempts by how they ended, run times; jobs fulfilled and failed per
+        minute for the last three hours. What a process counted in its last second, or before a
+        power cut, may be missing; they survive every process's restart (FORMAT.md, "Counters")."""
+        self._check_open()
+        self._counters.flush()  # this process's own counts too, however recent
+        return _counters.read_counters(self._core.layout.metrics, self._core.tree.perms.file_mode,
+                                       self._core.wall())
+
+    # == finding and removing jobs (_listing, _purge) =============================================
+    def jobs(self, *, state: str | JobState | None = None, queue: str | None = None, limit: int | None = 100,
+             after: str | None = None) -> Iterator[Job]:
+        """Snapshots of the jobs in ``state`` (None: all), a page at a time, read as iterated.
+
+        Order: ``active`` by id, ``pending`` in run order (priority, then creation, across
+        queues as claims take them), ``scheduled`` by due time, final states newest first
+        (merged); None walks them in that order. ``queue``: that queue only. ``limit``: 1 ..
+        10,000, or None. ``after``: the last id of the previous page; the page starts right after
+        that job's place, from its record, so paging is stable while jobs come and go
+        (:class:`JobNotFound` if it is gone; with ``state=None`` its phase is its current state).
+        A snapshot holds the job file only (no ``waiting``, ``progress``, ``logs``: see
+        :meth:`get`). A job that moves while listed is passed over, or shown in its new state if
+        the walk reaches it later; none twice. Pending lists each queue's directory whole.
+        """
+        self._check_open()
+        return _listing.jobs(self._core, state=state, queue=queue, limit=limit, after=after)
+
+    def purge(self, *, states: str | JobState | Sequence[str | JobState] = ("fulfilled", "failed", "cancelled"),
+              queue: str | None = None, older_than: Duration | None = None,
+              match: str | re.Pattern[str] | None = None, limit: int | None = None, dry_run: bool = False,
+              progress: Callable[[int], object] | None = None) -> int:
+        """Remove the selected jobs with every file of each; returns how many this call removed.
+
+        ``states``: any of pending, scheduled, fulfilled, failed, cancelled (default the final
+        three; ``active`` is refused: cancel a running job first). ``older_than`` (a duration:
+        ``"7d"``, seconds, a timedelta): finished (final) or created (waiting) that long ago. ``match``: a regex
+        searched in the id and the request's stored JSON text. ``limit``: at most this many.
+        ``dry_run``: count only. ``progress(done)``: called every ~0.25 s and at the end.
+        A final job whose targets have not all heard is skipped (not counted); a waiting job
+        goes with its targets, never notified. Claimed first by a worker: skipped. Concurrent
+        purges remove each job once; a killed one is finished by recovery. A removed job never
+        comes back; its id may be used again.
+        """
+        self._check_open()
+        selection = _purge.check(self._core, states=states, queue=queue, older_than=older_than, match=match,
+                                 limit=limit, dry_run=dry_run, progress=progress)
+        return _purge.purge(self._core, self._hooks, selection)
+
+    # == groups ======================================================================================
+    def create_group(self, jobs: Sequence[Mapping[str, Any]], *, group_id: str | None = None) -> Group:
+        """Make several jobs at once, all or none: each item is a dict of :meth:`create`'s
+        options (``request`` required; not ``job_id`` or ``unique_key``: members get generated
+        ids, and ``group_id``, an id of your choosing, makes the group an idempotent unit:
+        :class:`JobExists` the second time). ``after`` may name jobs that exist, or earlier
+        members by their index in ``jobs``. Returns the group, its members in order."""
+        self._check_open()
+        core = self._core
+        if isinstance(jobs, Mapping | str | bytes) or not isinstance(jobs, Sequence):
+            raise InvalidRequest("jobs must be a list of dicts of create()'s options")
+        _groups.check_size(len(jobs))
+        gid = _groups.new_group_id(core, group_id)
+        records: list[Record] = []
+        for i, spec in enumerate(jobs):
+            try:
+                records.append(self._member(gid, i, spec, records))
+            except InvalidRequest as exc:  # each of a member's problems names the member
+                if not str(exc).startswith(f"jobs[{i}]"):
+                    raise type(exc)(f"jobs[{i}]: {exc}") from None
+                raise
+        inside = {r.id for r in records}
+        for i, record in enumerate(records):
+            for parent in record.after:
+                if parent not in inside and core.tree.locate(parent) is None:
+                    raise JobNotFound(f"jobs[{i}]: after names no job {parent!r} in {core.layout.root}")
+        _groups.make(core, gid, records, self._publish_member)
+        for record in records:
+            self._count_created(record.queue)
+        return self.get_group(gid)
+
+    def _member(self, gid: str, i: int, spec: object, earlier: list[Record]) -> Record:
+        if not isinstance(spec, Mapping):
+            raise InvalidRequest(f"jobs[{i}] must be a dict of create()'s options, got {type(spec).__name__}")
+        unknown = sorted(set(spec) - _MEMBER_OPTIONS)
+        if unknown:
+            raise InvalidRequest(f"jobs[{i}]: {', '.join(map(repr, unknown))} cannot be given to a member of a group "
+                                 f"(it may have {', '.join(sorted(_MEMBER_OPTIONS))})")
+        if "request" not in spec:
+            raise InvalidRequest(f"jobs[{i}] has no request")
+        options = dict(spec)
+        after = options.pop("after", None)
+        if after is not None:
+            if isinstance(after, str) or not isinstance(after, Sequence):
+                raise InvalidRequest(f"jobs[{i}]: after must be a list of job ids or of earlier members' indexes")
+            after = [self._parent(i, p, earlier) for p in after]
+        request = options.pop("request")
+        record = new_record(self._core, request, job_id=None, after=after, default_timeout=self.default_timeout,
+                            default_retain=self._retain, **{"queue": "default", "priority": 0, "max_attempts": None,
+                                                            "timeout": None, "retain": None, **options})
+        return dataclasses.replace(record, group=gid)
+
+    @staticmethod
+    def _parent(i: int, parent: object, earlier: list[Record]) -> object:
+        if isinstance(parent, bool):
+            raise InvalidRequest(f"jobs[{i}]: after holds {parent!r}, neither a job id nor a member's index")
+        if isinstance(parent, int):
+            if not 0 <= parent < i:
+                earlier_ones = "the first member can name none" if i == 0 else f"0 to {i - 1}"
+                raise InvalidRequest(f"jobs[{i}]: after may name earlier members only ({earlier_ones}), got {parent}")
+            return earlier[parent].id
+        return parent
+
+    def _publish_member(self, record: Record) -> None:
+        # Reserved as a chosen id is, so a member is published once; JobExists: published
+        # already (a recoverer finishing the group while we were slow).
+        with contextlib.suppress(JobExists):
+            publish_new(self._core, self._hooks, record, explicit=True, member=True)
+
+    def _fan_out(self, subs: list[Subscription], request: Any, options: dict[str, Any]) -> Job:
+        """``create`` into a queue that subscriptions fan out: a copy for each, in its queue, all or
+        none (a group); returns the first copy (``Job.group`` names the rest)."""
+        queue = options.pop("queue")
+        if options.get("job_id") is not None or options.get("unique_key") is not None:
+            raise InvalidRequest(f"queue {queue!r} is fanned out to subscription(s) {', '.join(s.name for s in subs)}: "
+                                 "its copies get generated ids, so job_id and unique_key cannot be given")
+        options.pop("job_id", None)
+        options.pop("unique_key", None)
+        core = self._core
+        gid = _groups.new_group_id(core, None)
+        records = [dataclasses.replace(new_record(core, request, queue=sub.name, job_id=None, **options),
+                                       group=gid, topic=queue) for sub in subs]
+        for parent in records[0].after:
+            if core.tree.locate(parent) is None:
+                raise JobNotFound(f"after names no job {parent!r} in {core.layout.root}")
+        _groups.make(core, gid, records, self._publish_member)
+        for record in records:
+            self._count_created(record.queue)
+        return self.get(records[0].id)
+
+    # == subscriptions ============================================================================
+    def subscribe(self, name: str, pattern: str) -> Subscription:
+        """Give the subscription ``name`` its own copy of every job created from now on into a
+        queue ``pattern`` matches (a queue name, or a glob: ``order-*``), whether or not anything
+        works on it then: the copy is a job of its own in the queue ``name`` (work it as any
+        queue), with its own lease, attempts and result; ``Job.topic`` says where it was created.
+        Such a create makes one copy per matching subscription, all or none, and no job in the
+        queue it named. Declared again, its pattern is replaced. Applies to every process's
+        creates within a second."""
+        self._check_open()
+        name = check_queue_name(name, "a subscription's name")
+        pattern = check_interest(pattern, "a subscription's pattern")
+        core = self._core
+        sub = Subscription(name, pattern, core.wall())
+        before = self._subscriptions.all()
+        others = [s for s in before if s.name != name]
+        replacing = len(others) < len(before)  # only its pattern changes: its queue was one already
+        self._subscriptions.write(sub, token=core.new_token(), durable=core.durable, perms=core.tree.perms,
+                                  ensure_dir=core.tree.ensure_dir)
+        # Legal, and most likely a slip (a new user's trial): a copy is never copied again, and a
+        # create into a subscription's own queue stays there.
+        if deaf := [s.name for s in others if matches(pattern, s.name)]:
+            log.warning("subscription %s: its pattern %s matches the queue of subscription %s, whose jobs are "
+                        "never copied; it gets nothing from there", name, pattern, ", ".join(deaf))
+        if not replacing and (took := [s.name for s in others if matches(s.pattern, name)]):
+            log.warning("subscription %s: jobs created into queue %s were copied to %s; as a subscription's "
+                        "own queue, they now stay in it", name, name, ", ".join(took))
+        return sub
+
+    def unsubscribe(self, name: str) -> bool:
+        """Stop copying jobs for subscription ``name`` (copies made stay in its queue); False if
+        there was none."""
+        self._check_open()
+        return self._subscriptions.remove(check_queue_name(name, "a subscription's name"), durable=self._core.durable)
+
+    def subscriptions(self) -> list[Subscription]:
+        """Every subscription, by name."""
+        self._check_open()
+        return self._subscriptions.all()
+
+    def get_group(self, group_id: str) -> Group:
+        """A group's members, as they are now (:class:`JobNotFound` for an unknown group; a
+        member removed by retention is left out)."""
+        self._check_open()
+        jobs = []
+        for record in _groups.read(self._core, group_id):
+            try:
+                jobs.append(self.get(record.id))
+            except JobNotFound:
+                continue
+        return Group(group_id, tuple(jobs))
+
+    def wait_group(self, group_id: str, timeout: float | None = None) -> Group:
+        """Block until every member of the group is final, and return it; :class:`WaitTimeout`
+        after ``timeout`` seconds (None: wait forever)."""
+        self._check_open()
+        if timeout is not None:  # checked as wait() checks it: a negative or NaN one is a mistake
+            timeout = number(timeout, "timeout (seconds, or None)", at_least=0)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for record in _groups.read(self._core, group_id):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                self.wait(record.id, left)
+            except JobNotFound:
+                continue  # removed by retention: it was final
+            except WaitTimeout:
+                raise WaitTimeout(f"group {group_id} was not all final after {timeout} s") from None
+        return self.get_group(group_id)
+
+    # == limits ===================================================================================
+    def set_limit(self, *, key: str | None = None, queue: str | None = None, concurrency: int | None = None,
+                  rate: tuple[int, float] | str | None = None) -> lim.Limit:
+        """Declare (or replace) the limit of a concurrency key (``key=``: the jobs made with
+        ``concurrency_key=key``) or of a queue (``queue=``), for every process on the directory:
+        at most ``concurrency`` of its jobs run at once, and at most ``rate`` of them start in any
+        period (``(10, 60.0)`` or ``"10/m"``: ten a minute; units s, m, h, d). The others wait, in
+        their order. A key nobody declared runs one job at a time. Takes effect within a second
+        (each process reads declarations at most once a second). A declaration replaces the
+        previous one whole: give both ``concurrency`` and ``rate`` to keep both. Lowering a
+        limit stops no running job; new ones wait until the running ones fit under it. Returns
+        the limit with what runs and waits under it now, as :meth:`limits` shows it."""
+        self._check_open()
+        kind, name = lim.check_target(key, queue)
+        limit = lim.Limit(kind, name, lim.check_concurrency(concurrency), lim.parse_rate(rate))
+        if limit.concurrency is None and limit.rate is None:
+            raise InvalidRequest("give concurrency= or rate= (or both); to remove a limit, use clear_limit()")
+        core = self._core
+        lim.write_declaration(core.layout, limit, token=core.new_token(), durable=core.durable,
+                              perms=core.tree.perms, ensure_dir=core.tree.ensure_dir)
+        self._gate.declarations.forget()
+        self._gate.limit_changed(limit)
+        return next((found for found in self._gate.overview() if found.id == limit.id), limit)
+
+    def clear_limit(self, *, key: str | None = None, queue: str | None = None) -> bool:
+        """Remove a declared limit (a key then runs one job at a time again; a queue, without a
+        limit); False if none was declared."""
+        self._check_open()
+        kind, name = lim.check_target(key, queue)
+        core = self._core
+        limit_id = lim.limit_name(kind, name)
+        found = fs.unlink(core.layout.limit_decl(limit_id))
+        lim.remove_files(core.layout, limit_id)
+        self._gate.declarations.forget()
+        self._gate.limit_changed(lim.Limit(kind, name, 1 if kind == "key" else None, None))
+        return found
+
+    def limits(self) -> list[lim.Limit]:
+        """Every declared limit, and every concurrency key with jobs waiting for it, with its
+        slots held now (``running``) and the jobs waiting for it (``waiting``)."""
+        self._check_open()
+        return self._gate.overview()
+
     # == maintenance ===============================================================================
     def recover(self, *, deep: bool = True) -> RecoveryReport:
         """Repair what crashed or hung processes left behind; safe to run anywhere, any time.
@@ -464,7 +818,7 @@ class JobStore(Operating, Relations):
         ``lost_ids``; and final jobs an older fsjobstore committed after the upgrade are indexed
         (``indexed``). Also one bounded retention pass (README, "Retention"), in ``removed``."""
         self._check_open()
-        report = recover(self._core, self._notifier, self._control, deep=deep)
+        report = recover(self._core, self._hooks, self._notifier, self._control, deep=deep)
         removed = self._heart.retention.run_pass().removed  # one bounded pass (its thread does the rest)
         indexed = index_strays(self._core) if deep else 0  # it lists every final job: deep passes only
         return dataclasses.replace(report, removed=report.removed + removed, indexed=indexed)

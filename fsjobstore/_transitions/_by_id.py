@@ -17,14 +17,13 @@ from .._core._attempt_log import LATEST, read_runs
 from .._core._control import Control
 from .._core._core import Core
 from .._core._finding import Location
+from .._core._hooks import Hooks
 from .._errors import CorruptJob, InvalidState, JobNotFound, JobStoreError, StorageError
 from .._format._job import Job, JobState
 from .._format._layout import DEFERRED_RE, PENDING_BUCKET_RE, SCHEDULED_RE, WAITING_RE, token_owner
 from .._format._records import FINAL_STATES, Record
 from .._os import _files as fs
 from .._os import _syscalls as sc
-from .._relations._dependencies import link_parents, parent_states, recheck
-from .._relations._unique_keys import retake as retake_key
 from ._notify import Notifier
 from ._recovery import new_counts
 from ._takeover import take_over
@@ -32,11 +31,12 @@ from ._work import Work, WorkClaim
 
 
 class ById:
-    def __init__(self, core: Core, work: Work, notifier: Notifier, control: Control) -> None:
+    def __init__(self, core: Core, work: Work, notifier: Notifier, control: Control, hooks: Hooks) -> None:
         self._core = core
         self._work = work
         self._notifier = notifier
         self._control = control
+        self._hooks = hooks
 
     def fulfill(self, job_id: str, value: Any) -> str:
         """Fulfil a job by id (JobStore.fulfill); returns its queue."""
@@ -135,9 +135,9 @@ class ById:
                     sc.rename(mine, loc.path)
                 raise
             try:
-                dest = _retry_destination(core, old)
+                dest = self._hooks.parents.place_retry(old) if old.after else "pending"
                 if old.unique_key is not None:
-                    retake_key(core, old, mine)  # another job may hold its key since it ended
+                    self._hooks.keys.retake(old, mine)  # another job may hold its key since it ended
             except BaseException:
                 with contextlib.suppress(OSError):
                     sc.rename(mine, loc.path)
@@ -148,10 +148,10 @@ class ById:
                                       committed_by=token, history=(*old.history, past)[-20:],
                                       attempt_errors=())
             if dest == "deferred":
-                link_parents(core, new)  # before it is seen, as a create does
+                self._hooks.parents.link(new)  # before it is seen, as a create does
             self._republish(mine, new, token, dest)
             if dest == "deferred":
-                recheck(core, new)  # parents that ended meanwhile
+                self._hooks.parents.recheck(new)  # parents that ended meanwhile
             if old.finished_at is not None:
                 # Its old life's finished-index entry: statistics() counts final jobs from the
                 # index, and would count this one failed until retention or a listing found the
@@ -281,19 +281,3 @@ def _queue_of(loc: Location) -> str:
     m = SCHEDULED_RE.match(os.path.basename(loc.path))
     assert m is not None
     return m["queue"]
-
-
-def _retry_destination(core: Core, record: Record) -> str:
-    """Where a retried job goes: ``pending``, or ``deferred`` while a parent is not final;
-    :class:`InvalidState` while a parent failed, was cancelled or is gone, and the job would be
-    cancelled again at once."""
-    states = parent_states(core, record.after)
-    bad = [(p, s) for p, s in states.items() if s in ("failed", "cancelled", "gone")]
-    if bad and record.on_parent_failure == "cancel":
-        parent, state = bad[0]
-        how = "is gone" if state == "gone" else f"is {state}"
-        raise InvalidState(f"job {record.id} waits for job {parent}, which {how}: it would be cancelled again. "
-                           "Retry that job first (or make this one with on_parent_failure=\"run\")")
-    if any(s not in ("fulfilled", "failed", "cancelled", "gone") for s in states.values()):
-        return "deferred"
-    return "pending"

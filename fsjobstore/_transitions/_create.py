@@ -20,19 +20,15 @@ from datetime import datetime
 from typing import Any
 
 from .._core._core import Core
+from .._core._hooks import Hooks
 from .._errors import JobExists, StorageError, ValueTooLarge
-from .._format._checks import Duration, check_timeout, due_time, integer, retain_seconds
+from .._format._checks import Duration, check_after, check_key, check_timeout, due_time, integer, retain_seconds
 from .._format._codec import canonical, check_job_id, check_queue_name
 from .._format._job import Job
 from .._format._layout import GENERATED_ID_RE, MAX_PRIORITY, MIN_PRIORITY, generated_id
 from .._format._records import Record
 from .._os import _files as fs
 from .._os import _syscalls as sc
-from .._relations._dependencies import check_after, link_parents, recheck
-from .._relations._dependencies import destination as deps_destination
-from .._relations._unique_keys import check_key
-from .._relations._unique_keys import release as give_back_key
-from .._relations._unique_keys import take as take_key
 
 log = logging.getLogger("fsjobstore")
 
@@ -68,7 +64,8 @@ def new_record(core: Core, request: Any, *, queue: str, priority: int, max_attem
                   after=parents, on_parent_failure=if_failed, concurrency_key=limited)
 
 
-def publish_new(core: Core, record: Record, *, explicit: bool, still_due: Callable[[], bool] | None = None,
+def publish_new(core: Core, hooks: Hooks, record: Record, *, explicit: bool,
+                still_due: Callable[[], bool] | None = None,
                 member: bool = False) -> str | Job:
     """Write ``record`` and publish it into pending or scheduled; returns that state's name.
     Returns only once the job is durable (in a durable store). ``still_due`` (a periodic tick,
@@ -78,14 +75,14 @@ def publish_new(core: Core, record: Record, *, explicit: bool, still_due: Callab
     job's snapshot is returned instead (``_unique``)."""
     lay = core.layout
     dest = "scheduled" if record.not_before is not None and record.not_before > record.created_at else "pending"
-    if record.after and deps_destination(core, record) == "deferred":
+    if record.after and hooks.parents.place(record) == "deferred":
         dest = "deferred"
     token = core.new_token()
     tmp = lay.tmp_path(token, "newid" if explicit else "new", f"{record.id}.json")
     core.tree.write_new(tmp, record.to_bytes())
     if record.unique_key is not None:
         try:
-            holder = take_key(core, tmp, record)
+            holder = hooks.keys.take(tmp, record)
         except BaseException:
             fs.unlink_quietly(tmp)
             raise
@@ -119,7 +116,7 @@ def publish_new(core: Core, record: Record, *, explicit: bool, still_due: Callab
             if still_due is not None and not still_due():
                 raise JobExists(f"tick job {record.id!r} was made already (and removed since)")
         if dest == "deferred":
-            link_parents(core, record)  # before it is seen: whoever ends a parent then finds it
+            hooks.parents.link(record)  # before it is seen: whoever ends a parent then finds it
         core.tree.publish(tmp, record, dest)
     except Exception as exc:
         if isinstance(exc, StorageError) and exc.applied:
@@ -131,7 +128,7 @@ def publish_new(core: Core, record: Record, *, explicit: bool, still_due: Callab
             if reserved:
                 fs.unlink_quietly(marker)
             if record.unique_key is not None:
-                give_back_key(core, record)
+                hooks.keys.release(record)
         if type(exc) is FileNotFoundError:
             # Our temp file, or the directory it was going to, was moved away meanwhile (a member
             # of a shared store may): the job was not stored. Said as the store's error, never
@@ -142,7 +139,7 @@ def publish_new(core: Core, record: Record, *, explicit: bool, still_due: Callab
         raise
     core.pending.note_published(record, dest)
     if dest == "deferred":
-        recheck(core, record)
+        hooks.parents.recheck(record)
     return dest
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from .._core._core import Core
+from .._core._hooks import Hooks
 from .._core._liveness import NotifyLock, break_if_expired
 from .._errors import InvalidRequest, InvalidState, LeaseLost, StorageError, ValueTooLarge
 from .._format._checks import error_text, integer, number
@@ -46,8 +47,9 @@ MAX_TARGETS = 100
 
 
 class Notifier:
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, hooks: Hooks) -> None:
         self._core = core
+        self._hooks = hooks
         self._tree = core.tree
         self._layout = core.layout
         self._durable = core.durable
@@ -186,11 +188,11 @@ class Notifier:
 
     def after_final(self, job_id: str, queue: str | None = None) -> None:
         """What follows a job becoming final (after it is durable), on every path that makes
-        one: its notification indexed if targets are waiting, and the jobs waiting for it
-        resolved (``_deps``). ``queue``: the job's, when the caller has its record."""
+        one: its notification indexed if targets are waiting, then the ``after_final`` hooks
+        (the jobs waiting for it resolved). ``queue``: the job's, when the caller has its record."""
         if has_targets(self._layout, job_id):
             self.mark_due_now(job_id, queue)
-        self._core.deps.resolve_children(job_id)
+        self._hooks.final(job_id)
 
     def mark_due_now(self, job_id: str, queue: str | None = None) -> None:
         prev = self.read_entry(job_id)

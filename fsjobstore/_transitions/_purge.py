@@ -27,6 +27,7 @@ from typing import Protocol
 
 from .._core import _buckets
 from .._core._core import Core
+from .._core._hooks import Hooks
 from .._errors import InvalidRequest
 from .._format._checks import integer, seconds
 from .._format._codec import check_queue_name, dumps
@@ -145,7 +146,7 @@ class _Candidate:
     entry: str | None = None
 
 
-def purge(core: Core, sel: Selection) -> int:
+def purge(core: Core, hooks: Hooks, sel: Selection) -> int:
     """Remove (or with ``dry_run``, count) the selected jobs; returns how many."""
     done = 0
     said = time.monotonic()
@@ -156,7 +157,7 @@ def purge(core: Core, sel: Selection) -> int:
             continue  # its targets have not heard yet: never removed before they do
         if not _still_selected(core, sel, cand):
             continue
-        if sel.dry_run or remove_job(core, cand.path, cand.job_id, drop_targets=cand.state not in _FINAL,
+        if sel.dry_run or remove_job(core, hooks, cand.path, cand.job_id, drop_targets=cand.state not in _FINAL,
                                      entry=cand.entry):
             done += 1
         if sel.progress is not None and time.monotonic() - said >= PROGRESS_EVERY:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from .._core import _worker_registry as registry
 from .._core._control import Control
 from .._core._core import Core
+from .._core._hooks import Hooks, Sweep
 from .._core._liveness import NotifyLock, break_if_expired
 from .._core._quarantine import made_here
 from .._errors import JobExists
@@ -40,7 +41,6 @@ from .._format._layout import (
 from .._format._records import Record
 from .._os import _files as fs
 from .._os import _syscalls as sc
-from .._relations._groups import sweep as groups_sweep
 from ._create import publish_new
 from ._notify import Notifier
 from ._power_loss import deep_pass
@@ -93,7 +93,8 @@ def new_counts() -> Counts:
     return Counts()
 
 
-def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | None = False) -> RecoveryReport:
+def recover(core: Core, hooks: Hooks, notifier: Notifier, control: Control, *,
+            deep: bool | None = False) -> RecoveryReport:
     """One pass of every repair. ``deep`` also looks for jobs a power cut emptied, in stores
     that do not fsync (it reads the size of every job file: done by every explicit
     ``recover()``; with None once per boot of the host, as :func:`boot_pass` does)."""
@@ -101,7 +102,7 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
     quarantined_before = made_here()
     me = core.owner_id()
     counts["duplicates_dropped"] += core.sweep_litter()
-    counts["removed"] += finish_unfinished(core)
+    counts["removed"] += finish_unfinished(core, hooks)
     # What the store promises decides, not what this process does: a process that fsyncs in a
     # store that does not still meets the files others wrote without fsync.
     emptiable = not core.settings.store_durable
@@ -109,16 +110,18 @@ def recover(core: Core, notifier: Notifier, control: Control, *, deep: bool | No
         deep_pass(core, counts, explicit=deep is True)
     overdue = _sweep_deadlines(core, notifier, control, me, counts)
     _sweep_active(core, notifier, control, me, overdue, counts)
-    _sweep_tmp(core, me, counts)
+    _sweep_tmp(core, hooks, me, counts)
     _sweep_leases(core, me, counts)
     _sweep_bells(core, me, counts)
     counts["workers_removed"] += registry.sweep(core, me)
     _sweep_targets(core, notifier, counts)
     _sweep_cancels(core, control)
-    counts["creates_finished"] += groups_sweep(core, lambda record: _publish_member(core, record),
-                                               lambda owner: owner != me and _gone(core, owner))
-    counts["children_resolved"] += core.deps.sweep(deep=deep is not False)
-    counts["waiting_promoted"] += core.sweep_waiting()
+    # The features' sweeps (a group's maker that died, children of parents that ended, jobs
+    # parked by a limit with room now): each adds to its count of the report.
+    sweep = Sweep(deep=deep is not False, gone=lambda owner: owner != me and _gone(core, owner),
+                  publish=lambda record: _publish_member(core, hooks, record))
+    for name, n in hooks.sweep(sweep):
+        counts[name] += n
     # Every file this pass moved aside, whichever step did it (a deferred job's file by the
     # dependency sweep, a second copy met by a take-over): the count and the warnings agree.
     counts["quarantined"] = made_here() - quarantined_before
@@ -140,11 +143,11 @@ def boot_pass(core: Core, stop: Callable[[], bool]) -> int:
     return counts["lost_to_power_loss"]
 
 
-def _publish_member(core: Core, record: Record) -> None:
+def _publish_member(core: Core, hooks: Hooks, record: Record) -> None:
     """A member of a group whose maker died after its manifest (``_groups``): published as its
     maker would have, once."""
     with contextlib.suppress(JobExists):
-        publish_new(core, record, explicit=True, member=True)
+        publish_new(core, hooks, record, explicit=True, member=True)
 
 
 def _gone(core: Core, owner: str) -> bool:
@@ -206,7 +209,7 @@ def _sweep_active(core: Core, notifier: Notifier, control: Control, me: str, ove
 
 
 # == what gone processes left =======================================================================
-def _sweep_tmp(core: Core, me: str, counts: dict[str, int]) -> None:
+def _sweep_tmp(core: Core, hooks: Hooks, me: str, counts: dict[str, int]) -> None:
     tree = core.tree
     claimed: set[str] | None = None  # ids with an entry in active/, listed once if needed
     for name in fs.scan_names(tree.layout.tmp):
@@ -223,7 +226,7 @@ def _sweep_tmp(core: Core, me: str, counts: dict[str, int]) -> None:
             _finish_create(core, path, counts)
         elif m["purpose"] == "gone" and FINAL_RE.match(m["rest"]):
             # A removal whose remover died after its fence: finish it, never publish it back.
-            finish_gone(core, path, m["rest"][: -len(".json")])
+            finish_gone(core, hooks, path, m["rest"][: -len(".json")])
             counts["removed"] += 1
         elif m["purpose"] == "commit" and m["rest"].split(".", 1)[0] in (
                 claimed := _claimed_ids(core) if claimed is None else claimed):

@@ -1,8 +1,9 @@
 """Removing a job and every file of it: the one primitive retention and purge share (FORMAT.md,
 "Transitions", *remove*).
 
-0. A periodic tick's job (``tick-<schedule>-<epoch>``) first has its tick recorded
-   (``_ticks.note_removed``), so the id this frees cannot make that tick a second time.
+0. The ``removing`` hooks run first, while the job can still be read: a periodic tick's job
+   has its tick recorded (``_ticks.note_removed``), so the id this frees cannot make that tick a
+   second time, and the jobs waiting for it are resolved as its state says.
 1. The fence: the job's file is renamed to ``tmp/<token>.gone.<id>.json``. Whoever wins that
    rename owns the removal; a loser sees ENOENT (the job was claimed, retried or removed by
    someone else) and skips it. From here on the job is in no state: no lookup finds it.
@@ -12,8 +13,10 @@
 3. The job's finished-index entry, then the temp file, are unlinked (in that order, so a
    removal cut short before its last step still has its temp file, from which recovery
    finishes it, and never leaves an entry naming no job).
+4. The ``removed`` hooks: a group whose last member this was loses its manifest, and the jobs
+   that waited for a job that never ended hear it is gone.
 
-Recovery finishes a ``gone`` temp of a gone owner by steps 2-3 (:func:`finish_gone`): it never
+Recovery finishes a ``gone`` temp of a gone owner by steps 2-4 (:func:`finish_gone`): it never
 publishes it back. So a process killed at any instant leaves nothing half-removed once the next
 pass has run, and the job never comes back. Nothing here is fsynced: a power cut may bring back
 files of a removed job (a stray ``runs/<id>`` or ``ids/<id>``), which are what removal leaves
@@ -27,19 +30,18 @@ import logging
 import os
 
 from .._core._core import Core
+from .._core._hooks import Hooks
 from .._format._layout import FINISHED_RE, bucket_field, micros
 from .._format._records import Record
 from .._os import _files as fs
 from .._os import _syscalls as sc
-from .._relations._groups import forget_if_empty as forget_group_if_empty
-from .._relations._ticks import note_removed
-from .._relations._unique_keys import release as release_key
 from ._notify import has_targets
 
 log = logging.getLogger("fsjobstore")
 
 
-def remove_job(core: Core, path: str, job_id: str, *, drop_targets: bool, entry: str | None = None) -> bool:
+def remove_job(core: Core, hooks: Hooks, path: str, job_id: str, *, drop_targets: bool,
+               entry: str | None = None) -> bool:
     """Remove the job whose file is at ``path`` (``<state>/<id>.json``, ``pending/<q>/<name>``
     or ``scheduled/<name>``) with every file of it; True if this call removed it.
 
@@ -47,11 +49,7 @@ def remove_job(core: Core, path: str, job_id: str, *, drop_targets: bool, entry:
     and the job turned out to have a notification due after the fence: it is put back, since a
     target queued meanwhile must still be delivered. ``entry`` is the job's finished-index
     entry, if the caller knows it (found from the job's record otherwise)."""
-    note_removed(core, job_id)  # a periodic tick's job: its tick is recorded before its id is freed
-    # Jobs waiting for this one are resolved while it can still be read (a final job's children
-    # then run or are cancelled as its state says); those of a job that never ended are
-    # resolved once it is gone, below.
-    core.deps.resolve_children(job_id)
+    hooks.remove(job_id)  # while it can still be read (see the module docstring)
     token = core.new_token()
     gone = core.layout.gone_tmp_path(token, job_id)
     try:
@@ -72,8 +70,7 @@ def remove_job(core: Core, path: str, job_id: str, *, drop_targets: bool, entry:
             except FileExistsError as exc:
                 log.warning("could not put job %s back after finding a target queued for it (%s); "
                             "removing it with its targets", job_id, exc)
-        finish_gone(core, gone, job_id, entry=entry)
-        core.deps.resolve_children(job_id)  # a waiting job purged: its children hear it is gone
+        finish_gone(core, hooks, gone, job_id, entry=entry)
     except BaseException:
         # A fault midway (EIO, say): the job is removed for every reader already; the rest is
         # retried by this store's next recovery pass (another's once this process is gone).
@@ -83,26 +80,26 @@ def remove_job(core: Core, path: str, job_id: str, *, drop_targets: bool, entry:
     return True
 
 
-def remove_now(core: Core, record: Record, dest: str, finished_at: float) -> None:
+def remove_now(core: Core, hooks: Hooks, record: Record, dest: str, finished_at: float) -> None:
     """A job kept 0 s is removed by the commit that made it final (queshot's autoremove), not
     at retention's next pass: a drain of ``retain=0`` jobs faster than passes remove would grow
     the final directories, which never shrink. One with targets waiting stays (``remove_job``
     puts it back); a fault leaves it to retention."""
     entry = core.tree.finished_entry(record, dest, finished_at)
     try:
-        remove_job(core, core.layout.final_path(dest, record.id), record.id, drop_targets=False, entry=entry)
+        remove_job(core, hooks, core.layout.final_path(dest, record.id), record.id, drop_targets=False, entry=entry)
     except OSError as exc:
         log.info("job %s (kept 0 s) was committed; retention removes it (%s)", record.id, exc)
 
 
-def finish_unfinished(core: Core) -> int:
+def finish_unfinished(core: Core, hooks: Hooks) -> int:
     """Retry the removals of this store that a fault cut short (:func:`remove_job`)."""
     with core.mutex:
         todo, core.unfinished_removals = core.unfinished_removals, {}
     done = 0
     for gone, (job_id, entry) in todo.items():
         try:
-            finish_gone(core, gone, job_id, entry=entry)
+            finish_gone(core, hooks, gone, job_id, entry=entry)
             done += 1
         except OSError:
             with core.mutex:
@@ -115,15 +112,15 @@ def notification_due(core: Core, job_id: str) -> bool:
     return sc.lexists(core.layout.notify_path(job_id)) or has_targets(core.layout, job_id)
 
 
-def finish_gone(core: Core, gone: str, job_id: str, *, entry: str | None = None) -> None:
-    """Steps 2 and 3 of a removal whose fence (``gone``, the temp file) is done. Idempotent:
+def finish_gone(core: Core, hooks: Hooks, gone: str, job_id: str, *, entry: str | None = None) -> None:
+    """Steps 2 to 4 of a removal whose fence (``gone``, the temp file) is done. Idempotent:
     a removal cut short is finished by running this again (recovery does, for a gone owner)."""
     lay = core.layout
     record = _record(core, gone)
     if entry is None and record is not None and record.finished_at is not None:
         entry = _find_entry(core, record, job_id)
-    if record is not None:
-        release_key(core, record)  # its unique key's entry, if it still names this job
+    if record is not None and record.unique_key is not None:
+        hooks.keys.release(record)  # its unique key's entry, if it still names this job
     # The job is ours since the fence, so ids/<id> names it whatever inode it is: no create can
     # have replaced it (a create frees an id only when no gone temp names it: _create).
     fs.unlink(lay.id_marker(job_id))
@@ -136,8 +133,7 @@ def finish_gone(core: Core, gone: str, job_id: str, *, entry: str | None = None)
     if entry is not None:
         fs.unlink(entry)
     fs.unlink(gone)  # last: until here, recovery can find this removal and finish it
-    if record is not None and record.group is not None:
-        forget_group_if_empty(core, record.group)  # its last member gone: the manifest goes too
+    hooks.gone(job_id, record)
 
 
 def _remove_dir(path: str) -> None:

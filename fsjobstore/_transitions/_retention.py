@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 
 from .._core._core import Core
+from .._core._hooks import Hooks
 from .._format._layout import BUCKET_RE, FINISHED_RE, bucket_field, micros
 from .._os import _files as fs
 from .._os import _syscalls as sc
@@ -86,8 +87,9 @@ class PassResult:
 class Retention:
     """The retention passes of one open store (with what it learnt of each bucket)."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, hooks: Hooks) -> None:
         self._core = core
+        self._hooks = hooks
         self._walked: dict[str, _Walked] = {}  # bucket -> what its last whole walk found
         self._left: dict[str, _Walk] = {}  # bucket -> a walk a pass stopped in
 
@@ -229,7 +231,7 @@ class Retention:
             return now
         if notification_due(core, job_id):
             return now  # kept until its targets have heard
-        if remove_job(core, path, job_id, drop_targets=False, entry=entry):
+        if remove_job(core, self._hooks, path, job_id, drop_targets=False, entry=entry):
             return True
         return now
 

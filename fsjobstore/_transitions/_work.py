@@ -24,6 +24,7 @@ from typing import Any
 from .._core._attempt_log import RunLog, give_back
 from .._core._control import Control
 from .._core._core import Core
+from .._core._hooks import Hooks
 from .._core._liveness import NotifyLock
 from .._errors import InvalidRequest, InvalidState, JobCancelled, LeaseLost, StorageError
 from .._format._checks import Duration, result_value, seconds, time_limit_error
@@ -31,8 +32,6 @@ from .._format._layout import PENDING_RE
 from .._format._records import FINAL_STATES, Record, next_record, result_line
 from .._os import _files as fs
 from .._os import _syscalls as sc
-from .._relations._limit_gate import Gate
-from .._relations._limits import Declarations
 from ._leases import ClaimEnd, OnCompromised, WorkLease
 from ._notify import Notifier
 from ._removal import remove_now
@@ -44,14 +43,14 @@ log = logging.getLogger("fsjobstore")
 class Work:
     """Claims and commits of one store; keeps the leases this process holds. Thread-safe."""
 
-    def __init__(self, core: Core, notifier: Notifier, control: Control) -> None:
+    def __init__(self, core: Core, notifier: Notifier, control: Control, hooks: Hooks) -> None:
         self._core = core
         self._notifier = notifier
         self.control = control
         self._mutex = threading.Lock()
         self._held: dict[str, WorkClaim] = {}
-        self.gate = Gate(core, Declarations(core.layout, core.clock), core.kick_waker)
-        core.sweep_waiting = self.gate.sweep
+        self._hooks = hooks
+        self.gate = hooks.gate
 
     def after_fork(self) -> None:
         self._mutex = threading.Lock()
@@ -71,7 +70,7 @@ class Work:
         for _ in range(10_000):  # bounded: every turn consumes one name, or passes over one queue
             index = core.pending.pick(queues, skip)
             if index is None:
-                gate.watch_lines()  # idle: be the one that sees a holder die (_gate)
+                gate.watch_lines()  # idle: be the one that sees a holder die (_limit_gate)
                 return None
             queue = os.path.basename(index.directory)
             held = gate.queue_turn(queue)
@@ -114,7 +113,7 @@ class Work:
         """Read a file we just claimed into a lease; None (and the file quarantined) if it is
         not a job that may run. ``give_back``: where it came from, for a read fault. ``held``
         (a worker's claim from a queue, not one by id): the slots its queue's limit gave it; the
-        job's own limits are met here, and a job that meets a full one waits (``_gate``)."""
+        job's own limits are met here, and a job that meets a full one waits (``_limit_gate``)."""
         tree = self._core.tree
         try:
             parsed, extra_links, data = tree.read_parsed_links(active)
@@ -347,7 +346,7 @@ class Work:
             log.warning("job %s is committed but its notification was not indexed: %s", job_id, exc)
             return
         if self._core.tree.retain_of(claim.record) == 0:
-            remove_now(self._core, claim.record, dest, finished_at)
+            remove_now(self._core, self._hooks, claim.record, dest, finished_at)
 
     def _committed(self, claim: WorkClaim, committing: str, new: Record, dest: str) -> None:
         self._core.drop(committing)
@@ -456,7 +455,7 @@ class WorkClaim(ClaimEnd):
         self.deadline_path: str | None = None
         self.run: RunLog | None = None
         self.on_cancel: Callable[[WorkLease], object] | None = None
-        self.slots: list[NotifyLock] = []  # of the limits it runs under (_gate): let go when it ends
+        self.slots: list[NotifyLock] = []  # of the limits it runs under (_limit_gate): let go when it ends
         # What a final commit of a fail, cancel or withdraw wrote (a fulfil's record is not built):
         # the caller's answer even once that commit removed the job (kept 0 s).
         self.final_record: Record | None = None
