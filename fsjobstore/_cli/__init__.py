@@ -19,17 +19,17 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
 
-# The exit code of a Ctrl-C (128 + SIGINT, what a shell shows for a program it killed). Here, not
-# in _args with the others, so that this module imports nothing a Ctrl-C could interrupt: the
+# The exit code of a Ctrl-C (128 + SIGINT, what a shell shows for a program it killed), from a
+# module of constants alone, so that this one imports nothing a Ctrl-C could interrupt: the
 # script `fsjobstore` imports it before main() runs, and everything else loads inside main().
-INTERRUPTED = 130
+from ._exit_codes import INTERRUPTED
 
 
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
     from .. import __version__ as version
-    from . import _interest, _jobs, _limits, _ops, _process, _schedules, _status, _web
+    from . import _interest, _jobs, _limit_commands, _ops, _process, _schedules, _status, _web
     from ._args import ENV_DIR, EXIT_CODES, Parser
 
     parser = Parser(
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     _status.add(subparsers)
     _process.add(subparsers)
     _schedules.add(subparsers)
-    _limits.add(subparsers)
+    _limit_commands.add(subparsers)
     _interest.add(subparsers)
     _web.add(subparsers)
     return parser

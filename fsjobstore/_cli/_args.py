@@ -13,17 +13,30 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 from .. import InvalidRequest, JobStore, StoreNotFound, parse_duration
-from . import INTERRUPTED as INTERRUPTED  # 130: kept where main() reads it without importing this module
+from ._exit_codes import (  # re-exported: the commands take their exit codes from here
+    FAILED as FAILED,
+)
+from ._exit_codes import (
+    INTERRUPTED as INTERRUPTED,
+)
+from ._exit_codes import (
+    NOT_FOUND as NOT_FOUND,
+)
+from ._exit_codes import (
+    OK as OK,
+)
+from ._exit_codes import (
+    REFUSED as REFUSED,
+)
+from ._exit_codes import (
+    TIMED_OUT as TIMED_OUT,
+)
+from ._exit_codes import (
+    USAGE as USAGE,
+)
 
 ENV_DIR = "FSJOBSTORE_DIR"
 
-# Exit codes (also listed in ``fsjobstore --help``).
-OK = 0
-FAILED = 1  # the operation failed: a storage error, a corrupt file, verify found the mount unsafe
-USAGE = 2  # bad arguments or input: nothing was changed
-NOT_FOUND = 3  # no such job, or no store at that directory
-REFUSED = 4  # the store refused: the id is taken, the job is in the wrong state, the lease was lost
-TIMED_OUT = 5  # wait gave up before the job ended
 
 EXIT_CODES = f"""exit codes:
   {OK}    success
@@ -284,3 +297,8 @@ def _enclosing_store(path: str) -> tuple[str, bool] | None:
         here = parent
         if os.path.isfile(os.path.join(here, MARKER)):
             return here, len(parts) > 1 or os.path.lexists(os.path.join(here, parts[0]))
+
+def log_level(p: argparse.ArgumentParser, default: str = "default INFO: one line per job") -> None:
+    p.add_argument("--log-level", default="INFO", type=str.upper,
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help=f"{default}; DEBUG adds tracebacks (of a module that cannot be imported, say)")

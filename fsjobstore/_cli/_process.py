@@ -16,8 +16,18 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ._args import MIN_LEASE, OK, SECONDS_MAX, UsageError, no_lock_takeover, number, store_options, subcommand
-from ._terminal import log_to_terminal
+from ._args import (
+    MIN_LEASE,
+    OK,
+    SECONDS_MAX,
+    UsageError,
+    log_level,
+    no_lock_takeover,
+    number,
+    store_options,
+    subcommand,
+)
+from ._terminal import configure_logging
 
 log = logging.getLogger("fsjobstore.worker")
 
@@ -90,12 +100,6 @@ def _lease_duration(p: argparse.ArgumentParser) -> None:
                         f"--peer` reports, MULTIHOST.md)")
 
 
-def log_level(p: argparse.ArgumentParser, default: str = "default INFO: one line per job") -> None:
-    p.add_argument("--log-level", default="INFO", type=str.upper,
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                   help=f"{default}; DEBUG adds tracebacks (of a module that cannot be imported, say)")
-
-
 def load(spec: str) -> Any:
     """``package.module:name`` of the user's code, importable from the current directory."""
     module_name, sep, attr = spec.partition(":")
@@ -154,10 +158,6 @@ def _where(exc: BaseException) -> str:
             if outside(frame, dirs):
                 return f" ({frame.filename}, line {frame.lineno})"
     return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
-
-
-def configure_logging(level: str) -> None:
-    log_to_terminal(level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def worker(args: argparse.Namespace) -> int:

@@ -12,8 +12,9 @@ from typing import Any
 
 from .. import InvalidRequest, ScheduleInfo
 from . import _render as render
-from ._args import OK, UsageError, open_store, store_options, subcommand
-from ._process import configure_logging, load, log_level
+from ._args import OK, UsageError, log_level, open_store, store_options, subcommand
+from ._process import load
+from ._terminal import configure_logging
 
 log = logging.getLogger("fsjobstore.schedule")
 

@@ -88,3 +88,7 @@ def json_text(text: str) -> str:
     it for a terminal to obey. JSON escapes C0 controls itself; C1 controls and bidi overrides
     it may write raw, and they can only stand inside strings, where ``\\uXXXX`` means them."""
     return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def configure_logging(level: str) -> None:
+    log_to_terminal(level, "%(asctime)s %(levelname)s %(name)s: %(message)s")

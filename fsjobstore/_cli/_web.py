@@ -19,9 +19,8 @@ from typing import Any
 from urllib.parse import quote
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from ._args import OK, UsageError, number, store_options, subcommand
-from ._process import configure_logging, log_level
-from ._terminal import TerminalFormatter, printable
+from ._args import OK, UsageError, log_level, number, store_options, subcommand
+from ._terminal import TerminalFormatter, configure_logging, printable
 
 ENV_TOKEN = "FSJOBSTORE_WEB_TOKEN"
 ENV_ALLOWED_HOSTS = "FSJOBSTORE_WEB_ALLOWED_HOSTS"
