@@ -40,7 +40,7 @@ class Trace:
     """The package's calls made on one thread during one step."""
 
     modules: list[str] = field(default_factory=list)  # in order of first entry
-    crossings: list[tuple[str, str]] = field(default_factory=list)
+    crossings: list[tuple[str, str, str]] = field(default_factory=list)  # (from, into, the function called)
     returns: int = 0
 
     def summary(self) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def trace(step: Callable[[], Any]) -> Trace:
             elif here in left:
                 out.returns += 1
             if caller is not None:
-                out.crossings.append((caller, here))
+                out.crossings.append((caller, here, frame.f_code.co_qualname))
                 left.add(caller)
         elif event == "return" and stack:
             stack.pop()
@@ -104,7 +104,6 @@ def measure(root: str) -> dict[str, Trace]:
         steps: dict[str, Trace] = {}
         jobs: list[Any] = []
         steps["create"] = trace(lambda: jobs.append(store.create({"n": 2})))
-        store.queue(jobs[0].id, "t")
         leases: list[Any] = []
         steps["pull_work"] = trace(lambda: leases.append(store.pull_work(timeout=0)))
         assert leases[0] is not None and leases[0].id == jobs[0].id
@@ -140,8 +139,8 @@ def main() -> None:
     for name, t in steps.items():
         print(f"{name:<26}{len(t.modules):>8}{len(t.crossings):>10}{t.returns:>8}   {' '.join(t.modules)}")
         if args.calls:
-            for a, b in t.crossings:
-                print(f"      {a} -> {b}")
+            for a, b, function in t.crossings:
+                print(f"      {a} -> {b}.{function}")
 
 
 if __name__ == "__main__":

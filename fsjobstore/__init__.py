@@ -70,11 +70,16 @@ from ._errors import (
     WaitTimeout,
     WorkerFailing,
 )
-from ._format._checks import default_backoff, parse_duration
-from ._format._codec import MAX_NESTING, check_queue_name
 from ._format._job import AttemptError, Job, JobState, LogLine, Progress
 from ._format._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
-from ._format._patterns import check_interest, check_queues
+from ._format._values import (
+    MAX_NESTING,
+    check_interest,
+    check_queue_name,
+    check_queues,
+    default_backoff,
+    parse_duration,
+)
 from ._os._verify import VerifyCheck, VerifyReport, verify
 from ._os._verify_peer import verify_across_hosts
 from ._relations._groups import Group

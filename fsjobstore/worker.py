@@ -283,7 +283,7 @@ class Worker:
     def _say_what_was_left(self, queues: list[str], summary: RunSummary) -> None:
         """A burst ends once nothing it may take is due. Jobs of a paused queue stay, and jobs
         of queues it does not work on: a user who paused a queue long ago, or started it on the
-        wrong queue, would wonder why the burst left them (a new user's trial)."""
+        wrong queue, would wonder why the burst left them."""
         try:
             stats = self.store.statistics()
         except JobStoreError:
@@ -301,7 +301,7 @@ class Worker:
 
     def _say_what_limits_held(self, queues: list[str], by_queue: Mapping[str, int]) -> None:
         """Jobs a limit held back are not due for a burst either: say so, or a cron user takes
-        the queue for drained (a new user's trial: a rate of 2 per 3 s left 3 of 5 jobs, silently)."""
+        the queue for drained (a rate of 2 per 3 s leaves 3 of 5 jobs after a burst)."""
         try:
             limits = self.store.limits()
         except JobStoreError:

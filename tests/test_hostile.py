@@ -166,14 +166,14 @@ def test_the_corpus_audit_notices_a_read_outside_the_store() -> None:
 
 @pytest.mark.parametrize("doc", [b'{"a":1,"b":2,"a":3}', b'{"x":[{"k":1},{"k":1,"k":2}]}', b'{"a":{"a":1,"a":1}}'])
 def test_a_duplicate_key_at_any_depth_is_refused_by_name(doc: bytes) -> None:
-    from fsjobstore._format._codec import loads
+    from fsjobstore._format._values import loads
 
     with pytest.raises(ValueError, match="duplicate key"):
         loads(doc)
 
 
 def test_the_same_key_in_sibling_objects_is_no_duplicate() -> None:
-    from fsjobstore._format._codec import loads
+    from fsjobstore._format._values import loads
 
     assert loads(b'{"x":[{"k":1},{"k":2}],"k":3}') == {"x": [{"k": 1}, {"k": 2}], "k": 3}
 

@@ -14,7 +14,7 @@ import pytest
 from webkit import CheckedClient, web_app
 
 from fsjobstore import MAX_NESTING, MAX_TARGETS, InvalidRequest, JobStore
-from fsjobstore._format import _codec
+from fsjobstore._format import _values as _codec
 
 
 def nested(depth: int) -> Any:

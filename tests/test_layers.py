@@ -175,7 +175,9 @@ def test_each_layer_imports_only_the_layers_beneath_it() -> None:
 
 def test_the_layer_order_check_notices_an_upward_import() -> None:
     bad = PACKAGE / "_core" / "_upward_probe_for_test.py"
-    bad.write_text("from .._transitions._work import Work\nfrom .._store import _jobstore\nfrom ..worker import Worker\n")
+    bad.write_text("from .._transitions._work import Work\n"
+                   "from .._store import _jobstore\n"
+                   "from ..worker import Worker\n")
     try:
         assert upward_imports([bad]) == [
             "fsjobstore._core._upward_probe_for_test imports fsjobstore._transitions._work from a layer above it",

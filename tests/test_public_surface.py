@@ -55,7 +55,8 @@ def test_check_queue_name_returns_a_good_name_and_names_what_is_wrong_with_a_bad
 
 
 def test_the_store_and_the_file_grammar_use_the_same_queue_rule(tmp_path: object) -> None:
-    from fsjobstore._format import _codec, _layout
+    from fsjobstore._format import _layout
+    from fsjobstore._format import _values as _codec
     assert _layout.QUEUE_RE is _codec.QUEUE_NAME_RE
     with JobStore(str(tmp_path) + "/s") as store:
         with pytest.raises(InvalidQueueName, match="queue 'a b' is not a queue name"):

@@ -176,7 +176,7 @@ class Parser(argparse.ArgumentParser):
     """Usage errors exit with :data:`USAGE` and one line, as argparse does, but say which command."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # No abbreviations: `--que x` taken for `--queue x` hides a typo (a new user's trial).
+        # No abbreviations: `--que x` taken for `--queue x` hides a typo.
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 

@@ -63,7 +63,7 @@ def print_job(job: Job) -> None:
         ("request", json.dumps(job.request, ensure_ascii=False)),
         ("value", value_text(job)),
         # A fulfilled job keeps the error of the attempt before the one that succeeded: told
-        # as the earlier error it is (a new user read "error" on a fulfilled job as a failure).
+        # as the earlier error it is ("error" on a fulfilled job reads as a failure).
         ("earlier error" if job.state.value == "fulfilled" else "error", job.error),
         ("attempt errors", _attempt_errors(job)),
         ("waiting", ", ".join(json.dumps(t, ensure_ascii=False) for t in job.waiting) or None),

@@ -1,6 +1,6 @@
 """Each attempt's progress and log lines: its holder appends them, ``get()`` reads every attempt's back.
 
-(queshot's ``progress`` and ``log``.) The files outlive the attempt and the job (``runs/`` is
+The files outlive the attempt and the job (``runs/`` is
 never cleaned), so a finished job still shows them.
 
 Each claim writes its own file, ``runs/<id>/<token>.jsonl``, so lines of two attempts can never
@@ -24,10 +24,9 @@ import threading
 from typing import Any
 
 from .._errors import InvalidRequest, LeaseLost
-from .._format._checks import number
-from .._format._codec import dumps, loads
 from .._format._job import LogLine, Progress
 from .._format._layout import RUN_RE
+from .._format._values import dumps, loads, number
 from .._os import _files as fs
 from .._os import _syscalls as sc
 from ._core import Core
@@ -77,7 +76,7 @@ class RunLog:
             fd = sc.open(self._path, os.O_WRONLY | os.O_APPEND | fs.O_NOFOLLOW | fs.O_CLOEXEC)
             try:
                 if sc.fstat(fd).st_nlink > 1:
-                    # A hard link planted in place of our log (issue 23): never append to a file
+                    # A hard link planted in place of our log (FORMAT.md, "Trust"): never append to a file
                     # that has another name; begin a file of our own under ours.
                     sc.close_read(fd)
                     fd = -1

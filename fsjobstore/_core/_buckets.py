@@ -8,13 +8,13 @@ jobs run (priority, then second), and every name in a bucket sorts after every n
 before it, so reading buckets in name order reads the queue in run order.
 
 An emptied bucket is removed (rmdir) by whoever lists it empty once its second is ``LINGER``
-seconds past and the bucket itself did not change for ``_fsops.SETTLE`` seconds: creates go to
+seconds past and the bucket itself did not change for ``_files.SETTLE`` seconds: creates go to
 the current second's bucket, so only a job put back into an old second (a release, a retry, a
 promotion, a take-over) can meet a bucket removed under it, and it makes it again
 (:meth:`Tree.into_pending`); the bucket it made is new, so nobody removes it before its rename.
-(Without that rule, three workers polling an empty queue removed such a bucket again each time it
-was made, eight times in a row, and a take-over took the failure for another's success and dropped
-the job: tests/test_chaos.py, 2026-11-24.)
+(Without that rule, workers polling an empty queue can remove such a bucket again each time it is
+made, and a take-over that takes the failure for another's success drops the job: the chaos test,
+tests/test_chaos.py, finds that.)
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def is_old(bucket: str, now: float | None = None) -> bool:
 
 def remove_if_spent(bdir: str, bucket: str, settled: bool, now: float | None = None) -> bool:
     """Remove a bucket listed empty if it may go (the module's docstring): its second ended
-    ``LINGER`` s ago and its own stat had ``settled`` (``_fsops.dir_signature``, taken before the
+    ``LINGER`` s ago and its own stat had ``settled`` (``_files.dir_signature``, taken before the
     listing that found it empty); a bucket made again a moment ago must live until the job put
     back into it lands. True if it was removed."""
     return settled and is_old(bucket, now) and remove_if_empty(bdir)

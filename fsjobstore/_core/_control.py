@@ -18,8 +18,8 @@ import contextlib
 import os
 import time
 
-from .._format._codec import dumps, loads
 from .._format._layout import CANCEL_RE, DEADLINE_RE, QUEUE_RE
+from .._format._values import dumps, loads
 from .._os import _files as fs
 from .._os import _syscalls as sc
 from ._core import Core
@@ -76,7 +76,7 @@ class Control:
     def paused_for_claim(self) -> frozenset[str]:
         """The paused queues as a claim needs them, for one stat instead of a listing (a listing
         is 4-5 system calls: round trips each on a network filesystem). Listed again when the
-        directory's stat changed, when it had not settled (``_fsops.SETTLE``) before the last
+        directory's stat changed, when it had not settled (``_files.SETTLE``) before the last
         listing and PAUSED_RECHECK_UNSETTLED seconds passed, and at least every PAUSED_RECHECK
         seconds. So another process's pause stops this process's next claim on a local
         filesystem (but for one made within 20 ms of a listing in the same clock tick), and

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .._format._codec import QUEUE_PATTERN
+from .._format._values import QUEUE_PATTERN
 from .._os import _files as fs
 from .._os import _syscalls as sc
 

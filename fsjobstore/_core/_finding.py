@@ -144,7 +144,7 @@ class Finding:
     def _in_scheduled(self, job_id: str) -> Iterator[Location]:
         return self._named(self.layout.scheduled, SCHEDULED_RE, JobState.SCHEDULED, job_id)
 
-    def _in_waiting(self, job_id: str) -> Iterator[Location]:  # parked by a limit (_gate): pending
+    def _in_waiting(self, job_id: str) -> Iterator[Location]:  # parked by a limit (_limit_gate): pending
         return self._named(self.layout.waiting, WAITING_RE, JobState.PENDING, job_id)
 
     def in_deferred(self, job_id: str) -> Iterator[Location]:

@@ -281,7 +281,7 @@ class NotifyLock:
         _unlink_then_let_go(self.path if ours else None, fd)
 
     def empty_and_release(self) -> None:
-        """Let go but keep the file, emptied first: a limit's slot (``_gate``), taken and let go
+        """Let go but keep the file, emptied first: a limit's slot (``_limit_gate``), taken and let go
         of on every claim, changes no directory that way (an unlink and a create per claim cost
         a keyed claim 0.5 ms). A lock let go of with its file still full was a holder that died."""
         fd, self._fd = self._fd, None

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import InvalidRequest, StoreFormatError, StoreNotFound, UntrustedStore
-from .._format._checks import integer, number
-from .._format._codec import dumps
 from .._format._layout import FORMAT_VERSION, MARKER, Layout
 from .._format._records import FOREVER
+from .._format._values import dumps, integer, number
 from .._os import _files as fs
 from .._os import _syscalls as sc
 from . import _buckets
@@ -117,7 +116,7 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
         boot = layout.boot_marker()
         if made_now and not config.durable and not boot.endswith("-unknown"):
             # Made during this boot: no power cut before it can have emptied a file of it, so
-            # its first worker skips the pass that looks for them (_deep, made only in a store
+            # its first worker skips the pass that looks for them (_power_loss, made only in a store
             # that does not fsync), however deep its backlog is by then.
             with contextlib.suppress(OSError):
                 fs.touch(boot, config.perms.file_mode)

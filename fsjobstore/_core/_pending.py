@@ -5,7 +5,7 @@ reads the queue's bucket names, then its buckets in run order until it holds ``l
 (the next jobs to run), so it costs the same at a million jobs as at a thousand. We list again
 when they run out, when the cached view is older than ``rescan_interval``, or never sooner. A
 queue found empty is listed again only when the stat of its directory or of an emptied bucket it
-still holds changed (see ``_fsops.SETTLE``) or the interval passed. Arrivals reported by the waker
+still holds changed (see ``_files.SETTLE``) or the interval passed. Arrivals reported by the waker
 are merged in at once, so a new urgent job does not wait for the next listing.
 
 The index is only a hint: a name in it may already be claimed by another process (the claim's
@@ -22,10 +22,9 @@ import time
 from collections.abc import Callable
 
 from .._errors import InvalidRequest
-from .._format._codec import check_queue_name
 from .._format._layout import PENDING_RE, SCHEDULED_RE, Layout, bucket_of_name, pending_rel, prio_value
-from .._format._patterns import is_pattern, matches
 from .._format._records import Record
+from .._format._values import check_queue_name, is_pattern, matches
 from .._os import _files as fs
 from . import _buckets
 from ._tree import Tree
@@ -39,7 +38,7 @@ from ._tree import Tree
 # dry, and every rescan interval) brings back any nobody took, at the front, so a job runs at
 # most a few hundred places late.
 #
-# Tried on 2026-11-24 and not kept (PERFORMANCE.md, "W8 blocked"): keeping the passed names and
+# Not done (PERFORMANCE.md, "W8 blocked"): keeping the passed names and
 # going on from a random point of the priority after a lost race. It lost far fewer races with
 # 16 processes, but ran jobs in nearly random order (bench/claim_order.py: p99 2,854 places late
 # of 4,000 with 8 processes, against 268 here); bounded to the first 256 names, it lost races
@@ -76,7 +75,7 @@ class QueueIndex:
         self._ceiling = ""  # when truncated: the largest name we kept
         self._listed_at = float("-inf")
         # The stats of the directory and of the emptied buckets it still holds, taken before a
-        # listing that found them empty once they had settled (_fsops.SETTLE): while they are
+        # listing that found them empty once they had settled (_files.SETTLE): while they are
         # the same, the queue is still empty, and a claim that passes over it costs a stat or
         # two instead of a listing (a worker of 16 queues, 15 of them empty, did 15 listings
         # per claim).
@@ -256,7 +255,7 @@ class Pending:
     def pick(self, queues: list[str] | None, skip: frozenset[str] = frozenset()) -> QueueIndex | None:
         """The index to claim from next: the first non-empty of ``queues`` in order, or across
         all queues the one whose head sorts first (lowest priority number, then oldest). A
-        pattern among ``queues`` (``_fanout``) stands for every queue it matches, taken as all
+        pattern among ``queues`` (``_values``) stands for every queue it matches, taken as all
         queues are. Queues in ``skip`` (the paused ones, those at their limit) are passed over."""
         if queues is None:
             return self._best(self._all_queues(), skip)

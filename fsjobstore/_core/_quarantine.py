@@ -12,8 +12,8 @@ import os
 import threading
 import time
 
-from .._format._codec import dumps
 from .._format._layout import Layout
+from .._format._values import dumps
 from .._os import _files as fs
 from .._os import _syscalls as sc
 

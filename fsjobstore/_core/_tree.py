@@ -99,7 +99,7 @@ class Tree(Finding):
         ``ids/<id>`` (:func:`fs.foreign_links`). Such a file was planted by ``link`` (or is in a
         hard-linked backup): it is read as a job only if every member could read and write it
         anyway; otherwise it is :class:`fs.Unreadable` and the callers quarantine it, since
-        reading it could show a member what they may not read (issue 23). Whoever writes to
+        reading it could show a member what they may not read (FORMAT.md, "Trust"). Whoever writes to
         it first makes a private copy (:meth:`private_copy`)."""
         data, st = fs.read_regular_stat(path, self.record_cap)
         try:
@@ -143,7 +143,7 @@ class Tree(Finding):
         there; the one that found it made and whose rename succeeded makes it again after. So
         whichever order the four steps take, a published job keeps its entry, and a job that
         the winner published and retention already removed does not get a stale one back
-        (the loser's entry outlived the job: CI's chaos run at f45d24e)."""
+        (otherwise the loser's entry outlives the job, as a chaos run showed)."""
         made = self.index_final(record, state, finished_at)
         dst = self.layout.final_path(state, record.id)
         try:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import StorageError
-from .._format._codec import check_nesting, dumps, loads
 from .._format._layout import WORKER_RE
+from .._format._values import check_nesting, dumps, loads
 from .._os import _files as fs
 from .._os import _syscalls as sc
 from ._core import Core
@@ -53,7 +53,7 @@ def publish(core: Core, info: dict[str, Any], on_owner_gone: Callable[[], None])
         owner.beat()
     except OwnerGone:
         # Another process judged us gone; or a member of a shared store moved leases/ away
-        # (issue 23). Never a bare OSError to the caller.
+        # (FORMAT.md, "Trust"). Never a bare OSError to the caller.
         on_owner_gone()
         owner = core.ensure_owner()
         try:

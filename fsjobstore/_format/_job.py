@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .._errors import InvalidState, JobCancelled, JobFailed
-from ._codec import encode_value
+from ._values import encode_value
 
 
 class JobState(enum.StrEnum):

@@ -12,12 +12,12 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
-from ._codec import QUEUE_NAME_RE, QUEUE_PATTERN
+from ._values import QUEUE_NAME_RE, QUEUE_PATTERN
 
 FORMAT_VERSION = 3
 MARKER = "fsjobstore.json"
 
-# Priority: lower runs sooner (beanstalkd/kqueue convention). Stored offset so that the
+# Priority: lower runs sooner (as in beanstalkd). Stored offset so that the
 # fixed-width decimal sorts as the number does.
 MIN_PRIORITY = -999_999
 MAX_PRIORITY = 999_999
@@ -35,7 +35,7 @@ ACTIVE_RE = re.compile(rf"(?P<id>{_ID})\.(?P<token>{_TOKEN})\.(?P<kind>json|comm
 FINAL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
 # A job waiting for its parents (create(after=...)): jobs/deferred/<SEQ>.<queue>.<id>.json.
 DEFERRED_RE = re.compile(rf"(?P<seq>\d{{20}})\.(?P<queue>{_Q})\.(?P<id>{_ID})\.json\Z")
-# A job waiting for a slot or a start of its limit (_gate): jobs/waiting/<H>.<P>.<SEQ>.<queue>.<id>.json.
+# A job waiting for a slot or a start of its limit (_limit_gate): jobs/waiting/<H>.<P>.<SEQ>.<queue>.<id>.json.
 WAITING_RE = re.compile(
     rf"(?P<limit>[0-9a-f]{{16}})\.(?P<prio>\d{{7}})\.(?P<seq>\d{{20}})\.(?P<queue>{_Q})\.(?P<id>{_ID})"
     rf"(?:\.(?P<token>{_TOKEN}))?\.json\Z"  # the parking claim's token (names before it had none)
@@ -44,7 +44,7 @@ LIMIT_RE = re.compile(r"(?P<limit>[0-9a-f]{16})\.json\Z")  # control/limits/<H>.
 DEP_RE = re.compile(rf"(?P<id>{_ID})\Z")  # deps/<parent>/<child>, and deps/<parent> itself
 DEADLINE_RE = re.compile(rf"(?P<due>\d{{17}})\.(?P<id>{_ID})\.(?P<token>{_TOKEN})\Z")
 CANCEL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
-QUEUE_RE = QUEUE_NAME_RE  # the one rule (_codec.check_queue_name)
+QUEUE_RE = QUEUE_NAME_RE  # the one rule (_values.check_queue_name)
 RUN_RE = re.compile(rf"(?P<token>{_TOKEN})\.jsonl\Z")
 BELL_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.(?P<kind>work|done)\.(?P<n>[0-9a-f]{1,16})\Z")
 WORKER_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.json\Z")
@@ -235,7 +235,7 @@ class Layout:
         return f"{self.finished}/{bucket_field(fin)}/{fin:017d}.{exp:017d}.{state}.{queue}.{job_id}"
 
     def boot_marker(self) -> str:
-        """``control/boot-<boot id>``: this boot's deep pass was made (``_deep``), or the store
+        """``control/boot-<boot id>``: this boot's deep pass was made (``_power_loss``), or the store
         was made during this boot, so no earlier power cut can have emptied its files."""
         try:
             with open("/proc/sys/kernel/random/boot_id") as fh:

@@ -9,19 +9,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ._checks import (
+from ._job import AttemptError, Job, JobState
+from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
+from ._values import (
     MAX_ATTEMPT_ERRORS,
     MAX_PARENTS,
     Duration,
     attempt_error_text,
+    check_job_id,
+    check_queue_name,
+    dumps,
+    encode_value,
     error_text,
     integer,
+    loads,
     number,
     retry_delay,
 )
-from ._codec import check_job_id, check_queue_name, dumps, encode_value, loads
-from ._job import AttemptError, Job, JobState
-from ._layout import FORMAT_VERSION, MAX_PRIORITY, MIN_PRIORITY
 
 FINAL_STATES = ("fulfilled", "failed", "cancelled")
 FOREVER = float("inf")  # a retain that keeps a job forever
@@ -72,17 +76,17 @@ class Record:
     # Seconds the job is kept once final (``math.inf``: forever, null on disk), resolved at
     # create; None: a file written before format 3, which gets the store's recorded default.
     retain: float | None = None
-    # A key no two jobs that are not final share (``create(unique_key=)``; ``_unique``); None: none.
+    # A key no two jobs that are not final share (``create(unique_key=)``; ``_unique_keys``); None: none.
     unique_key: str | None = None
-    # The jobs it waits for (``create(after=)``; ``_deps``), and what it does if one of them fails
+    # The jobs it waits for (``create(after=)``; ``_dependencies``), and what it does if one of them fails
     # or is cancelled: "cancel" (it is cancelled too) or "run" (it runs anyway).
     after: tuple[str, ...] = ()
     on_parent_failure: str = "cancel"
     # The group it was made in (``create_group``; ``_groups``), or None.
     group: str | None = None
-    # Jobs sharing it run at most the key's limit at once (``create(concurrency_key=)``; ``_gate``).
+    # Jobs sharing it run at most the key's limit at once (``create(concurrency_key=)``; ``_limit_gate``).
     concurrency_key: str | None = None
-    # The queue it was created into, for a copy a subscription got (``_fanout``); None otherwise.
+    # The queue it was created into, for a copy a subscription got (``_values``); None otherwise.
     topic: str | None = None
     # The request already serialised (create has it): spares serialising it a second time.
     request_json: bytes | None = field(default=None, compare=False, repr=False)
@@ -109,7 +113,7 @@ class Record:
             doc["attempt_errors"] = list(self.attempt_errors)
         if self.retain is not None:
             doc["retain"] = None if self.retain == FOREVER else self.retain
-        if self.unique_key is not None:  # optional, as the fields of issue 22 all are
+        if self.unique_key is not None:  # optional, as every field added since format 1 is
             doc["unique_key"] = self.unique_key
         if self.after:
             doc["after"] = list(self.after)

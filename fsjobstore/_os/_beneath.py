@@ -1,4 +1,4 @@
-"""Paths inside a store resolved beneath its root, never through a link (issue 23; FORMAT.md, "Trust").
+"""Paths inside a store resolved beneath its root, never through a link (FORMAT.md, "Trust").
 
 Every member of a shared store's group can write each of its directories, so any of them can
 replace ``jobs/fulfilled`` or ``runs/<id>`` by a symbolic link to a directory of someone else's,

@@ -153,7 +153,7 @@ def foreign_links(st: os.stat_result, linked_as: str | None) -> int:
 
     A member of a shared store can hard-link into it any file of the filesystem where
     ``fs.protected_hardlinks`` is 0, or another job's file (a final result, say); the store
-    appends to a claimed file in place, so such a file is never written to (issue 23)."""
+    appends to a claimed file in place, so such a file is never written to."""
     if st.st_nlink <= 1:
         return 0
     if linked_as is not None and st.st_nlink == 2 and names_file(linked_as, st):

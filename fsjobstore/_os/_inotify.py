@@ -39,7 +39,7 @@ _IN_IGNORED = 0x00008000
 _IN_ONLYDIR = 0x01000000
 _IN_DONT_FOLLOW = 0x02000000
 _IN_ISDIR = 0x40000000
-# Never through a link (issue 23): the watched directory is opened beneath the store's root by
+# Never through a link (FORMAT.md, "Trust"): the watched directory is opened beneath the store's root by
 # _syscalls (a link, FIFO or file planted there is quarantined and a directory made in its
 # place), and the watch is added on that very descriptor through /proc/self/fd, so no component
 # of the path is looked up again. Without /proc the path is used, with IN_DONT_FOLLOW on its

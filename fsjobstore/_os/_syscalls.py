@@ -21,7 +21,7 @@ microsecond against syscalls of several):
   directory belongs is quarantined and replaced, never followed. The hook still sees the
   call's original arguments (paths), so crash points, faults and power-loss records are as before.
 
-The inotify calls of ``_wakeup`` are not routed here (only their C functions are looked up by
+The inotify calls of ``_inotify`` are not routed here (only their C functions are looked up by
 :func:`libc_function`): wake-ups are hints, never state.
 """
 
@@ -466,7 +466,7 @@ def _lstat(path: str) -> os.stat_result:
     if how == _KEPT:  # the hot path (a commit asks three of these): no descriptor to close or retry
         return os.stat(name, dir_fd=dfd, follow_symlinks=False)
     if how == _CLOSE:  # a bucket not cached: this descriptor is ours to close (it leaked, one a
-        try:           # lookup, until a store with 40 queues ran out of descriptors: issue 22)
+        try:           # lookup, and a store with 40 queues would run out of descriptors)
             return os.stat(name, dir_fd=dfd, follow_symlinks=False)
         finally:
             os.close(dfd)  # type: ignore[arg-type]

@@ -348,7 +348,7 @@ def verify(directory: str) -> VerifyReport:
     warnings: list[str] = []
     checks = []
     # Everything below the scratch directory is reached from its descriptor, never through a
-    # link: in a shared directory another user may swap it for a link meanwhile (issue 23).
+    # link: in a shared directory another user may swap it for a link meanwhile.
     sc.attach(scratch, DIR_MODE, dfd)
     try:
         for name, test, required in CHECKS:

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 from .._core._core import Core
 from .._errors import InvalidJobId, InvalidRequest, JobExists, JobNotFound, StorageError
-from .._format._codec import MAX_ID_LENGTH, check_job_id, check_name, dumps
 from .._format._job import Job
 from .._format._layout import generated_id
 from .._format._records import Record
+from .._format._values import MAX_ID_LENGTH, check_job_id, check_name, dumps
 from .._os import _files as fs
 from .._os import _syscalls as sc
 

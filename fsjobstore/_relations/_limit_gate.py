@@ -126,7 +126,7 @@ class Gate:
         """A start of a key with a rate gives the next job of its line its turn: moved now if the
         rate has a start left, else due when it has (``_due``). Without it, a key with a rate and
         no concurrency cap, whose starts free no slot, ran one job a recovery pass (15 s) once
-        its line formed (a new user's trial: 7 of 10 jobs started in 40 s at 4/s)."""
+        its line formed (7 of 10 jobs started in 40 s at 4/s)."""
         try:
             self.promote(limit)
         except OSError as exc:  # every recovery pass, and every idle puller, promotes what waits

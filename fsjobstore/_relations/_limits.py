@@ -3,15 +3,15 @@
 A **limit** caps the jobs of one queue, or of one concurrency key (``create(concurrency_key=)``):
 at most ``concurrency`` running at once, and at most ``rate = (n, per)`` starts in any ``per``
 seconds. Declarations live in ``control/limits/<H>.json``; ``<H>`` names the limit everywhere on
-disk (:func:`limit_name`). A key nobody declared runs one job at a time, as couchqueue's
-``singularlyRun`` and huey's ``lock_task`` do: a concurrency key is a request to be limited.
+disk (:func:`limit_name`). A key nobody declared runs one job at a time, as huey's
+``lock_task`` does: a concurrency key is a request to be limited.
 
 Rates are kept as ``n`` **start tickets**, ``limits/<H>/r<i>``: a start takes a ticket whose last
 start is ``per`` seconds old or more, under an exclusive ``flock`` held while its time is read
 and written, so two processes (or two hosts: GlusterFS carries flock between clients) never
 spend one ticket twice. The time is the wall clock's, in µs: hosts that share a limit must agree
 on the time (NTP), as they already must for ``run_at``. The slots that carry ``concurrency`` are
-``_gate``'s.
+``_limit_gate``'s.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._errors import InvalidRequest
-from .._format._checks import check_key
-from .._format._codec import check_queue_name, dumps
 from .._format._layout import LIMIT_RE, Layout
+from .._format._values import check_key, check_queue_name, dumps
 from .._os import _files as fs
 from .._os import _syscalls as sc
 
@@ -181,7 +180,7 @@ def write_declaration(layout: Layout, limit: Limit, *, token: str, durable: bool
                     dumps(doc, what="limit") + b"\n", durable=durable, mode=perms.file_mode)
 
 
-# -- slots (``_liveness.NotifyLock``s whose files stay: ``_gate``) -----------------------------------
+# -- slots (``_liveness.NotifyLock``s whose files stay: ``_limit_gate``) -----------------------------------
 def holder_died(fd: int, path: str) -> bool:
     """After a watcher got the lock of slot ``path`` (its descriptor ``fd``): whether the holder
     let go without emptying it, as only a process that died does."""

@@ -17,9 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._errors import InvalidRequest
-from .._format._codec import QUEUE_PATTERN, dumps
 from .._format._layout import Layout
-from .._format._patterns import check_interest, matches
+from .._format._values import QUEUE_PATTERN, check_interest, dumps, matches
 from .._os import _files as fs
 
 _NAME_RE = re.compile(rf"(?P<name>{QUEUE_PATTERN})\.json\Z")

@@ -33,8 +33,8 @@ from datetime import UTC, datetime
 
 from .._core._core import Core
 from .._errors import InvalidRequest, JobExists
-from .._format._codec import MAX_QUEUE_LENGTH, QUEUE_PATTERN, check_queue_name, dumps
 from .._format._job import Job
+from .._format._values import MAX_QUEUE_LENGTH, QUEUE_PATTERN, check_queue_name, dumps
 from .._os import _files as fs
 
 log = logging.getLogger("fsjobstore")

@@ -4,7 +4,7 @@ Each child writes its own slot (what it runs, until when, how its attempts ended
 supervisor reads the slots. No locks: a slot is written under a sequence counter (odd while
 writing), and a reader retries until it reads the same even count before and after, so it never
 acts on half of one job and half of another. The run's flags (stop, pause, the job budget) are
-the gate's (``_gate``), shared with the thread pool.
+the gate's (``_limit_gate``), shared with the thread pool.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""JobStore: the public face of a store. Every method checks its arguments first (bad input
-raises before anything changes); most then delegate.
+"""JobStore: the public face of a store, one class. Every method checks its arguments first (bad
+input raises before anything changes), then calls one transition (``_transitions``) or feature
+(``_relations``); what happens on disk is there. ``__init__`` makes the parts, each whole from those
+made before it: the core (``_core._core.Core``), the hooks the features attach to the transitions'
+named points (``_features``), the transitions, the background thread (``_background``) and the
+blocking waits (``_waiting``). See docs/architecture.md for the map.
 
-What happens on disk lives one layer down: ``_create`` (new jobs), ``_work`` (claims, commits), ``_direct``
-(snapshots, fulfil, cancel, retry by id), ``_notify`` (targets, notifier leases), ``_listing`` and ``_purge``
-(finding and removing jobs), ``_recovery`` (repairs; take-overs in ``_takeover``), ``_stats`` (counts), ``_heart``
-(background threads), ``_waiting`` (the waits of ``pull_work``, ``pull_notification`` and ``wait``, and the
-wake-ups event loops wait on), ``_ticks`` (periodic ticks), all sharing one ``_shared.Core``. ``__init__``
-assembles the settings and the parts.
+A facade may be long: the size rule of the house applies to modules of machinery, and this one's
+length is its public methods'.
 """
 
 from __future__ import annotations
@@ -31,23 +31,26 @@ from .._core._counters import Counters, StoreCounters
 from .._core._opening import open_skeleton
 from .._core._worker_registry import WorkerInfo
 from .._errors import CorruptJob, InvalidRequest, JobExists, JobNotFound, WaitTimeout
-from .._format._checks import (
+from .._format._job import Job, JobState
+from .._format._layout import Layout
+from .._format._records import Record
+from .._format._values import (
     Duration,
+    check_interest,
+    check_job_id,
+    check_queue_name,
+    check_queues,
     check_timeout,
     default_backoff,
     integer,
     job_file_cap,
     lease_timing,
+    matches,
     number,
     result_value,
     retain_seconds,
     seconds,
 )
-from .._format._codec import check_job_id, check_queue_name
-from .._format._job import Job, JobState
-from .._format._layout import Layout
-from .._format._patterns import check_interest, check_queues, matches
-from .._format._records import Record
 from .._os import _files as fs
 from .._os import _syscalls as sc
 from .._os._verify import locks_prove_death
@@ -713,7 +716,7 @@ class JobStore:
         replacing = len(others) < len(before)  # only its pattern changes: its queue was one already
         self._subscriptions.write(sub, token=core.new_token(), durable=core.durable, perms=core.tree.perms,
                                   ensure_dir=core.tree.ensure_dir)
-        # Legal, and most likely a slip (a new user's trial): a copy is never copied again, and a
+        # Legal, and most likely a slip: a copy is never copied again, and a
         # create into a subscription's own queue stays there.
         if deaf := [s.name for s in others if matches(pattern, s.name)]:
             log.warning("subscription %s: its pattern %s matches the queue of subscription %s, whose jobs are "

@@ -1,7 +1,7 @@
 """The blocking waits: a pull that sleeps until work may be there, and a wait for a job's result.
 
 They sit above what they use: the heartbeat (a store's first pull starts it, after a recovery
-pass), and the wake-ups they sleep on (inotify through ``_wakeup``, other hosts' rings through
+pass), and the wake-ups they sleep on (inotify through ``_inotify``, other hosts' rings through
 ``_doorbell``), all reached through the store's shared :class:`Core`.
 """
 
@@ -17,8 +17,8 @@ from .._core._core import Core
 from .._core._doorbell import POLL as DOORBELL_POLL
 from .._core._doorbell import Listener
 from .._errors import InvalidRequest
-from .._format._checks import number
 from .._format._layout import FINAL_RE
+from .._format._values import number
 from .._os._inotify import Waker
 from ._background import Heart
 

@@ -272,7 +272,7 @@ def _queue_of(loc: Location) -> str:
         return d["queue"]
     w = WAITING_RE.match(os.path.basename(loc.path))  # no other state's names have its shape
     if w is not None:
-        return w["queue"]  # pending, parked by a limit (_gate)
+        return w["queue"]  # pending, parked by a limit (_limit_gate)
     if loc.state is JobState.PENDING:
         parent = os.path.dirname(loc.path)  # <queue>/<bucket>, or <queue> for a flat job (_buckets)
         if PENDING_BUCKET_RE.match(os.path.basename(parent)):

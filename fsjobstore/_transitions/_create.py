@@ -22,11 +22,21 @@ from typing import Any
 from .._core._core import Core
 from .._core._hooks import Hooks
 from .._errors import JobExists, StorageError, ValueTooLarge
-from .._format._checks import Duration, check_after, check_key, check_timeout, due_time, integer, retain_seconds
-from .._format._codec import canonical, check_job_id, check_queue_name
 from .._format._job import Job
 from .._format._layout import GENERATED_ID_RE, MAX_PRIORITY, MIN_PRIORITY, generated_id
 from .._format._records import Record
+from .._format._values import (
+    Duration,
+    canonical,
+    check_after,
+    check_job_id,
+    check_key,
+    check_queue_name,
+    check_timeout,
+    due_time,
+    integer,
+    retain_seconds,
+)
 from .._os import _files as fs
 from .._os import _syscalls as sc
 
@@ -72,7 +82,7 @@ def publish_new(core: Core, hooks: Hooks, record: Record, *, explicit: bool,
     ``_ticks.make``): asked once the id is reserved; False gives it back and raises JobExists.
     ``member``: a group's member, reserved as a chosen id is, with an id its maker generated.
     A record with a unique key whose key a job that is not final holds is not published: that
-    job's snapshot is returned instead (``_unique``)."""
+    job's snapshot is returned instead (``_unique_keys``)."""
     lay = core.layout
     dest = "scheduled" if record.not_before is not None and record.not_before > record.created_at else "pending"
     if record.after and hooks.parents.place(record) == "deferred":
@@ -132,7 +142,7 @@ def publish_new(core: Core, hooks: Hooks, record: Record, *, explicit: bool,
         if type(exc) is FileNotFoundError:
             # Our temp file, or the directory it was going to, was moved away meanwhile (a member
             # of a shared store may): the job was not stored. Said as the store's error, never
-            # as a bare OSError (issue 23).
+            # as a bare OSError.
             err = StorageError(exc.errno, exc.strerror, exc.filename)
             err.op = "create"
             raise err from None

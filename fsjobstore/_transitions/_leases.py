@@ -16,9 +16,9 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from .._errors import LeaseLost
-from .._format._checks import Duration
 from .._format._job import JobState
 from .._format._records import Record
+from .._format._values import Duration
 
 log = logging.getLogger("fsjobstore")
 

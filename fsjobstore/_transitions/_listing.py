@@ -36,8 +36,6 @@ from .._core import _buckets
 from .._core._core import Core
 from .._core._finding import Location
 from .._errors import InvalidJobId, InvalidRequest, JobNotFound
-from .._format._checks import integer
-from .._format._codec import MAX_ID_LENGTH, check_name, check_queue_name
 from .._format._job import Job, JobState
 from .._format._layout import (
     ACTIVE_RE,
@@ -56,6 +54,7 @@ from .._format._layout import (
     prio_field,
 )
 from .._format._records import FINAL_STATES, Record
+from .._format._values import MAX_ID_LENGTH, check_name, check_queue_name, integer
 from .._os import _files as fs
 from ._retention import STALE_AFTER, later_life
 
@@ -247,7 +246,7 @@ def _in_queue(qdir: str, queue: str, low: str) -> Iterator[tuple[str, str, str]]
 
 
 def _parked(core: Core, queue: str | None, low: str) -> Iterator[tuple[str, str, str]]:
-    """The same of the pending jobs a limit parked in ``jobs/waiting/`` (``_gate``): ``name`` is
+    """The same of the pending jobs a limit parked in ``jobs/waiting/`` (``_limit_gate``): ``name`` is
     the name each has in its queue, so they sort among the others as they will run."""
     found = []
     for entry in fs.scan_names(core.layout.waiting):

@@ -17,12 +17,10 @@ from .._core._core import Core
 from .._core._hooks import Hooks
 from .._core._liveness import NotifyLock, break_if_expired
 from .._errors import InvalidRequest, InvalidState, LeaseLost, StorageError, ValueTooLarge
-from .._format._checks import error_text, integer, number
-from .._format._codec import canonical, dumps, loads, target_key
 from .._format._job import JobState
 from .._format._layout import FINAL_RE, QUEUE_RE, TARGET_RE, Layout
-from .._format._patterns import matches
 from .._format._records import Record
+from .._format._values import canonical, dumps, error_text, integer, loads, matches, number, target_key
 from .._os import _files as fs
 from .._os import _syscalls as sc
 from ._leases import ClaimEnd, NotificationLease, OnCompromised
@@ -158,7 +156,7 @@ class Notifier:
                 return
             except FileNotFoundError as exc:
                 # RACE: a member of a shared store moved tmp/ (and our file) away between the
-                # write and the rename; tmp/ is made again on the next write (issue 23).
+                # write and the rename; tmp/ is made again on the next write.
                 fs.unlink_quietly(tmp_path)  # if it is still here after all, the next write needs its name
                 if not tries_left:
                     err = StorageError(exc.errno, exc.strerror, exc.filename)
@@ -192,7 +190,8 @@ class Notifier:
         (the jobs waiting for it resolved). ``queue``: the job's, when the caller has its record."""
         if has_targets(self._layout, job_id):
             self.mark_due_now(job_id, queue)
-        self._hooks.final(job_id)
+        for hook in self._hooks.after_final:
+            hook(job_id)
 
     def mark_due_now(self, job_id: str, queue: str | None = None) -> None:
         prev = self.read_entry(job_id)

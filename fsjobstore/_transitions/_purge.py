@@ -29,8 +29,6 @@ from .._core import _buckets
 from .._core._core import Core
 from .._core._hooks import Hooks
 from .._errors import InvalidRequest
-from .._format._checks import integer, seconds
-from .._format._codec import check_queue_name, dumps
 from .._format._job import JobState
 from .._format._layout import (
     BUCKET_RE,
@@ -44,6 +42,7 @@ from .._format._layout import (
     micros,
 )
 from .._format._records import Record
+from .._format._values import check_queue_name, dumps, integer, seconds
 from .._os import _files as fs
 from ._listing import check_states
 from ._removal import notification_due, remove_job
@@ -229,7 +228,7 @@ def _pending(core: Core, sel: Selection) -> Iterator[_Candidate]:
                 yield _Candidate(f"{qdir}/{bucket}/{name}", m["id"], q, JobState.PENDING)
         if last is not None:
             _drop_if_emptied(qdir, last)
-    yield from _flat(lay.waiting, WAITING_RE, JobState.PENDING, sel)  # parked by a limit (_gate)
+    yield from _flat(lay.waiting, WAITING_RE, JobState.PENDING, sel)  # parked by a limit (_limit_gate)
 
 
 def _drop_if_emptied(qdir: str, bucket: str) -> None:

@@ -75,13 +75,13 @@ class RecoveryReport:
     lost_ids: tuple[str, ...] = ()
     removed: int = 0  # jobs removed: retention's, and removals others began and did not finish
     indexed: int = 0  # final jobs given their missing finished-index entry (explicit recover() only)
-    children_resolved: int = 0  # jobs waiting for parents that had ended: promoted or cancelled (_deps)
-    waiting_promoted: int = 0  # jobs parked by a limit moved back to their queue, room having freed (_gate)
+    children_resolved: int = 0  # jobs waiting for parents that had ended: promoted or cancelled (_dependencies)
+    waiting_promoted: int = 0  # jobs parked by a limit moved back to their queue, room having freed (_limit_gate)
 
 
 class Counts(dict[str, int]):
     """The counters of one pass, and the ids of the jobs it found lost to a power cut
-    (``_deep.note_lost`` fills both)."""
+    (``_power_loss.note_lost`` fills both)."""
 
     def __init__(self) -> None:
         super().__init__({f.name: 0 for f in dataclasses.fields(RecoveryReport) if f.name != "lost_ids"})
@@ -106,7 +106,7 @@ def recover(core: Core, hooks: Hooks, notifier: Notifier, control: Control, *,
     # What the store promises decides, not what this process does: a process that fsyncs in a
     # store that does not still meets the files others wrote without fsync.
     emptiable = not core.settings.store_durable
-    if emptiable and deep is not False:  # None: deep once per boot (_deep.deep_pass)
+    if emptiable and deep is not False:  # None: deep once per boot (_power_loss.deep_pass)
         deep_pass(core, counts, explicit=deep is True)
     overdue = _sweep_deadlines(core, notifier, control, me, counts)
     _sweep_active(core, notifier, control, me, overdue, counts)
@@ -129,7 +129,7 @@ def recover(core: Core, hooks: Hooks, notifier: Notifier, control: Control, *,
 
 
 def boot_pass(core: Core, stop: Callable[[], bool]) -> int:
-    """The deep pass alone, once per boot of the host (``_deep.deep_pass``), for a store that
+    """The deep pass alone, once per boot of the host (``_power_loss.deep_pass``), for a store that
     does not fsync; made by a long-lived store's retention thread, so no pull waits for it (it
     reads every job file's size). Returns how many job files it found emptied (each is
     quarantined and logged)."""

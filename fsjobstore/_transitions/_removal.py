@@ -81,7 +81,7 @@ def remove_job(core: Core, hooks: Hooks, path: str, job_id: str, *, drop_targets
 
 
 def remove_now(core: Core, hooks: Hooks, record: Record, dest: str, finished_at: float) -> None:
-    """A job kept 0 s is removed by the commit that made it final (queshot's autoremove), not
+    """A job kept 0 s is removed by the commit that made it final, not
     at retention's next pass: a drain of ``retain=0`` jobs faster than passes remove would grow
     the final directories, which never shrink. One with targets waiting stays (``remove_job``
     puts it back); a fault leaves it to retention."""

@@ -47,7 +47,7 @@ class _Listing:
     """One listing of a bucket: what a walk through it, and the next pass, know of it."""
 
     signature: tuple[int, int, int]  # the bucket's stat before the listing
-    settled: bool  # whether that stat had settled (_fsops.SETTLE)
+    settled: bool  # whether that stat had settled (_files.SETTLE)
     at: float  # core.clock() of the listing
     cost: float  # seconds it took
     whole_at: float  # core.clock() of the last listing walked whole (not only its new names)
@@ -186,7 +186,7 @@ class Retention:
         """Remove the job of one entry if its time is up: True if removed; the entry's <EXP>
         (or now, to look again next pass) if it stays; None if the entry is gone."""
         # An entry kept until later, told by its fixed-width <EXP> alone: 0.6 us a name instead
-        # of 2.4 with the grammar's regex (timeit, 2026-11-25), and a process's first walk of a
+        # of 2.4 with the grammar's regex (timeit), and a process's first walk of a
         # bucket of 100,000 entries looks at each.
         # (A name that only looks like an entry here is matched when its <EXP> comes.)
         exp_field = name[18:35]

@@ -81,7 +81,7 @@ class DirCounts:
 
     A bucket of a past second (pending) or hour (the finished index) rarely changes once it
     settles, so ``statistics()`` lists only the buckets that changed: those being drained,
-    filled or purged. Trusted only for a directory that had settled (``_fsops.SETTLE``) when it
+    filled or purged. Trusted only for a directory that had settled (``_files.SETTLE``) when it
     was listed, so a change in the same clock tick as the listing is never hidden behind an
     unchanged mtime. Kept in ``control/counts.v2.json`` too (a hint: replaced whole, never
     fsynced, ignored when unreadable), so a fresh process (``fsjobstore status``) starts from
@@ -313,7 +313,7 @@ def statistics(core: Core, control: Control, counts: DirCounts, active_queue: Ca
         add(q, "pending", n)
         if first is not None:
             oldest[q] = max(0.0, now - first / 1e9)
-    for name in fs.scan_names(lay.waiting):  # parked by a limit (_gate): pending, out of their queue
+    for name in fs.scan_names(lay.waiting):  # parked by a limit (_limit_gate): pending, out of their queue
         w = WAITING_RE.match(name)
         if w:
             pending[w["queue"]] = pending.get(w["queue"], 0) + 1

@@ -5,7 +5,7 @@ the holder's commit, if it comes, fails. What follows depends on how far the hol
 commit whose new version is in ``tmp/`` is published from it (or, if that was published
 already, the fenced entry is only dropped); a whole result line is published as the holder
 would have; otherwise the attempt is over, and the job goes back to pending, or to failed or
-cancelled. Used by every recovery pass (``_recovery``) and by operations by id (``_direct``).
+cancelled. Used by every recovery pass (``_recovery``) and by operations by id (``_by_id``).
 FORMAT.md, "take-over", is the contract.
 """
 
@@ -19,8 +19,8 @@ from .._core._control import Control
 from .._core._core import Core
 from .._core._tree import DESTS
 from .._errors import StorageError
-from .._format._checks import time_limit_error
 from .._format._records import FINAL_STATES, LostJobData, Record
+from .._format._values import time_limit_error
 from .._os import _files as fs
 from .._os import _syscalls as sc
 from ._notify import Notifier

@@ -4,7 +4,7 @@ A claim renames the job's file into ``jobs/active/`` under a name that contains 
 token. Every commit starts from exactly that name, so a holder whose claim was taken over
 (renamed away by recovery) commits nothing: that rename is the fence. FORMAT.md, "Transitions",
 lists the steps of each commit; this module is the only code that performs them for a live
-holder (``_recovery`` performs them for dead ones, ``_direct`` claims jobs by id and then commits
+holder (``_recovery`` performs them for dead ones, ``_by_id`` claims jobs by id and then commits
 them here).
 
 A commit of a job whose cancellation was requested (``control/cancel/<id>.json``) ends it
@@ -27,9 +27,9 @@ from .._core._core import Core
 from .._core._hooks import Hooks
 from .._core._liveness import NotifyLock
 from .._errors import InvalidRequest, InvalidState, JobCancelled, LeaseLost, StorageError
-from .._format._checks import Duration, result_value, seconds, time_limit_error
 from .._format._layout import PENDING_RE
 from .._format._records import FINAL_STATES, Record, next_record, result_line
+from .._format._values import Duration, result_value, seconds, time_limit_error
 from .._os import _files as fs
 from .._os import _syscalls as sc
 from ._leases import ClaimEnd, OnCompromised, WorkLease
@@ -119,7 +119,7 @@ class Work:
             parsed, extra_links, data = tree.read_parsed_links(active)
             if extra_links:
                 # Hard-linked (a member's link, a `cp -al` backup): the result is appended to
-                # this file in place, so it becomes a file of its own first (issue 23).
+                # this file in place, so it becomes a file of its own first.
                 tree.private_copy(active, data, self._core.layout.tmp_path(token, "aux", f"{job_id}.copy"))
         except FileNotFoundError:
             return None

@@ -1,4 +1,4 @@
-"""The JSON API under ``/api``: couchqueue's surface, in REST form, on ``JobStore``'s public calls.
+"""The JSON API under ``/api``: create, lease, fulfil and watch jobs in REST form, on ``JobStore``'s public calls.
 
 Errors answer ``{"error": "<fsjobstore exception>", "message": "..."}`` (``_app`` maps each
 exception to its status: 404 not found, 409 exists or wrong state, 422 bad input, ...). Every

@@ -1,4 +1,4 @@
-"""Leases held for workers that speak HTTP (couchqueue's workers, in REST form).
+"""Leases held for workers that speak HTTP (the JSON API's leases).
 
 ``POST /api/queues/{queue}/lease`` claims a job with this process's store and keeps its
 :class:`WorkLease` here under a random handle; the client then fulfils, fails, releases, touches
