@@ -169,7 +169,7 @@ class Worker:
         self._stop = threading.Event()
         self._stop_now = threading.Event()
         self._bell = Bell()
-        self._hooks = Hooks(store.count)  # and the store's counters (JobStore.counters), first
+        self._hooks = Hooks()
         self.schedule = Schedule()  # periodic jobs this worker makes while it runs (every(), cron())
 
     # -- handlers --------------------------------------------------------------------------------

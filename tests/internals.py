@@ -35,7 +35,7 @@ def owner_or_none(store: JobStore) -> OwnerLease | None:
 
 def freeze(store: JobStore) -> None:
     """Stop the store's threads (its background recovery among them), as a hung process would."""
-    store._heart.stop()
+    store._background.stop()
     store._core.stop_waker()
 
 
@@ -63,7 +63,7 @@ def die_unlinked(store: JobStore) -> None:
 def no_background(store: JobStore) -> None:
     """Never start the background thread (nor its first recovery pass): recovery then runs
     only when the test calls it."""
-    store._heart.start = lambda: None  # type: ignore[method-assign]
+    store._background.start = lambda: None  # type: ignore[method-assign]
 
 
 def rescan(store: JobStore) -> None:

@@ -251,3 +251,70 @@ def test_a_counts_writer_thread_ends_when_idle_and_is_made_again(tmp_path: Path,
         store.create(2, queue="t")
         assert any(t.name == "fsjobstore-counters" for t in threading.enumerate())
         assert store.counters().queues["t"].created == 2
+
+
+def test_a_bare_pull_work_user_is_counted_as_a_worker_is_with_run_times(tmp_path: Path) -> None:
+    with JobStore(str(tmp_path / "s"), backoff=lambda attempt: 0.0) as store:
+        for i in range(4):
+            store.create(i, queue="q", max_attempts=2)
+        leases = [store.pull_work() for _ in range(4)]
+        assert all(lease is not None for lease in leases)
+        time.sleep(0.05)
+        done, retried, failed, given = leases  # type: ignore[misc]
+        done.fulfill("ok")
+        retried.fail("again")  # its first attempt of two: it runs again
+        failed.fail("no", retry=False)
+        given.release()  # a give-back ran no attempt
+        c = store.counters().queues["q"]
+    assert (c.created, c.fulfilled, c.retried, c.failed, c.given_back) == (4, 1, 1, 1, 1)
+    assert sum(c.durations) == 3 and c.duration_sum >= 3 * 0.05
+
+
+def test_a_forked_child_killed_right_after_its_commits_lost_none_of_its_counts(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    with JobStore(root) as store:
+        for i in range(3):
+            store.create(i, queue="k")
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: commit, say so, and wait to be killed, as a worker at its time limit is
+            try:
+                for _ in range(3):
+                    lease = store.pull_work()
+                    assert lease is not None
+                    lease.fulfill("done")
+                os.write(ready_w, b"x")
+                time.sleep(60)
+            finally:
+                os._exit(1)
+        os.close(ready_w)
+        assert os.read(ready_r, 1) == b"x"
+        os.kill(pid, signal.SIGKILL)  # before its own writer could have written anything
+        os.waitpid(pid, 0)
+        assert store.counters().queues["k"].fulfilled == 3
+
+
+def test_a_take_over_counts_the_attempt_it_ends_as_lost_and_how_the_job_goes_on(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    JobStore(root).close()
+    script = textwrap.dedent("""
+        import sys, time
+        from fsjobstore import JobStore
+        store = JobStore(sys.argv[1])
+        store.create(1, queue="t", max_attempts=2)
+        store.create(2, queue="t", max_attempts=1)
+        assert store.pull_work() is not None and store.pull_work() is not None
+        print("holding", flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script, root], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    with JobStore(root) as rescuer:
+        report = rescuer.recover()
+        assert (report.requeued, report.failed) == (1, 1)
+        c = rescuer.counters().queues["t"]
+    assert (c.lost, c.retried, c.failed, c.fulfilled) == (2, 1, 1, 0)

@@ -1,8 +1,9 @@
 """Counters every process adds to and anyone reads: ``control/metrics/`` (FORMAT.md, "Counters").
 
-What they count: jobs created (``create``, a periodic tick), and how attempts ended (the worker
-runtime's hooks tell the store through :meth:`JobStore.count`; ``fulfill`` and ``cancel`` by id
-count the jobs they end), with a histogram of attempt run times and a per-minute tally of jobs
+What they count: jobs created (``create``), and how attempts and jobs ended, counted by the
+transition that ends them, whoever calls it (a lease's commit, a release, a time-out, a take-over,
+``fulfill`` and ``cancel`` by id: the ``ended`` point, ``_hooks``; :meth:`JobStore.count` adds
+counts of a user's own), with a histogram of attempt run times and a per-minute tally of jobs
 fulfilled and failed per queue. They are what ``/metrics`` and the dashboard show, and they
 must add up the work of every process on the directory and outlive each of them.
 
@@ -34,6 +35,7 @@ import math
 import os
 import re
 import secrets
+import select
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -46,8 +48,8 @@ from .._os import _syscalls as sc
 
 NAMES = ("created", "fulfilled", "retried", "failed", "cancelled", "timed_out", "lost", "given_back")
 """What is counted per queue. ``retried``: attempts that failed and run again; ``failed``: jobs
-failed for good; ``timed_out`` and ``lost`` count attempts (a timed-out one is also ``retried``
-or ``failed``); ``given_back``: jobs released at a worker's stop, no attempt counted."""
+failed for good; ``timed_out`` and ``lost`` count attempts (each is also ``retried`` or
+``failed``, as its job went on); ``given_back``: jobs released, no attempt counted."""
 
 BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
           1800.0, 3600.0)
@@ -332,7 +334,13 @@ class Counters:
 
     ``add`` is a few dict operations under a lock; a daemon thread, made on the first count
     after it was idle, writes a delta every ``FLUSH_EVERY`` s while there is something to write,
-    and ends after ``_IDLE_EXIT`` s with nothing. ``flush`` writes now (``JobStore.close``)."""
+    and ends after ``_IDLE_EXIT`` s with nothing. ``flush`` writes now (``JobStore.close``).
+
+    A process that forks (a worker's supervisor, a user's multiprocessing) first makes a pipe:
+    its forked children send each count up it at once, as one line under ``PIPE_BUF`` bytes, and
+    the parent's thread adds them to its own. So a child killed with SIGKILL (at its time limit,
+    or on a cancel) has lost nothing it counted. A child whose parent is gone or far behind (the
+    pipe full) counts in its own deltas instead."""
 
     def __init__(self, directory: str, make_dir: Callable[[], None], mode: int,
                  wall: Callable[[], float]) -> None:
@@ -340,39 +348,84 @@ class Counters:
         self._make_dir = make_dir
         self._mode = mode
         self._wall = wall
+        self._pipe: tuple[int, int] | None = None  # (read, write): made before this process first forks
+        self._to_parent: int | None = None
+        self._carry = b""
         self.after_fork()
 
     def after_fork(self) -> None:
-        """A forked child starts from nothing: its parent writes what it had counted."""
+        """A forked child starts from nothing, sending what it counts to its parent (who writes
+        what it had counted itself)."""
         self._lock = threading.Lock()
         self._sums = _Sums()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        if self._pipe is not None and getattr(self, "_pid", None) not in (None, os.getpid()):
+            read_fd, self._to_parent = self._pipe
+            self._pipe = None
+            with contextlib.suppress(OSError):
+                os.close(read_fd)
+        self._carry = b""
         self._pid = os.getpid()
         self._rand = secrets.token_hex(8)
         self._n = 0
         self._flushes = 0
 
+    def before_fork(self) -> None:
+        """The pipe the children of this process send their counts up (once, before its first fork)."""
+        if self._pipe is None and not self._stopped:
+            with contextlib.suppress(OSError):
+                self._pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def after_fork_in_parent(self) -> None:
+        """Its thread now also reads what the children send, for as long as the store is open."""
+        with self._lock:
+            self._start()
+
     def add(self, queue: str, name: str, duration: float | None = None) -> None:
         if duration is not None and not (math.isfinite(duration) and duration >= 0):
             duration = None
         minute = int(self._wall() // 60) * 60
+        if self._to_parent is not None and self._send(queue, name, duration, minute):
+            return
         with self._lock:
             self._sums.add(queue, name, duration, minute)
-            if self._thread is None and not self._stopped:
-                self._thread = threading.Thread(target=self._run, name="fsjobstore-counters", daemon=True)
-                self._thread.start()
+            self._start()
+
+    def _send(self, queue: str, name: str, duration: float | None, minute: int) -> bool:
+        line = json.dumps([queue, name, duration, minute]).encode() + b"\n"
+        fd = self._to_parent
+        if fd is None or len(line) >= select.PIPE_BUF:
+            return False
+        try:
+            return os.write(fd, line) == len(line)  # under PIPE_BUF: all of it or nothing
+        except BlockingIOError:
+            return False  # the parent is far behind: counted here, this time
+        except OSError:
+            self._to_parent = None  # the parent is gone (EPIPE): count here from now on
+            return False
+
+    def _start(self) -> None:
+        if self._thread is None and not self._stopped:
+            self._thread = threading.Thread(target=self._run, name="fsjobstore-counters", daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
         idle_since = time.monotonic()
         while True:
-            time.sleep(FLUSH_EVERY)
+            pipe = self._pipe
+            if pipe is None:
+                time.sleep(FLUSH_EVERY)
+            else:
+                with contextlib.suppress(OSError, ValueError):
+                    select.select([pipe[0]], [], [], FLUSH_EVERY)
+                self._drain()
             with self._lock:
                 if self._stopped or self._pid != os.getpid():
                     self._thread = None
                     return
                 dirty = bool(self._sums)
-                if not dirty and time.monotonic() - idle_since > _IDLE_EXIT:
+                if not dirty and self._pipe is None and time.monotonic() - idle_since > _IDLE_EXIT:
                     self._thread = None
                     return
             if dirty:
@@ -380,8 +433,34 @@ class Counters:
                 with contextlib.suppress(OSError):  # a report: tried again in a second
                     self.flush()
 
+    def _drain(self) -> None:
+        """Add what the children sent (each line checked: a child is ours, but a line is data)."""
+        pipe = self._pipe
+        if pipe is None or self._pid != os.getpid():
+            return
+        while True:
+            try:
+                chunk = os.read(pipe[0], 65536)
+            except (BlockingIOError, OSError):
+                return
+            if not chunk:
+                return
+            *lines, self._carry = (self._carry + chunk).split(b"\n")
+            for line in lines:
+                try:
+                    queue, name, duration, minute = json.loads(line)
+                    timed = duration is None or isinstance(duration, int | float)
+                    if (name not in NAMES or not isinstance(queue, str) or not _QUEUE_RE.match(queue)
+                            or not isinstance(minute, int) or not timed):
+                        continue
+                except (ValueError, TypeError):
+                    continue
+                with self._lock:
+                    self._sums.add(queue, name, duration, minute)
+
     def flush(self) -> None:
         """Write what was counted since the last write as a new delta (nothing if nothing was)."""
+        self._drain()
         with self._lock:
             if not self._sums or self._pid != os.getpid():
                 return
@@ -405,11 +484,20 @@ class Counters:
                 fold(self._dir, self._mode, self._wall())
 
     def close(self) -> None:
-        """Write what is left and stop the thread (``JobStore.close``)."""
+        """Write what is left (what the children sent too) and stop the thread (``JobStore.close``)."""
         with self._lock:
             self._stopped = True
         with contextlib.suppress(OSError):
             self.flush()
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None and self._pid == os.getpid():
+            for fd in pipe:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        to_parent, self._to_parent = self._to_parent, None
+        if to_parent is not None:
+            with contextlib.suppress(OSError):
+                os.close(to_parent)
 
 
 def read_counters(directory: str, mode: int, now: float) -> StoreCounters:

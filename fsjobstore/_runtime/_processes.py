@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import logging
 import os
-import select
 import signal
 import sys
 import time
@@ -32,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import NamedTuple
 
-from .. import JobStore, JobStoreError, WorkLease
+from .. import JobStore, WorkLease
 from ._board import Board
 from ._restarts import Restarts
 from ._run_flags import Gate
@@ -74,55 +72,6 @@ class _ChildReport:
         self._board.write(self._index, busy=True, pid=self._pid, counts=self._tally.as_tuple(),
                           job_id=lease.id, queue=lease.queue, token=lease.token, attempt=lease.attempt,
                           started=time.monotonic(), deadline=lease.deadline)
-
-
-class CountPipe:
-    """How children tell the supervisor what to count (``JobStore.count``): one line of JSON per
-    count, written at once, so a child killed at its time limit or on a cancel (SIGKILL) has
-    lost nothing it counted; the supervisor, which outlives them, adds the lines to its store's
-    counters as it ticks. A write under ``PIPE_BUF`` bytes is whole or not made; a full pipe (a
-    supervisor far behind) makes the child count in its own store instead."""
-
-    def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._carry = b""
-
-    def sender(self, store: JobStore) -> Callable[[str, str, float | None], None]:
-        """The child's ``count``."""
-        fd = self.write_fd
-
-        def send(queue: str, what: str, duration: float | None) -> None:
-            line = json.dumps([queue, what, duration]).encode() + b"\n"
-            try:
-                if len(line) < select.PIPE_BUF and os.write(fd, line) == len(line):
-                    return
-            except BlockingIOError:
-                pass
-            store.count(queue, what, duration)
-
-        return send
-
-    def drain(self, store: JobStore) -> None:
-        """Count what the children sent (the supervisor's tick)."""
-        while True:
-            try:
-                chunk = os.read(self.read_fd, 65536)
-            except BlockingIOError:
-                return
-            if not chunk:
-                return
-            *lines, self._carry = (self._carry + chunk).split(b"\n")
-            for line in lines:
-                try:
-                    queue, what, duration = json.loads(line)
-                    store.count(queue, what, duration)
-                except (ValueError, TypeError, JobStoreError) as exc:
-                    log.debug("a count from a worker process was not taken: %s", exc)
-
-    def close(self) -> None:
-        for fd in (self.read_fd, self.write_fd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
 
 def _die_with(parent: int) -> None:
@@ -179,7 +128,7 @@ def fork_child(body: Callable[[], None]) -> int:
 
 def _child(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[str], gate: Gate, hooks: Hooks,
            board: Board, index: int, burst: bool, parent: int, ring: Callable[[], None],
-           unblocked: set[int | signal.Signals], counts: CountPipe) -> None:
+           unblocked: set[int | signal.Signals]) -> None:
     """The body of a child process; never returns. Starts with every signal blocked."""
 
     def shutdown(signum: int, frame: FrameType | None) -> None:
@@ -192,8 +141,6 @@ def _child(store: JobStore, handlers: Mapping[str, Handler], queues: Sequence[st
     signal.signal(signal.SIGTERM, shutdown)
     signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
     _die_with(parent)
-    os.close(counts.read_fd)
-    hooks.count = counts.sender(store)  # this child's copy of the hooks
     code = 0
     try:
         serve(store, handlers, queues, gate, _ChildReport(board, index, ring), hooks, burst=burst)
@@ -231,7 +178,6 @@ class ProcessPool:
         self._gate = gate
         self._hooks = hooks
         self._board = Board(concurrency)
-        self._counts = CountPipe()
         self._burst = burst
         self._ring = ring
         self._pids: list[int | None] = [None] * concurrency
@@ -259,8 +205,7 @@ class ProcessPool:
         parent = os.getpid()
         unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the mask to restore in the child
         pid = fork_child(lambda: _child(self._store, self._handlers, self._queues, self._gate, self._hooks,
-                                        self._board, index, self._burst, parent, self._ring, unblocked,
-                                        self._counts))
+                                        self._board, index, self._burst, parent, self._ring, unblocked))
         self._pids[index] = pid
         with contextlib.suppress(OSError):  # no pidfd (an old kernel): the supervisor polls instead
             self._pidfds[index] = os.pidfd_open(pid)
@@ -273,8 +218,8 @@ class ProcessPool:
 
     def wait_fds(self) -> list[int]:
         """Descriptors that become readable when the supervisor has something to do (a child
-        exited, or sent counts)."""
-        return [*self._pidfds.values(), self._counts.read_fd]
+        exited)."""
+        return list(self._pidfds.values())
 
     def next_tick(self, now: float) -> float:
         """Seconds until the supervisor must look again if nothing rings: the nearest deadline of a
@@ -299,7 +244,6 @@ class ProcessPool:
         recover dead processes' claims every half lease. Raises WorkerFailing when children keep
         dying at start (see _restarts)."""
         now = time.monotonic()
-        self._counts.drain(self._store)
         stopping = self._gate.stopping()
         recover = now >= self._next_recover
         look_at_cancels = now >= self._next_cancel_look
@@ -422,8 +366,6 @@ class ProcessPool:
     def close(self) -> None:
         if self.alive():
             self.give_back()
-        self._counts.drain(self._store)  # what the last children sent as they stopped
-        self._counts.close()
 
     def _signal_all(self, sig: int) -> None:
         for pid in self._pids:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from types import CodeType
 
-from .. import InvalidRequest, JobStoreError
+from .. import InvalidRequest
 
 _START = threading.Lock()
 
@@ -74,8 +74,6 @@ class JobEvent:
 
 
 Hook = Callable[[JobEvent], object]
-Count = Callable[[str, str, "float | None"], None]
-"""``count(queue, counter, duration)``: what :meth:`JobStore.count` takes."""
 
 
 def check_event(event: object) -> str:
@@ -88,10 +86,7 @@ class Hooks:
     """The user's hooks of one worker, by event. Registered before ``run()``; a forked child
     gets a copy, a thread shares them."""
 
-    def __init__(self, count: Count | None = None) -> None:
-        # Where each ending is counted, before the hooks: JobStore.count, or in a child of
-        # processes mode its pipe to the supervisor (_processes).
-        self.count = count
+    def __init__(self) -> None:
         self._by_event: dict[str, list[Hook]] = {name: [] for name in EVENTS}
         self._told: set[int] = set()  # hooks whose first error was logged with its traceback
         self._queue: queue.Queue[JobEvent] = queue.Queue()
@@ -107,7 +102,7 @@ class Hooks:
         return [(name, fn) for name, fns in self._by_event.items() for fn in fns]
 
     def __bool__(self) -> bool:
-        return self.count is not None or any(self._by_event.values())
+        return any(self._by_event.values())
 
     def later(self, event: JobEvent) -> None:
         """:meth:`emit` on the hook thread (started on first use), in the order given."""
@@ -136,10 +131,8 @@ class Hooks:
             time.sleep(0.01)
 
     def emit(self, event: JobEvent) -> None:
-        """Count an ending in the store's counters, call the hooks of ``event.event``, then, for
-        an ending, those of ``"finished"``."""
-        if self.count is not None and event.outcome is not None:
-            counted(self.count, event)
+        """Call the hooks of ``event.event``, then, for an ending, those of ``"finished"``. (The
+        store counts each ending itself, in the transition that makes it.)"""
         self._call(event)
         if event.event in ENDINGS and self._by_event["finished"]:
             self._call(replace(event, event="finished"))
@@ -167,18 +160,6 @@ def drop_caller_frame(exc: BaseException, caller: CodeType) -> None:
     if tb is not None and tb.tb_frame.f_code is caller and tb.tb_next is not None:
         exc.__traceback__ = tb.tb_next
 
-
-def counted(count: Count, event: JobEvent) -> None:
-    """Add an ended attempt to the store's counters (``JobStore.count``; FORMAT.md, "Counters"):
-    under its outcome's name, with its run time (a give-back ran no attempt), and a time-out also
-    under what became of the job (``retried`` or ``failed`` for good)."""
-    what = event.outcome or ""
-    try:
-        count(event.queue, what, None if what == "given_back" else event.duration)
-        if what == "timed_out" and event.then in ("retrying", "failed"):
-            count(event.queue, "failed" if event.then == "failed" else "retried", None)
-    except JobStoreError as exc:  # a report: never the job's or the worker's business (a closed store)
-        log.debug("could not count job %s: %s", event.job_id, exc)
 
 
 def say(event: JobEvent) -> None:

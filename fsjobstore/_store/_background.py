@@ -29,7 +29,7 @@ log = logging.getLogger("fsjobstore")
 RETENTION_INTERVAL = 1.0  # seconds between retention passes with nothing left to remove
 
 
-class Heart:
+class Background:
     def __init__(self, core: Core, hooks: Hooks, work: Work, notifier: Notifier, control: Control) -> None:
         self._core = core
         self._hooks = hooks

@@ -69,7 +69,7 @@ from .._transitions._recovery import RecoveryReport, recover
 from .._transitions._retention import index_strays
 from .._transitions._stats import DirCounts, StoreStatistics, statistics
 from .._transitions._work import Work
-from ._background import Heart
+from ._background import Background
 from ._features import attach
 from ._read_only import reading_only
 from ._waiting import Waiting, Wakeups
@@ -219,8 +219,8 @@ class JobStore:
         self._work = Work(core, self._notifier, self._control, self._hooks)
         self._direct = ById(core, self._work, self._notifier, self._control, self._hooks)
         self._subscriptions = Subscriptions(core.layout, core.clock)
-        self._heart = Heart(core, self._hooks, self._work, self._notifier, self._control)
-        self._waiting = Waiting(core, self._heart)
+        self._background = Background(core, self._hooks, self._work, self._notifier, self._control)
+        self._waiting = Waiting(core, self._background)
         self.group: int | None = config.perms.gid
         """The gid of the group that shares this store, or None for a private store."""
         if read_only:
@@ -269,7 +269,7 @@ class JobStore:
         return self._core.settings.lock_takeover
 
     def _owner_made(self) -> None:
-        self._heart.keep_beating()
+        self._background.keep_beating()
 
     def _cancel_child(self, job_id: str, reason: str) -> object:
         return self._direct.cancel(job_id, reason)
@@ -285,7 +285,7 @@ class JobStore:
         self._counters.after_fork()
         self._work.after_fork()
         self._notifier.after_fork()
-        self._heart.after_fork()
+        self._background.after_fork()
 
     # == creating ==================================================================================
     def create(self, request: Any, *, queue: str = "default", priority: int = 0, delay: Duration | None = None,
@@ -362,7 +362,7 @@ class JobStore:
         """
         self._check_open()
         check_job_id(job_id)
-        self._counters.add(self._direct.fulfill(job_id, result_value(value, self.max_value_bytes)), "fulfilled")
+        self._direct.fulfill(job_id, result_value(value, self.max_value_bytes))
 
     def get(self, job_id: str) -> Job:
         """A snapshot of the job (state, request, value or error, attempts, waiting targets)."""
@@ -393,10 +393,7 @@ class JobStore:
         check_job_id(job_id)
         if reason is not None and not isinstance(reason, str):
             raise InvalidRequest(f"reason must be a str or None, not {type(reason).__name__}")
-        job = self._direct.cancel(job_id, reason)
-        if job.state is JobState.CANCELLED:  # a running job's cancel is counted by its worker, when it ends
-            self._counters.add(job.queue, "cancelled")
-        return job
+        return self._direct.cancel(job_id, reason)
 
     def retry(self, job_id: str) -> Job:
         """Give a ``failed`` or ``cancelled`` job a new life: back to pending, with its whole
@@ -528,7 +525,7 @@ class JobStore:
         store's owner identity, and each call also beats it, so a worker loop that does not
         pull (a supervisor of worker processes) stays alive to others."""
         self._check_open()
-        registry.publish(self._core, dict(info), on_owner_gone=self._heart.beat_once)
+        registry.publish(self._core, dict(info), on_owner_gone=self._background.beat_once)
 
     def retract_worker(self) -> None:
         """Remove this process's entry from :meth:`workers` (a worker stopping cleanly)."""
@@ -549,8 +546,10 @@ class JobStore:
     def count(self, queue: str, what: str, duration: float | None = None) -> None:
         """Add one to ``queue``'s counter ``what`` (one of ``created``, ``fulfilled``, ``retried``,
         ``failed``, ``cancelled``, ``timed_out``, ``lost``, ``given_back``), and ``duration``
-        (seconds an attempt ran) to its run-time histogram: what the worker runtime's hooks call
-        for each attempt. Kept in memory and written about once a second (:meth:`counters`)."""
+        (seconds an attempt ran) to its run-time histogram. The store counts what its own calls
+        do (creates, and every attempt or job a commit, release, time-out, take-over or call by
+        id ends); this adds counts of your own. Kept in memory and written about once a second
+        (:meth:`counters`)."""
         self._check_open()
         if what not in _counters.NAMES:
             raise InvalidRequest(f"no counter {what!r}: use one of {', '.join(_counters.NAMES)}")
@@ -822,7 +821,7 @@ class JobStore:
         (``indexed``). Also one bounded retention pass (README, "Retention"), in ``removed``."""
         self._check_open()
         report = recover(self._core, self._hooks, self._notifier, self._control, deep=deep)
-        removed = self._heart.retention.run_pass().removed  # one bounded pass (its thread does the rest)
+        removed = self._background.retention.run_pass().removed  # one bounded pass (its thread does the rest)
         indexed = index_strays(self._core) if deep else 0  # it lists every final job: deep passes only
         return dataclasses.replace(report, removed=report.removed + removed, indexed=indexed)
 
@@ -837,9 +836,9 @@ class JobStore:
         self._notifier.close()
         self._counters.close()  # what this process counted, for the others
         core.closed = True
-        self._heart.stop_event.set()
+        self._background.stop_event.set()
         core.stop_waker()
-        self._heart.stop()
+        self._background.stop()
         if core.owner is not None:
             core.owner.close()
         _LIVE_STORES.discard(self)
@@ -855,13 +854,25 @@ class JobStore:
         return f"<JobStore {self.path!r} durable={self.durable}>"
 
 
+def _before_fork() -> None:
+    for store in list(_LIVE_STORES):
+        if not store._core.closed:
+            store._counters.before_fork()  # the children send their counts up its pipe
+
+
+def _after_fork_in_parent() -> None:
+    for store in list(_LIVE_STORES):
+        if not store._core.closed:
+            store._counters.after_fork_in_parent()
+
+
 def _reset_after_fork() -> None:
     for store in list(_LIVE_STORES):
         store._after_fork()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_after_fork)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_reset_after_fork)
 
 
 @atexit.register

@@ -20,7 +20,7 @@ from .._errors import InvalidRequest
 from .._format._layout import FINAL_RE
 from .._format._values import number
 from .._os._inotify import Waker
-from ._background import Heart
+from ._background import Background
 
 T = TypeVar("T")
 
@@ -32,9 +32,9 @@ def due_in(core: Core) -> float:
 
 
 class Waiting:
-    def __init__(self, core: Core, heart: Heart) -> None:
+    def __init__(self, core: Core, background: Background) -> None:
         self._core = core
-        self._heart = heart
+        self._background = background
 
     def pull(self, attempt: Callable[[], T | None], timeout: float | None) -> T | None:
         """Call ``attempt`` until it returns something or ``timeout`` runs out, sleeping between
@@ -42,7 +42,7 @@ class Waiting:
         core = self._core
         if timeout is not None:
             timeout = number(timeout, "timeout (seconds, or None)", at_least=0)
-        self._heart.start()
+        self._background.start()
         deadline = None if timeout is None else core.clock() + timeout
         bell = core.doorbell.listener(("work",)) if core.doorbell.enabled else None
         while True:

@@ -231,7 +231,7 @@ class ById:
 
     def _take_over(self, loc: Location, job_id: str, why: str) -> None:
         assert loc.token is not None and loc.kind is not None
-        take_over(self._core, self._notifier, self._control, loc.path, job_id, loc.token, loc.kind, why,
+        take_over(self._core, self._hooks, self._notifier, self._control, loc.path, job_id, loc.token, loc.kind, why,
                   new_counts())
 
     def _claim(self, loc: Location, job_id: str) -> WorkClaim | None:

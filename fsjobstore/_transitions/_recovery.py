@@ -108,8 +108,8 @@ def recover(core: Core, hooks: Hooks, notifier: Notifier, control: Control, *,
     emptiable = not core.settings.store_durable
     if emptiable and deep is not False:  # None: deep once per boot (_power_loss.deep_pass)
         deep_pass(core, counts, explicit=deep is True)
-    overdue = _sweep_deadlines(core, notifier, control, me, counts)
-    _sweep_active(core, notifier, control, me, overdue, counts)
+    overdue = _sweep_deadlines(core, hooks, notifier, control, me, counts)
+    _sweep_active(core, hooks, notifier, control, me, overdue, counts)
     _sweep_tmp(core, hooks, me, counts)
     _sweep_leases(core, me, counts)
     _sweep_bells(core, me, counts)
@@ -157,13 +157,13 @@ def _gone(core: Core, owner: str) -> bool:
 
 
 # == claims =========================================================================================
-def _sweep_deadlines(core: Core, notifier: Notifier, control: Control, me: str,
-                     counts: dict[str, int]) -> set[tuple[str, str]]:
+def _sweep_deadlines(core: Core, hooks: Hooks, notifier: Notifier, control: Control, me: str,
+                     counts: dict[str, int]) -> dict[tuple[str, str], float]:
     """Take over attempts that ran past their time limit by more than a lease, whoever holds
     them, alive or not: their holder's commit is fenced. Forget deadlines whose claim ended.
-    Returns the (job, token) pairs whose deadline has passed at all."""
+    Returns the (job, token) pairs whose deadline has passed at all, with that deadline."""
     now, grace = core.wall(), core.settings.lease_duration
-    passed: set[tuple[str, str]] = set()
+    passed: dict[tuple[str, str], float] = {}
     active = set(fs.scan_names(core.layout.active))
     for due, job_id, token, path in control.deadlines():
         names = [n for n in (f"{job_id}.{token}.{k}" for k in ("json", "commit", "recover")) if n in active]
@@ -172,19 +172,19 @@ def _sweep_deadlines(core: Core, notifier: Notifier, control: Control, me: str,
             continue
         if due > now:
             continue
-        passed.add((job_id, token))
+        passed[job_id, token] = due
         if due + grace > now or token_owner(token) == me:
             continue  # its own runtime ends it first; our own threads are watched by our runtime
         before = counts["requeued"] + counts["failed"]
-        take_over(core, notifier, control, os.path.join(core.layout.active, names[0]), job_id, token,
+        take_over(core, hooks, notifier, control, os.path.join(core.layout.active, names[0]), job_id, token,
                   names[0].rsplit(".", 1)[1], f"it ran {now - due:.0f} s past its time limit", counts,
-                  timed_out=True)
+                  timed_out=True, deadline=due)
         counts["timed_out"] += counts["requeued"] + counts["failed"] - before
     return passed
 
 
-def _sweep_active(core: Core, notifier: Notifier, control: Control, me: str, overdue: set[tuple[str, str]],
-                  counts: dict[str, int]) -> None:
+def _sweep_active(core: Core, hooks: Hooks, notifier: Notifier, control: Control, me: str,
+                  overdue: dict[tuple[str, str], float], counts: dict[str, int]) -> None:
     tree = core.tree
     for name in fs.scan_names(tree.layout.active):
         m = ACTIVE_RE.match(name)
@@ -201,9 +201,11 @@ def _sweep_active(core: Core, notifier: Notifier, control: Control, me: str, ove
         why = "its process exited" if status == "dead" else "its heartbeat stopped"
         # Past its deadline, a dead holder was most likely killed for it by its worker runtime
         # (processes mode): a time-out, told as the thread runtime tells one.
-        timed_out = (m["id"], m["token"]) in overdue
+        deadline = overdue.get((m["id"], m["token"]))
+        timed_out = deadline is not None
         before = counts["requeued"] + counts["failed"]
-        take_over(core, notifier, control, path, m["id"], m["token"], m["kind"], why, counts, timed_out=timed_out)
+        take_over(core, hooks, notifier, control, path, m["id"], m["token"], m["kind"], why, counts,
+                  timed_out=timed_out, deadline=deadline)
         if timed_out:
             counts["timed_out"] += counts["requeued"] + counts["failed"] - before
 

@@ -7,7 +7,7 @@ pass removes it once its targets have heard. An entry whose job is not at ``<sta
 with that ``finished_at`` is stale (its commit failed after it, the job was retried or removed)
 and is unlinked; an emptied bucket other than the current hour's is removed.
 
-Who runs it: the retention thread of a store that runs maintenance (``Heart``, a store that
+Who runs it: the retention thread of a store that runs maintenance (``Background``, a store that
 pulls), and ``JobStore.recover()`` (one pass). One remover at a time per host: a pass takes
 ``control/retention.lock`` (flock, non-blocking) and skips if another process holds it. Two
 removers on different hosts never remove one job twice: each removal is fenced by a rename.

@@ -17,6 +17,7 @@ import os
 
 from .._core._control import Control
 from .._core._core import Core
+from .._core._hooks import Ended, Hooks
 from .._core._tree import DESTS
 from .._errors import StorageError
 from .._format._records import FINAL_STATES, LostJobData, Record
@@ -29,8 +30,9 @@ from ._power_loss import job_id_of, note_lost
 log = logging.getLogger("fsjobstore")
 
 
-def take_over(core: Core, notifier: Notifier, control: Control, path: str, job_id: str, old_token: str,
-              kind: str, why: str, counts: dict[str, int], *, timed_out: bool = False) -> None:
+def take_over(core: Core, hooks: Hooks, notifier: Notifier, control: Control, path: str, job_id: str,
+              old_token: str, kind: str, why: str, counts: dict[str, int], *, timed_out: bool = False,
+              deadline: float | None = None) -> None:
     """Fence out the old holder with a rename, then finish its commit or requeue the job (or,
     if its cancellation was requested, end it cancelled).
 
@@ -38,6 +40,11 @@ def take_over(core: Core, notifier: Notifier, control: Control, path: str, job_i
     so the attempt's error is the time-out's (``TimeLimitExceeded: ...``), whatever ended the
     holder. A time-out or a cancel is what a worker runtime does on purpose (it kills the child
     running the attempt), so it is logged at INFO and says so; a crash or a hang is a WARNING.
+    ``deadline`` (epoch seconds): when that attempt's time limit ran out, for how long it ran.
+
+    What it ends is counted at the ``ended`` point: an attempt ``lost`` (or ``timed_out``), then
+    ``retried`` or ``failed`` as the job goes on, or ``cancelled``; a commit it finishes, as
+    that commit would have been counted.
 
     A fault (StorageError) before anything is published hands the entry back under its old
     name, so the next pass (ours or anyone's) tries again; after publishing, only our fenced
@@ -59,8 +66,8 @@ def take_over(core: Core, notifier: Notifier, control: Control, path: str, job_i
     else:
         log.warning("taking over job %s from %s: %s", job_id, old_token, why)
     try:
-        _taken_over(core, notifier, control, mine, job_id, old_token, kind, why, token, counts,
-                    cancel=cancel, timed_out=timed_out)
+        _taken_over(core, hooks, notifier, control, mine, job_id, old_token, kind, why, token, counts,
+                    cancel=cancel, timed_out=timed_out, deadline=deadline)
     except StorageError as exc:
         if exc.applied:
             core.drop(mine)
@@ -72,11 +79,12 @@ def take_over(core: Core, notifier: Notifier, control: Control, path: str, job_i
         raise
 
 
-def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job_id: str, old_token: str,
-                kind: str, why: str, token: str, counts: dict[str, int], *, cancel: str | None,
-                timed_out: bool) -> None:
+def _taken_over(core: Core, hooks: Hooks, notifier: Notifier, control: Control, mine: str, job_id: str,
+                old_token: str, kind: str, why: str, token: str, counts: dict[str, int], *, cancel: str | None,
+                timed_out: bool, deadline: float | None) -> None:
     tree, lay = core.tree, core.layout
-    if kind in ("commit", "recover") and _finish_commit(core, notifier, job_id, old_token, mine, kind, counts):
+    if kind in ("commit", "recover") and _finish_commit(core, hooks, notifier, job_id, old_token, mine, kind,
+                                                        counts):
         return
     # RACE: a copy may exist elsewhere only if a previous recoverer published it and died
     # before unlinking its ".recover" entry; the job cannot move into pending meanwhile because
@@ -93,7 +101,7 @@ def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job
         quarantine_job(core, mine, f"active job file {exc}", exc, counts)
         return
     if parsed.final is not None:
-        _finish_final(core, notifier, mine, parsed.record, parsed.final, counts)
+        _finish_final(core, hooks, notifier, mine, parsed.record, parsed.final, counts)
         return
     # A torn result line (the holder died mid-append) is ignored: the job is requeued from
     # its record line into a fresh file, so the tail never reaches the queue.
@@ -155,13 +163,21 @@ def _taken_over(core: Core, notifier: Notifier, control: Control, mine: str, job
         raise
     else:
         counts["requeued" if dest == "pending" else dest] += 1
+        if cancel is not None:
+            count(hooks, record.queue, "cancelled")
+        else:
+            # How long the attempt ran: from its start (its deadline less its time limit) to now.
+            timeout = record.timeout
+            ran = None if deadline is None or timeout is None else max(0.0, core.wall() - deadline + timeout)
+            count(hooks, record.queue, "timed_out" if timed_out else "lost", ran)
+            count(hooks, record.queue, "retried" if dest == "pending" else "failed")
     core.drop(committing)
     if dest in FINAL_STATES:
         control.clear_cancel(job_id)
         notifier.after_final(job_id)
 
 
-def _finish_final(core: Core, notifier: Notifier, mine: str, record: Record, state: str,
+def _finish_final(core: Core, hooks: Hooks, notifier: Notifier, mine: str, record: Record, state: str,
                   counts: dict[str, int]) -> None:
     """The holder appended its whole result line and died (or hung) before the rename that
     publishes it: publish it."""
@@ -175,11 +191,12 @@ def _finish_final(core: Core, notifier: Notifier, mine: str, record: Record, sta
     except FileNotFoundError:
         return  # RACE: another recoverer took it from us after we judged it; it finishes the job
     counts["commits_finished"] += 1
+    count(hooks, record.queue, state)
     notifier.after_final(job_id, record.queue)
 
 
-def _finish_commit(core: Core, notifier: Notifier, job_id: str, old_token: str, mine: str, kind: str,
-                   counts: dict[str, int]) -> bool:
+def _finish_commit(core: Core, hooks: Hooks, notifier: Notifier, job_id: str, old_token: str, mine: str,
+                   kind: str, counts: dict[str, int]) -> bool:
     """Finish a commit of claim ``old_token`` that we took over (``mine``); False when there is
     none to finish and the job is to be judged from its file.
 
@@ -214,6 +231,7 @@ def _finish_commit(core: Core, notifier: Notifier, job_id: str, old_token: str, 
             fs.unlink_quietly(tmp)  # the holder finished it itself while we looked
         core.drop(mine)
         counts["commits_finished"] += 1
+        count(hooks, record.queue, dest if dest in FINAL_STATES else "retried")
         if dest in FINAL_STATES:
             notifier.after_final(job_id, record.queue)
         return True
@@ -259,3 +277,10 @@ def publish_found_result(core: Core, notifier: Notifier, active: str, record: Re
         notifier.after_final(record.id, record.queue)
     except StorageError as exc:  # every recovery pass restores missing index entries
         log.warning("job %s is published but its notification was not indexed: %s", record.id, exc)
+
+
+def count(hooks: Hooks, queue: str, what: str, ran: float | None = None) -> None:
+    """The ``ended`` point: ``what`` happened to a job of ``queue`` (a counter's name), after an
+    attempt that ran ``ran`` seconds, if one did."""
+    for hook in hooks.ended:
+        hook(Ended(queue, what, ran))

@@ -24,7 +24,7 @@ from typing import Any
 from .._core._attempt_log import RunLog, give_back
 from .._core._control import Control
 from .._core._core import Core
-from .._core._hooks import Hooks
+from .._core._hooks import Ended, Hooks
 from .._core._liveness import NotifyLock
 from .._errors import InvalidRequest, InvalidState, JobCancelled, LeaseLost, StorageError
 from .._format._layout import PENDING_RE
@@ -51,6 +51,9 @@ class Work:
         self._held: dict[str, WorkClaim] = {}
         self._hooks = hooks
         self.gate = hooks.gate
+
+    def clock(self) -> float:
+        return self._core.clock()
 
     def after_fork(self) -> None:
         self._mutex = threading.Lock()
@@ -180,10 +183,12 @@ class Work:
             raise LeaseLost("this lease belongs to the parent process", reason="closed")
         record, token, lay = claim.record, claim.token, core.layout
         active = lay.active_path(record.id, token)
+        claim.kind = kind
         reason = self.control.cancel_reason(record.id)
         if reason is not None and kind not in ("cancel", "withdraw"):
             # A job resolved by id ran no attempt here: its cancel counts none either.
             asked, kind, payload = kind, "withdraw" if kind == "resolve" else "cancel", reason
+            claim.kind = kind
             new, dest = next_record(record, token, kind, payload, False, None, core.wall(), core.settings.backoff)
             self._commit_final(claim, active, new.result_bytes(dest), dest, new.finished_at or core.wall())
             claim.final_record = new
@@ -260,6 +265,7 @@ class Work:
                     raise self._lost(claim) from None
                 raise
             self._finish(claim)  # released; only the fsync failed
+            self._count(claim, "given_back")
             give_back(core, record.id, claim.token)
             core.pending.note_published(record, "pending")
             raise
@@ -268,6 +274,7 @@ class Work:
         # says nothing; a reader in between sees the job waiting (no progress) or another claim's.
         give_back(core, record.id, claim.token)
         self._finish(claim)
+        self._count(claim, "given_back")
         core.pending.note_published(record, "pending")
 
     def _commit_final(self, claim: WorkClaim, active: str, line: bytes, dest: str, finished_at: float) -> None:
@@ -334,6 +341,7 @@ class Work:
 
     def _committed_final(self, claim: WorkClaim, job_id: str, dest: str, finished_at: float) -> None:
         self._finish(claim)
+        self._count(claim, dest)
         if dest == "cancelled":
             # Honoured. RACE: a request written after the commit looked for one is too late; it
             # is left for recovery (_sweep_cancels), so a plain commit unlinks nothing.
@@ -351,6 +359,7 @@ class Work:
     def _committed(self, claim: WorkClaim, committing: str, new: Record, dest: str) -> None:
         self._core.drop(committing)
         self._finish(claim)
+        self._count(claim, "retried")
         self._core.pending.note_published(new, dest)  # a retry: final results go by _commit_final
 
     def _unfence(self, claim: WorkClaim, committing: str, active: str, tmp: str) -> None:
@@ -376,6 +385,15 @@ class Work:
         claim.compromise(error)
         self._finish(claim)
         return error
+
+    def _count(self, claim: WorkClaim, what: str) -> None:
+        """The ``ended`` point (the counters): what this claim's commit did, with how long its
+        attempt ran. A commit by id (``resolve``, ``withdraw``) ran no attempt here, a release
+        ran none to count, and a time-out counts its run time once, as ``timed_out``."""
+        no_attempt = claim.kind in ("resolve", "withdraw", "release") or claim.timing_out
+        ran = None if no_attempt else self._core.clock() - claim.claimed_at
+        for hook in self._hooks.ended:
+            hook(Ended(claim.record.queue, what, ran))
 
     def _finish(self, claim: WorkClaim) -> None:
         claim.mark_finished()
@@ -411,8 +429,12 @@ class Work:
             if claim.finished:
                 return False
             claim.compromise(LeaseLost(f"job {claim.id}: {text}", reason="timeout"))
+            claim.timing_out = True
             with contextlib.suppress(JobCancelled):  # cancelled meanwhile: that is how it ended
                 self._commit_locked(claim, "fail", text, True, None)
+            if claim.kind == "fail":  # (not a cancel that came first)
+                claim.timing_out = False
+                self._count(claim, "timed_out")
         return True
 
     # == the heartbeat's checks ====================================================================
@@ -459,6 +481,9 @@ class WorkClaim(ClaimEnd):
         # What a final commit of a fail, cancel or withdraw wrote (a fulfil's record is not built):
         # the caller's answer even once that commit removed the job (kept 0 s).
         self.final_record: Record | None = None
+        self.claimed_at = work.clock()  # monotonic: how long its attempt ran, when it is counted
+        self.kind: str | None = None  # of the commit under way or made (fulfill, fail, release, ...)
+        self.timing_out = False  # a time-out's commit: its run time is counted once, as timed_out
         self._cancel_seen = False
         self.lease = WorkLease(self)
 

@@ -19,7 +19,7 @@ from fastapi.responses import StreamingResponse
 
 from .. import CorruptJob, Group, InvalidRequest, Job, JobNotFound, JobStoreError, StoreClosed
 from ._context import Context, ctx, queue_rows, search_page
-from ._remote import MAX_LEASE, MIN_LEASE, count_end
+from ._remote import MAX_LEASE, MIN_LEASE
 from ._schemas import (
     CreateGroup,
     CreateJob,
@@ -326,7 +326,6 @@ async def lease_fulfill(handle: str, body: Value, c: Ctx) -> Response:
     held = c.leases.get(handle)
     await c.astore.run(held.lease.fulfill, body.value)
     c.leases.drop(handle)
-    await c.astore.run(count_end, c.store, held, "fulfilled")
     return _json(_out(await c.astore.get(held.lease.id)))
 
 
@@ -337,7 +336,6 @@ async def lease_fail(handle: str, body: Failure, c: Ctx) -> Response:
     held = c.leases.get(handle)
     await c.astore.run(held.lease.fail, body.error, retry=body.retry, delay=body.delay)
     c.leases.drop(handle)
-    await c.astore.run(count_end, c.store, held, "failed")
     return _json(_out(await c.astore.get(held.lease.id)))
 
 
@@ -347,7 +345,6 @@ async def lease_release(handle: str, c: Ctx) -> Response:
     held = c.leases.get(handle)
     await c.astore.run(held.lease.release)
     c.leases.drop(handle)
-    await c.astore.run(count_end, c.store, held, "given_back")
     return _json(_out(await c.astore.get(held.lease.id)))
 
 

@@ -29,19 +29,6 @@ class Held:
     started: float = field(default_factory=time.monotonic)  # when the attempt was handed out
 
 
-def count_end(store: JobStore, held: Held, what: str) -> None:
-    """Count how an HTTP worker's attempt ended (``JobStore.count``, as the worker runtime counts
-    its own): ``what`` for a fulfil or a release; for a failure, ``retried`` or ``failed`` as the
-    job went on."""
-    lease = held.lease
-    if what == "failed":
-        try:
-            what = "failed" if store.get(lease.id).state.is_final else "retried"
-        except JobStoreError:
-            what = "retried"
-    with contextlib.suppress(JobStoreError):
-        store.count(lease.queue, what, None if what == "given_back" else time.monotonic() - held.started)
-
 
 class RemoteLeases:
     def __init__(self) -> None:
@@ -86,7 +73,6 @@ class RemoteLeases:
                     held.lease.fail(f"its HTTP worker stopped touching it for {held.seconds:g} s")
                 except JobStoreError:
                     continue  # taken over or timed out meanwhile: its fate is decided elsewhere
-                count_end(store, held, "failed")
                 n += 1
         return n
 
@@ -98,4 +84,3 @@ class RemoteLeases:
             if not h.lease.finished:
                 with contextlib.suppress(JobStoreError):
                     h.lease.release()
-                    count_end(store, h, "given_back")

@@ -1,0 +1,41 @@
+"""docs/architecture.md is the map of the code: it must name every module, and nothing that is gone."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import fsjobstore
+from fsjobstore._core._hooks import Hooks
+
+PACKAGE = Path(fsjobstore.__file__).parent
+MAP = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def modules() -> set[str]:
+    return {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
+
+
+def named_in_map(text: str) -> set[str]:
+    """The modules the map names as `path.py` (relative to the package)."""
+    found = set(re.findall(r"`((?:_?[a-z]+/)?_{0,2}[a-z_]+\.py)`", text))
+    return {path for path in found if "/" not in path or (PACKAGE / path.split("/")[0]).is_dir()}
+
+
+def test_the_map_names_every_module_of_the_package_and_no_module_that_is_gone() -> None:
+    named = named_in_map(MAP.read_text())
+    assert sorted(modules() - named) == [], "a module missing from docs/architecture.md"
+    assert sorted(named - modules()) == [], "docs/architecture.md names a module that does not exist"
+
+
+def test_the_map_check_notices_a_missing_module() -> None:
+    text = MAP.read_text().replace("`_core/_tree.py`", "the tree")
+    assert "_core/_tree.py" in modules() - named_in_map(text)
+
+
+def test_the_map_lists_every_named_point_of_the_transitions() -> None:
+    table = MAP.read_text().split("## Named points", 1)[1].split("##", 1)[0]
+    listed = set(re.findall(r"^\| `(\w+)`(?:, `(\w+)`)?", table, re.M))
+    points = {name for pair in listed for name in pair if name}
+    assert points == {f.name for f in dataclasses.fields(Hooks)}
