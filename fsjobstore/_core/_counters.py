@@ -45,6 +45,7 @@ from typing import ClassVar
 from .._format._values import QUEUE_PATTERN
 from .._os import _files as fs
 from .._os import _syscalls as sc
+from ._hooks import Ended
 
 NAMES = ("created", "fulfilled", "retried", "failed", "cancelled", "timed_out", "lost", "given_back")
 """What is counted per queue. ``retried``: attempts that failed and run again; ``failed``: jobs
@@ -391,6 +392,10 @@ class Counters:
         with self._lock:
             self._sums.add(queue, name, duration, minute)
             self._start()
+
+    def ended(self, event: Ended) -> None:
+        """The ``ended`` point of the transitions (``_hooks``): count what a commit did."""
+        self.add(event.queue, event.what, event.duration)
 
     def _send(self, queue: str, name: str, duration: float | None, minute: int) -> bool:
         line = json.dumps([queue, name, duration, minute]).encode() + b"\n"

@@ -2,7 +2,7 @@
 
 A transition calls the hooks of its points without knowing what is behind them; the store
 (``_store._jobstore``) builds them once, when it opens, from the features of ``_relations`` and
-the counters, and hands them to each transition it makes. The points:
+the counters (``_store._features``), and hands them to each transition it makes. The points:
 
 ========================  ===========================================================  ==================
 point                     when                                                         a plain job
@@ -15,7 +15,8 @@ point                     when                                                  
 ``after_final``           a job became final (after it is durable), on every path     called
 ``removing``              before a job's removal is fenced (while it can be read)     called
 ``removed``               a job's removal finished (retention, purge, recovery)       called
-``ended``                 a commit ended an attempt or a job, or a job was made       called (counting)
+``ended``                 a commit, release, time-out, take-over or call by id        called (counting)
+                          ended an attempt or a job
 ``sweeps``                each recovery pass                                           called
 ========================  ===========================================================  ==================
 
@@ -113,7 +114,9 @@ class Sweep:
 
 @dataclass(frozen=True, slots=True)
 class Hooks:
-    """Every point of the transitions, with what attaches there (see the module docstring)."""
+    """Every point of the transitions, with what attaches there (see the module docstring). The
+    points a plain job meets on its way (``after_final``, ``ended``) are called by the transitions
+    in a loop of their own; those of removal and recovery through the methods below."""
 
     keys: UniqueKeys
     parents: Parents
@@ -124,10 +127,6 @@ class Hooks:
     ended: tuple[Callable[[Ended], None], ...] = ()
     sweeps: tuple[tuple[str, Callable[[Sweep], int]], ...] = ()  # (RecoveryReport's count, the sweep)
 
-    def final(self, job_id: str) -> None:
-        for hook in self.after_final:
-            hook(job_id)
-
     def remove(self, job_id: str) -> None:
         for hook in self.removing:
             hook(job_id)
@@ -135,12 +134,6 @@ class Hooks:
     def gone(self, job_id: str, record: Record | None) -> None:
         for hook in self.removed:
             hook(job_id, record)
-
-    def end(self, queue: str, what: str, duration: float | None = None) -> None:
-        if self.ended:
-            event = Ended(queue, what, duration)
-            for hook in self.ended:
-                hook(event)
 
     def sweep(self, context: Sweep) -> Iterable[tuple[str, int]]:
         for name, sweep in self.sweeps:

@@ -432,3 +432,16 @@ def makedirs(path: str) -> None:
         err = StorageError(exc.errno, f"cannot make the store's parent directory: {exc.strerror}", path)
         err.op = "mkdir"
         raise err from None
+
+
+def gone_after(exc: OSError, path: str) -> bool:
+    """Whether a failure on the file at ``path`` means it is gone: on a network filesystem a file
+    another host renamed away fails with ESTALE (a stale handle) rather than ENOENT. A fresh
+    lookup of the name decides: gone (a claim's commit: the lease is lost), or still there (a
+    real storage fault, and the caller may retry)."""
+    if exc.errno not in GONE:
+        return False
+    try:
+        return not sc.lexists(path)
+    except OSError:
+        return False  # the lookup failed too: a fault, not proof that the file is gone

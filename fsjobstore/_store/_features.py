@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from .._core._core import Core
 from .._core._counters import Counters
-from .._core._hooks import Ended, Hooks, Sweep
+from .._core._hooks import Hooks, Sweep
 from .._format._records import Record
 from .._relations import _groups, _ticks
 from .._relations._dependencies import Deps
@@ -38,9 +38,6 @@ def attach(core: Core, counters: Counters, cancel: Callable[[str, str], object])
     def tick_removed(job_id: str) -> None:
         _ticks.note_removed(core, job_id)  # recorded before the id is freed: the tick is never made twice
 
-    def count(event: Ended) -> None:
-        counters.add(event.queue, event.what, event.duration)
-
     def finish_groups(sweep: Sweep) -> int:
         return _groups.sweep(core, sweep.publish, sweep.gone)
 
@@ -59,7 +56,7 @@ def attach(core: Core, counters: Counters, cancel: Callable[[str, str], object])
         # or are cancelled as its state says); those of a job that never ended once it is gone.
         removing=(tick_removed, deps.resolve_children),
         removed=(group_member_gone, children_hear),
-        ended=(count,),
+        ended=(counters.ended,),
         sweeps=(("creates_finished", finish_groups), ("children_resolved", resolve_children),
                 ("waiting_promoted", promote_waiting)),
     )

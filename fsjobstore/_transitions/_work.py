@@ -1,14 +1,12 @@
 """Work leases on disk: claiming a pending job, and every way its holder ends or extends it.
 
-A claim renames the job's file into ``jobs/active/`` under a name that contains the claimer's
-token. Every commit starts from exactly that name, so a holder whose claim was taken over
-(renamed away by recovery) commits nothing: that rename is the fence. FORMAT.md, "Transitions",
-lists the steps of each commit; this module is the only code that performs them for a live
-holder (``_recovery`` performs them for dead ones, ``_by_id`` claims jobs by id and then commits
-them here).
-
-A commit of a job whose cancellation was requested (``control/cancel/<id>.json``) ends it
-``cancelled``, whatever the holder asked for.
+A claim renames the job's file into ``jobs/active/`` under a name that contains the claimer's token.
+Every commit starts from exactly that name, so a holder whose claim was taken over (renamed away by
+recovery) commits nothing: that rename is the fence. FORMAT.md, "Transitions", lists the steps of
+each commit; this module is the only code that performs them for a live holder (``_recovery`` does
+for dead ones; ``_by_id`` claims jobs by id and commits them here). A commit of a job whose
+cancellation was requested (``control/cancel/<id>.json``) ends it ``cancelled``, whatever the holder
+asked for. Each commit is counted where it is made (the ``ended`` point, ``_core._hooks``).
 """
 
 from __future__ import annotations
@@ -51,9 +49,6 @@ class Work:
         self._held: dict[str, WorkClaim] = {}
         self._hooks = hooks
         self.gate = hooks.gate
-
-    def clock(self) -> float:
-        return self._core.clock()
 
     def after_fork(self) -> None:
         self._mutex = threading.Lock()
@@ -152,7 +147,8 @@ class Work:
             return None
         if held is not None and not self.gate.admit(record, active, token, give_back, held):
             return None  # it waits for its limit (and held was let go)
-        claim = WorkClaim(self, record, token, on_compromised, size=parsed.complete, clean=not parsed.torn)
+        claim = WorkClaim(self, record, token, on_compromised, size=parsed.complete, clean=not parsed.torn,
+                          claimed_at=self._core.clock())
         claim.slots = held or []
         if record.timeout is not None:
             self._limit(claim, record.timeout)
@@ -219,7 +215,7 @@ class Work:
         try:
             core.tree.write_new(tmp, new.to_bytes())
         except OSError as exc:
-            if _claim_gone(exc, active):  # a stale handle, and our claim is gone too: lost
+            if fs.gone_after(exc, active):  # a stale handle, and our claim is gone too: lost
                 fs.unlink_quietly(tmp)
                 raise self._lost(claim) from None
             raise
@@ -230,7 +226,7 @@ class Work:
         except OSError as exc:  # (a retried rename a network filesystem applied: the fence stands)
             if not sc.lexists(committing):  # never unlink the temp file of a ".commit" (FORMAT.md)
                 fs.unlink_quietly(tmp)
-                if isinstance(exc, FileNotFoundError) or _claim_gone(exc, active):
+                if isinstance(exc, FileNotFoundError) or fs.gone_after(exc, active):
                     raise self._lost(claim) from None
                 claim.committing = False
                 raise
@@ -261,30 +257,28 @@ class Work:
         except StorageError as exc:
             if not exc.applied:
                 claim.committing = False  # nothing moved: the lease is still ours
-                if _claim_gone(exc, active):
+                if fs.gone_after(exc, active):
                     raise self._lost(claim) from None
                 raise
-            self._finish(claim)  # released; only the fsync failed
-            self._count(claim, "given_back")
-            give_back(core, record.id, claim.token)
-            core.pending.note_published(record, "pending")
+            self._released(claim)  # only the fsync failed
             raise
         core.tree.bell("work")
+        self._released(claim)
+
+    def _released(self, claim: WorkClaim) -> None:
         # Its progress is no attempt's now. RACE: said after the rename, so a release that failed
         # says nothing; a reader in between sees the job waiting (no progress) or another claim's.
-        give_back(core, record.id, claim.token)
+        give_back(self._core, claim.record.id, claim.token)
         self._finish(claim)
         self._count(claim, "given_back")
-        core.pending.note_published(record, "pending")
+        self._core.pending.note_published(claim.record, "pending")
 
     def _commit_final(self, claim: WorkClaim, active: str, line: bytes, dest: str, finished_at: float) -> None:
-        """A result is final: append it to the claimed file as one line, then move that file
-        into its final directory with one rename that never replaces a result.
-
-        No temp file is created and nothing is unlinked (both cost far more than a rename on
-        most filesystems). The rename is the fence: once a recoverer has moved our claim, it
-        fails with ENOENT. Durable order: write, fsync the file, rename, fsync the directory.
-        """
+        """A result is final: append it to the claimed file as one line, then move that file into
+        its final directory with one rename that never replaces a result. No temp file is made and
+        nothing is unlinked (both cost far more than a rename on most filesystems). The rename is the
+        fence: once a recoverer has moved our claim, it fails with ENOENT. Durable order: write,
+        fsync the file, rename, fsync the directory."""
         core, job_id = self._core, claim.record.id
         claim.committing = True
         try:
@@ -301,7 +295,7 @@ class Work:
         except OSError as exc:
             claim.committing = False  # the line was cut back (if it could be): a retry truncates first
             claim.clean = False
-            if _claim_gone(exc, active):
+            if fs.gone_after(exc, active):
                 raise self._lost(claim) from None
             raise
         try:
@@ -318,7 +312,7 @@ class Work:
             core.tree.quarantine(active, f"a second copy of job {job_id}, which is already final")
             raise self._lost(claim) from None
         except StorageError as exc:
-            if not exc.applied and _claim_gone(exc, active):
+            if not exc.applied and fs.gone_after(exc, active):
                 # RACE: a recoverer on another host moved our claim and the rename met a stale
                 # handle rather than ENOENT: the same as the FileNotFoundError case above.
                 if not self._published_by(claim.token, core.layout.final_path(dest, job_id)):
@@ -387,9 +381,7 @@ class Work:
         return error
 
     def _count(self, claim: WorkClaim, what: str) -> None:
-        """The ``ended`` point (the counters): what this claim's commit did, with how long its
-        attempt ran. A commit by id (``resolve``, ``withdraw``) ran no attempt here, a release
-        ran none to count, and a time-out counts its run time once, as ``timed_out``."""
+        """The ``ended`` point: what this claim's commit did, and how long an attempt it ended ran."""
         no_attempt = claim.kind in ("resolve", "withdraw", "release") or claim.timing_out
         ran = None if no_attempt else self._core.clock() - claim.claimed_at
         for hook in self._hooks.ended:
@@ -433,7 +425,7 @@ class Work:
             with contextlib.suppress(JobCancelled):  # cancelled meanwhile: that is how it ended
                 self._commit_locked(claim, "fail", text, True, None)
             if claim.kind == "fail":  # (not a cancel that came first)
-                claim.timing_out = False
+                claim.timing_out = False  # its run time: counted here, once
                 self._count(claim, "timed_out")
         return True
 
@@ -464,7 +456,7 @@ class WorkClaim(ClaimEnd):
     (``.lease``, what the holder gets) reads it and calls its methods."""
 
     def __init__(self, work: Work, record: Record, token: str, on_compromised: OnCompromised | None,
-                 size: int, clean: bool) -> None:
+                 size: int, clean: bool, claimed_at: float) -> None:
         super().__init__(on_compromised)
         self._work = work
         self.record = record
@@ -481,9 +473,9 @@ class WorkClaim(ClaimEnd):
         # What a final commit of a fail, cancel or withdraw wrote (a fulfil's record is not built):
         # the caller's answer even once that commit removed the job (kept 0 s).
         self.final_record: Record | None = None
-        self.claimed_at = work.clock()  # monotonic: how long its attempt ran, when it is counted
+        self.claimed_at = claimed_at  # monotonic: how long its attempt ran, when it is counted
         self.kind: str | None = None  # of the commit under way or made (fulfill, fail, release, ...)
-        self.timing_out = False  # a time-out's commit: its run time is counted once, as timed_out
+        self.timing_out = False  # a time-out's commit: its run time counted once, as timed_out
         self._cancel_seen = False
         self.lease = WorkLease(self)
 
@@ -526,16 +518,3 @@ class WorkClaim(ClaimEnd):
             except Exception:
                 log.exception("on_cancel callback raised")
         return True
-
-
-def _claim_gone(exc: OSError, active: str) -> bool:
-    """Whether a commit's failure on the claimed file means the claim is gone: on a network
-    filesystem a file another host renamed away fails with ESTALE (a stale handle) rather than
-    ENOENT. A fresh lookup of the claimed name decides: gone, the lease is lost (LeaseLost);
-    still there, it is a real storage fault (StorageError) and the caller may retry."""
-    if exc.errno not in fs.GONE:
-        return False
-    try:
-        return not sc.lexists(active)
-    except OSError:
-        return False  # the lookup failed too: a fault, not proof that the claim is gone
