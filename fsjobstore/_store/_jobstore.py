@@ -71,7 +71,7 @@ from .._transitions._stats import DirCounts, StoreStatistics, statistics
 from .._transitions._work import Work
 from ._background import Background
 from ._features import attach
-from ._read_only import reading_only
+from ._read_only import read_only_class
 from ._waiting import Waiting, Wakeups
 
 log = logging.getLogger("fsjobstore")
@@ -143,6 +143,10 @@ class JobStore:
     :param clock: monotonic seconds, for leases and timeouts (injectable for tests).
     :param wall_clock: epoch seconds, for ``run_at``/``delay`` and timestamps.
     """
+
+    def __new__(cls, *args: Any, read_only: bool = False, **kwargs: Any) -> JobStore:
+        # A reader is of its own class (_read_only): its methods are the reader's from the start.
+        return object.__new__(_ReaderJobStore if read_only is True and cls is JobStore else cls)
 
     def __init__(
         self,
@@ -223,8 +227,6 @@ class JobStore:
         self._waiting = Waiting(core, self._background)
         self.group: int | None = config.perms.gid
         """The gid of the group that shares this store, or None for a private store."""
-        if read_only:
-            reading_only(self)
         _LIVE_STORES.add(self)
 
     # == settings, read-only ========================================================================
@@ -852,6 +854,9 @@ class JobStore:
 
     def __repr__(self) -> str:
         return f"<JobStore {self.path!r} durable={self.durable}>"
+
+
+_ReaderJobStore = read_only_class(JobStore)
 
 
 def _before_fork() -> None:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import errno
 import functools
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from .._errors import StorageError
 from .._os import _syscalls as sc
+
+T = TypeVar("T")
 
 # What a read-only store does: the calls that only read. Each runs with every call that would
 # change the store refused (_syscalls.reading_only); every other public method is refused whole.
@@ -24,19 +26,23 @@ _READS = frozenset({"cancel_requested", "counters", "get", "get_group", "jobs", 
                     "statistics", "subscriptions", "wait", "wait_group", "wakeups", "workers"})
 
 
-def reading_only(store: object) -> None:
-    """Make ``store`` a reader: its reads run under ``reading_only``, its changes are refused."""
-    for klass in type(store).__mro__:
+def read_only_class(base: type[T]) -> type[T]:
+    """The class of a reader of ``base``'s kind (``JobStore(read_only=True)`` makes one of these):
+    a subclass whose reads run under ``reading_only`` and whose changes are refused, each public
+    method wrapped once, here, rather than on each store."""
+    namespace: dict[str, Any] = {"__doc__": base.__doc__, "__module__": base.__module__,
+                                 "__qualname__": base.__qualname__}
+    for klass in base.__mro__:
         for name, attr in vars(klass).items():
-            if name.startswith("_") or name == "close" or not callable(attr) or name in vars(store):
+            if name.startswith("_") or name == "close" or not callable(attr) or name in namespace:
                 continue
-            bound = getattr(store, name)
             if name in _READS:
-                setattr(store, name, _guarded(bound))
+                namespace[name] = _guarded(attr)
             elif name == "purge":
-                setattr(store, name, _dry_run_only(bound))
+                namespace[name] = _dry_run_only(attr)
             else:
-                setattr(store, name, _refused(name))
+                namespace[name] = _refused(name)
+    return type(base.__name__, (base,), namespace)
 
 
 def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -61,11 +67,11 @@ def _guarded_walk(walk: Generator[Any, None, None]) -> Iterator[Any]:
 
 def _dry_run_only(method: Callable[..., int]) -> Callable[..., int]:
     @functools.wraps(method)
-    def purge(**kwargs: Any) -> int:
+    def purge(self: object, **kwargs: Any) -> int:
         if kwargs.get("dry_run") is not True:
             raise _read_only_error("purge")
         with sc.reading_only():
-            return method(**kwargs)
+            return method(self, **kwargs)
     return purge
 
 
