@@ -13,6 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import _adapters
 import _runtime_cells
 import peers
+import steps
 
 from fsjobstore import JobContext, JobStore
 
@@ -267,3 +268,26 @@ def test_the_relations_benchmark_runs_with_quick_sizes(tmp_path: Path) -> None:
     assert [line.split()[0] for line in lines[1:]] == ["unique", "unique", "keyed", "chain", "fan-out", "group"]
     assert all("ratio" in lines[i] for i in (1, 3, 4, 5, 6)) and "answers/s" in lines[2]
     assert os.listdir(tmp_path) == []  # its stores and scratch are removed
+
+
+def test_the_step_tracer_sees_each_step_of_a_plain_job_enter_the_package_in_order(tmp_path: Path) -> None:
+    measured = steps.measure(str(tmp_path / "store"))
+    assert list(measured) == ["create", "pull_work", "lease.fulfill", "queue+pull_notification", "done"]
+    for name, trace in measured.items():
+        assert trace.modules[0] in ("_store._jobstore", "_transitions._leases"), (name, trace.modules)
+        assert all((Path(steps.PACKAGE) / (m.replace(".", "/") + ".py")).is_file() for m in trace.modules)
+        assert len(trace.crossings) >= len(trace.modules) - 1
+    assert "_transitions._create" in measured["create"].modules
+    assert "_transitions._work" in measured["pull_work"].modules
+
+
+def test_the_step_tracer_counts_a_module_entered_twice_once() -> None:
+    def step() -> None:
+        from fsjobstore._format import _layout, _values
+        _values.check_job_id("a")
+        _layout.micros(1.0)
+        _values.check_job_id("b")
+
+    trace = steps.trace(step)
+    assert trace.modules == ["_format._values", "_format._layout"]
+    assert trace.returns == 0  # entered from outside the package each time: no module was left for another
