@@ -39,3 +39,45 @@ def test_the_map_lists_every_named_point_of_the_transitions() -> None:
     listed = set(re.findall(r"^\| `(\w+)`(?:, `(\w+)`)?", table, re.M))
     points = {name for pair in listed for name in pair if name}
     assert points == {f.name for f in dataclasses.fields(Hooks)}
+
+
+def code_references(text: str) -> set[str]:
+    """The references to code in a document: `_layer._module.name...`, as FORMAT.md writes them."""
+    layers = "|".join(p.name for p in PACKAGE.iterdir()
+                      if p.is_dir() and p.name.startswith("_") and p.name != "__pycache__")
+    return set(re.findall(rf"`((?:{layers})\.[A-Za-z_][A-Za-z0-9_.]*)", text))
+
+
+def unresolved(references: set[str]) -> list[str]:
+    import importlib
+
+    missing = []
+    for ref in sorted(references):
+        parts = ref.rstrip(".").split(".")
+        for cut in range(len(parts), 0, -1):  # the longest prefix that is a module, then attributes
+            try:
+                obj: object = importlib.import_module("fsjobstore." + ".".join(parts[:cut]))
+            except ModuleNotFoundError:
+                continue
+            try:
+                for name in parts[cut:]:
+                    obj = getattr(obj, name)
+            except AttributeError:
+                missing.append(ref)
+            break
+        else:
+            missing.append(ref)
+    return missing
+
+
+def test_every_reference_to_code_in_the_format_and_the_readme_names_code_that_exists() -> None:
+    for doc in ("FORMAT.md", "README.md", "MULTIHOST.md"):
+        refs = code_references((PACKAGE.parent / doc).read_text())
+        assert unresolved(refs) == [], doc
+    assert len(code_references((PACKAGE.parent / "FORMAT.md").read_text())) >= 40
+
+
+def test_the_reference_check_notices_code_that_moved() -> None:
+    assert unresolved({"_transitions._work.Work.claim", "_core._tree.Tree"}) == []
+    assert unresolved({"_transitions._work.Work.no_such_method", "_core._nowhere.Thing"}) == [
+        "_core._nowhere.Thing", "_transitions._work.Work.no_such_method"]
