@@ -318,3 +318,32 @@ def test_a_take_over_counts_the_attempt_it_ends_as_lost_and_how_the_job_goes_on(
         assert (report.requeued, report.failed) == (1, 1)
         c = rescuer.counters().queues["t"]
     assert (c.lost, c.retried, c.failed, c.fulfilled) == (2, 1, 1, 0)
+
+
+def test_a_forked_child_counting_after_its_parent_closed_the_store_keeps_its_counts_and_lives(
+        tmp_path: Path) -> None:
+    # A program may set SIGPIPE to kill (as many command-line tools do): a count sent to a parent
+    # that closed its store must fail quietly, and be kept by the child itself.
+    root = str(tmp_path / "s")
+    store = JobStore(root)
+    store.create(1, queue="late")
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            os.read(go_r, 1)  # the parent has closed its store
+            lease = store.pull_work()
+            assert lease is not None
+            lease.fulfill("done")
+            store.close()
+            code = 0
+        finally:
+            os._exit(code)
+    store.close()
+    os.write(go_w, b"x")
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    with JobStore(root) as again:
+        assert again.counters().queues["late"].fulfilled == 1

@@ -36,6 +36,7 @@ import os
 import re
 import secrets
 import select
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -62,6 +63,7 @@ FOLD_AT = 64  # deltas present before a flush or a read folds them
 FLUSH_EVERY = 1.0  # seconds between a process's delta files while it counts
 _IDLE_EXIT = 30.0  # a flusher thread with nothing to write for this long ends (made again on the next count)
 _CAP = 4 << 20  # bytes: no counts file is read past this
+_DATAGRAM = 1024  # bytes: the most one count a child sends up may take (a queue name is at most 64)
 _MAX_QUEUES = 10_000  # queues one file may name (a planted file must not make a reader build millions)
 
 DELTA_RE = re.compile(r"d\.(?P<pid>[0-9]{1,10})\.(?P<rand>[0-9a-f]{16})\.(?P<n>[0-9]{1,12})\.json\Z")
@@ -337,11 +339,11 @@ class Counters:
     after it was idle, writes a delta every ``FLUSH_EVERY`` s while there is something to write,
     and ends after ``_IDLE_EXIT`` s with nothing. ``flush`` writes now (``JobStore.close``).
 
-    A process that forks (a worker's supervisor, a user's multiprocessing) first makes a pipe:
-    its forked children send each count up it at once, as one line under ``PIPE_BUF`` bytes, and
-    the parent's thread adds them to its own. So a child killed with SIGKILL (at its time limit,
-    or on a cancel) has lost nothing it counted. A child whose parent is gone or far behind (the
-    pipe full) counts in its own deltas instead."""
+    A process that forks (a worker's supervisor, a user's multiprocessing) first makes a socket
+    pair: its forked children send each count up it at once, as one datagram, and the parent's
+    thread adds them to its own. So a child killed with SIGKILL (at its time limit, or on a
+    cancel) has lost nothing it counted. A child whose parent is gone or far behind (its queue
+    full) counts in its own deltas instead."""
 
     def __init__(self, directory: str, make_dir: Callable[[], None], mode: int,
                  wall: Callable[[], float]) -> None:
@@ -349,9 +351,9 @@ class Counters:
         self._make_dir = make_dir
         self._mode = mode
         self._wall = wall
-        self._pipe: tuple[int, int] | None = None  # (read, write): made before this process first forks
-        self._to_parent: int | None = None
-        self._carry = b""
+        # (ours, the children's): a datagram socket pair made before this process first forks.
+        self._from_children: tuple[socket.socket, socket.socket] | None = None
+        self._to_parent: socket.socket | None = None
         self.after_fork()
 
     def after_fork(self) -> None:
@@ -361,22 +363,26 @@ class Counters:
         self._sums = _Sums()
         self._thread: threading.Thread | None = None
         self._stopped = False
-        if self._pipe is not None and getattr(self, "_pid", None) not in (None, os.getpid()):
-            read_fd, self._to_parent = self._pipe
-            self._pipe = None
+        if self._from_children is not None and getattr(self, "_pid", None) not in (None, os.getpid()):
+            parents, self._to_parent = self._from_children
+            self._from_children = None
             with contextlib.suppress(OSError):
-                os.close(read_fd)
-        self._carry = b""
+                parents.close()
         self._pid = os.getpid()
         self._rand = secrets.token_hex(8)
         self._n = 0
         self._flushes = 0
 
     def before_fork(self) -> None:
-        """The pipe the children of this process send their counts up (once, before its first fork)."""
-        if self._pipe is None and not self._stopped:
+        """The socket pair the children of this process send their counts up (once, before its
+        first fork): datagrams, so each count arrives whole or not at all, and a send to a parent
+        that closed its end fails (ECONNREFUSED) rather than raise SIGPIPE, which a program may
+        have set to kill."""
+        if self._from_children is None and not self._stopped:
             with contextlib.suppress(OSError):
-                self._pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+                ours.setblocking(False)
+                self._from_children = (ours, theirs)
 
     def after_fork_in_parent(self) -> None:
         """Its thread now also reads what the children send, for as long as the store is open."""
@@ -398,16 +404,16 @@ class Counters:
         self.add(event.queue, event.what, event.duration)
 
     def _send(self, queue: str, name: str, duration: float | None, minute: int) -> bool:
-        line = json.dumps([queue, name, duration, minute]).encode() + b"\n"
-        fd = self._to_parent
-        if fd is None or len(line) >= select.PIPE_BUF:
+        line = json.dumps([queue, name, duration, minute]).encode()
+        to_parent = self._to_parent
+        if to_parent is None or len(line) > _DATAGRAM:
             return False
         try:
-            return os.write(fd, line) == len(line)  # under PIPE_BUF: all of it or nothing
+            return to_parent.send(line, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL) == len(line)
         except BlockingIOError:
             return False  # the parent is far behind: counted here, this time
         except OSError:
-            self._to_parent = None  # the parent is gone (EPIPE): count here from now on
+            self._to_parent = None  # the parent is gone (ECONNREFUSED): count here from now on
             return False
 
     def _start(self) -> None:
@@ -418,19 +424,19 @@ class Counters:
     def _run(self) -> None:
         idle_since = time.monotonic()
         while True:
-            pipe = self._pipe
-            if pipe is None:
+            children = self._from_children
+            if children is None:
                 time.sleep(FLUSH_EVERY)
             else:
                 with contextlib.suppress(OSError, ValueError):
-                    select.select([pipe[0]], [], [], FLUSH_EVERY)
+                    select.select([children[0]], [], [], FLUSH_EVERY)
                 self._drain()
             with self._lock:
                 if self._stopped or self._pid != os.getpid():
                     self._thread = None
                     return
                 dirty = bool(self._sums)
-                if not dirty and self._pipe is None and time.monotonic() - idle_since > _IDLE_EXIT:
+                if not dirty and self._from_children is None and time.monotonic() - idle_since > _IDLE_EXIT:
                     self._thread = None
                     return
             if dirty:
@@ -439,29 +445,25 @@ class Counters:
                     self.flush()
 
     def _drain(self) -> None:
-        """Add what the children sent (each line checked: a child is ours, but a line is data)."""
-        pipe = self._pipe
-        if pipe is None or self._pid != os.getpid():
+        """Add what the children sent (each count checked: a child is ours, but a count is data)."""
+        children = self._from_children
+        if children is None or self._pid != os.getpid():
             return
         while True:
             try:
-                chunk = os.read(pipe[0], 65536)
-            except (BlockingIOError, OSError):
+                datagram = children[0].recv(_DATAGRAM + 1)
+            except OSError:  # BlockingIOError: nothing more now
                 return
-            if not chunk:
-                return
-            *lines, self._carry = (self._carry + chunk).split(b"\n")
-            for line in lines:
-                try:
-                    queue, name, duration, minute = json.loads(line)
-                    timed = duration is None or isinstance(duration, int | float)
-                    if (name not in NAMES or not isinstance(queue, str) or not _QUEUE_RE.match(queue)
-                            or not isinstance(minute, int) or not timed):
-                        continue
-                except (ValueError, TypeError):
-                    continue
-                with self._lock:
-                    self._sums.add(queue, name, duration, minute)
+            try:
+                queue, name, duration, minute = json.loads(datagram)
+            except (ValueError, TypeError):
+                continue
+            timed = duration is None or isinstance(duration, int | float)
+            if (name not in NAMES or not isinstance(queue, str) or not _QUEUE_RE.match(queue)
+                    or not isinstance(minute, int) or not timed):
+                continue
+            with self._lock:
+                self._sums.add(queue, name, duration, minute)
 
     def flush(self) -> None:
         """Write what was counted since the last write as a new delta (nothing if nothing was)."""
@@ -494,15 +496,11 @@ class Counters:
             self._stopped = True
         with contextlib.suppress(OSError):
             self.flush()
-        pipe, self._pipe = self._pipe, None
-        if pipe is not None and self._pid == os.getpid():
-            for fd in pipe:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        children, self._from_children = self._from_children, None
         to_parent, self._to_parent = self._to_parent, None
-        if to_parent is not None:
+        for sock in (*(children or ()), *([to_parent] if to_parent is not None else [])):
             with contextlib.suppress(OSError):
-                os.close(to_parent)
+                sock.close()
 
 
 def read_counters(directory: str, mode: int, now: float) -> StoreCounters:
