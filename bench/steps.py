@@ -98,7 +98,7 @@ def measure(root: str) -> dict[str, Trace]:
             lease.fulfill("v")
             note = store.pull_notification(timeout=0)
             assert note is not None
-            note.done()
+            note.done(note.waiting)
 
         life()
         life()
@@ -122,7 +122,7 @@ def measure(root: str) -> dict[str, Trace]:
 
         steps["queue+pull_notification"] = trace(queue_then_pull_notification)
         assert notes[-1] is not None
-        steps["done"] = trace(lambda: notes[-1].done())
+        steps["done"] = trace(lambda: notes[-1].done(notes[-1].waiting))
         return steps
 
 
