@@ -217,7 +217,7 @@ def read_history(directory: str) -> list[list[str]]:
     return lines
 
 
-def check(root: str, history: list[list[str]], *, retention: bool = False) -> dict[str, Any]:
+def check(root: str, history: list[list[str]], *, retention: bool = False, limits: bool = False) -> dict[str, Any]:
     first_claim: dict[str, int] = {}
     first_fulfil: dict[str, int] = {}
     for fields in history:  # in time order: the first of each is kept
@@ -272,7 +272,7 @@ def check(root: str, history: list[list[str]], *, retention: bool = False) -> di
                 duplicates.append(job_id)
             if oks and job.value != oks[0]:
                 wrong_value.append(job_id)
-        over = _over_limit(history)
+        over = _over_limit(history) if limits else 0  # without --limits no job has a key
         early = [job_id for job_id, job in final.items() for parent in job.after
                  if job_id in first_claim and first_claim[job_id] < first_fulfil.get(parent, 1 << 63)]
         stats = store.statistics()
@@ -415,7 +415,7 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
         except subprocess.TimeoutExpired:
             signal_worker(p, signal.SIGKILL)
             p.wait()
-    report = check(root, read_history(base), retention=retention)
+    report = check(root, read_history(base), retention=retention, limits=limits)
     report.update(kills=done_kills, stops=done_stops, restarts=restarts, workers=workers,
                   seconds=round(time.monotonic() - started, 1),
                   producer_exit=prod.returncode, runtime=runtime or "pull loops")
