@@ -82,16 +82,26 @@ def _snapshot(root: Path) -> dict[str, tuple[float, bytes | None]]:
 
 
 def _plant(store_root: Path, where: str, kind: str, canary: Path, aside: Path) -> None:
-    """Replace the directory ``where`` (moving a real one aside, as a member could) with ``kind``."""
+    """Replace the directory ``where`` (moving a real one aside, as a member could) with ``kind``.
+    An open store's threads may make the directory again between the two steps (a heartbeat, a
+    counts writer): then the new one goes aside too, and the plant is tried again."""
     path = store_root / where
-    if os.path.lexists(path):
-        os.rename(path, aside / where.replace("/", "~"))
-    if kind == "link":
-        os.symlink(canary, path)
-    elif kind == "fifo":
-        os.mkfifo(path)
-    else:
-        path.write_bytes(b"not a directory\n")
+    for attempt in range(20):
+        if os.path.lexists(path):
+            os.rename(path, aside / f"{where.replace('/', '~')}.{attempt}")
+        try:
+            if kind == "link":
+                os.symlink(canary, path)
+            elif kind == "fifo":
+                os.mkfifo(path)
+            else:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                with os.fdopen(fd, "wb") as planted:
+                    planted.write(b"not a directory\n")
+            return
+        except FileExistsError:
+            continue
+    raise AssertionError(f"{where} was made again 20 times while it was being planted")
 
 
 def _drive(store: JobStore, acked: set[str]) -> list[str]:
