@@ -117,5 +117,7 @@ def test_a_rename_back_to_a_name_the_client_still_caches_for_that_file_does_noth
 
 def test_a_link_onto_a_name_the_other_mount_just_moved_away_says_eexist(shared_dir: SharedDir) -> None:
     # Why a final publish on GlusterFS believes EEXIST only once it lasts (Tree._rename_final).
-    assert links_onto_a_name_moved_away(shared_dir.a, shared_dir.b, 10) == 10
+    # Nearly every round says EEXIST; on a loaded machine a round can outlast A's entry cache (about
+    # a second), and then its link finds the name free, as the later rounds below always do.
+    assert links_onto_a_name_moved_away(shared_dir.a, shared_dir.b, 10) >= 8
     assert links_onto_a_name_moved_away(shared_dir.a / "later", shared_dir.b / "later", 3, age=1.2) == 0
