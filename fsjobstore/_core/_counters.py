@@ -354,6 +354,7 @@ class Counters:
         # (ours, the children's): a datagram socket pair made before this process first forks.
         self._from_children: tuple[socket.socket, socket.socket] | None = None
         self._to_parent: socket.socket | None = None
+        self._pid = os.getpid()
         self.after_fork()
 
     def after_fork(self) -> None:
@@ -363,11 +364,14 @@ class Counters:
         self._sums = _Sums()
         self._thread: threading.Thread | None = None
         self._stopped = False
-        if self._from_children is not None and getattr(self, "_pid", None) not in (None, os.getpid()):
-            parents, self._to_parent = self._from_children
-            self._from_children = None
-            with contextlib.suppress(OSError):
-                parents.close()
+        if self._from_children is not None and self._pid != os.getpid():
+            # A child of a child sends to its own parent, not to the one its parent sent to.
+            parents, theirs = self._from_children
+            for sock in (parents, self._to_parent):
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.close()
+            self._from_children, self._to_parent = None, theirs
         self._pid = os.getpid()
         self._rand = secrets.token_hex(8)
         self._n = 0
@@ -390,9 +394,12 @@ class Counters:
             self._start()
 
     def add(self, queue: str, name: str, duration: float | None = None) -> None:
+        self._add(queue, name, duration, int(self._wall() // 60) * 60)
+
+    def _add(self, queue: str, name: str, duration: float | None, minute: int) -> None:
+        """Count, in the minute ``minute``: up to the parent if this is a forked child, else here."""
         if duration is not None and not (math.isfinite(duration) and duration >= 0):
             duration = None
-        minute = int(self._wall() // 60) * 60
         if self._to_parent is not None and self._send(queue, name, duration, minute):
             return
         with self._lock:
@@ -458,12 +465,11 @@ class Counters:
                 queue, name, duration, minute = json.loads(datagram)
             except (ValueError, TypeError):
                 continue
-            timed = duration is None or isinstance(duration, int | float)
+            timed = duration is None or (isinstance(duration, int | float) and not isinstance(duration, bool))
             if (name not in NAMES or not isinstance(queue, str) or not _QUEUE_RE.match(queue)
                     or not isinstance(minute, int) or not timed):
                 continue
-            with self._lock:
-                self._sums.add(queue, name, duration, minute)
+            self._add(queue, name, duration, minute)  # (a child of a child: on up, to our parent)
 
     def flush(self) -> None:
         """Write what was counted since the last write as a new delta (nothing if nothing was)."""
@@ -498,9 +504,10 @@ class Counters:
             self.flush()
         children, self._from_children = self._from_children, None
         to_parent, self._to_parent = self._to_parent, None
-        for sock in (*(children or ()), *([to_parent] if to_parent is not None else [])):
-            with contextlib.suppress(OSError):
-                sock.close()
+        for sock in (*(children or ()), to_parent):
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.close()
 
 
 def read_counters(directory: str, mode: int, now: float) -> StoreCounters:
