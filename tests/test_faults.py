@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from faultkit import SCENARIOS, CountingHook, Ctx, Scenario, check_store, full_cycle, hooked, raise_errno
 
-from fsjobstore import JobStore, JobStoreError, StorageError, StorageFull
+from fsjobstore import JobState, JobStore, JobStoreError, StorageError, StorageFull
 
 ERRNOS = {
     "ENOSPC": errno.ENOSPC, "EDQUOT": errno.EDQUOT, "EIO": errno.EIO, "EROFS": errno.EROFS,
@@ -135,3 +135,21 @@ if __name__ == "__main__":
             covered, found = inject_everywhere(scenario, code)
             total, problems = total + covered, problems + len(found)
     print(f"faults injected: {total}, problems: {problems}")
+
+
+def test_a_fulfil_by_id_that_fails_gives_its_job_back_uncounted(tmp_path: Path) -> None:
+    # The claim a fulfil by id makes for itself is undone on a fault: nobody ran or released the
+    # job, so nothing is counted (a worker's release counts given_back).
+    with JobStore(str(tmp_path / "s")) as store:
+        job = store.create(1, queue="q")
+
+        class CommitFails(CountingHook):
+            def before(self, op: str, args: tuple[object, ...]) -> None:
+                if op == "write":  # the result line appended to the claimed file
+                    raise OSError(errno.EIO, "Input/output error")
+
+        with hooked(CommitFails()), pytest.raises(StorageError):
+            store.fulfill(job.id, "done")
+        assert store.get(job.id).state is JobState.PENDING
+        c = store.counters().queues["q"]
+        assert (c.created, c.given_back, c.fulfilled) == (1, 0, 0)

@@ -38,8 +38,8 @@ class ById:
         self._control = control
         self._hooks = hooks
 
-    def fulfill(self, job_id: str, value: Any) -> str:
-        """Fulfil a job by id (JobStore.fulfill); returns its queue."""
+    def fulfill(self, job_id: str, value: Any) -> None:
+        """Fulfil a job by id (JobStore.fulfill)."""
         for _ in range(20):
             loc = self._core.tree.require(job_id)
             if loc.state.is_final:
@@ -57,9 +57,9 @@ class ById:
             except StorageError:
                 if not claim.finished:  # nobody else holds this claim: give the job back
                     with contextlib.suppress(JobStoreError):
-                        self._work.commit(claim, "release", None, False, None)
+                        self._work.commit(claim, "give_back", None, False, None)
                 raise
-            return claim.record.queue
+            return
         raise InvalidState(f"job {job_id} kept moving; try again")
 
     def cancel(self, job_id: str, reason: str | None) -> Job:

@@ -189,10 +189,10 @@ class Work:
             self._commit_final(claim, active, new.result_bytes(dest), dest, new.finished_at or core.wall())
             claim.final_record = new
             log.info("job %s was cancelled while it ran; its %s became the cancel", record.id, asked)
-            if asked != "release":
+            if asked not in ("release", "give_back"):
                 raise JobCancelled(f"job {record.id} was cancelled ({reason}); it was not committed as asked")
             return
-        if kind == "release":
+        if kind in ("release", "give_back"):
             self._release(claim, active)
             return
         if kind in ("fulfill", "resolve"):
@@ -270,7 +270,8 @@ class Work:
         # says nothing; a reader in between sees the job waiting (no progress) or another claim's.
         give_back(self._core, claim.record.id, claim.token)
         self._finish(claim)
-        self._count(claim, "given_back")
+        if claim.kind == "release":  # a holder's; a give-back by id undoes a claim nobody ran
+            self._count(claim, "given_back")
         self._core.pending.note_published(claim.record, "pending")
 
     def _commit_final(self, claim: WorkClaim, active: str, line: bytes, dest: str, finished_at: float) -> None:
