@@ -1,13 +1,11 @@
 """Work leases on disk: claiming a pending job, and every way its holder ends or extends it.
 
-A claim renames the job's file into ``jobs/active/`` under a name that contains the claimer's token.
-Every commit starts from exactly that name, so a holder whose claim was taken over (renamed away by
-recovery) commits nothing: that rename is the fence. FORMAT.md, "Transitions", lists the steps of
-each commit; this module is the only code that performs them for a live holder (``_recovery`` does
-for dead ones; ``_by_id`` claims jobs by id and commits them here). A commit of a job whose
-cancellation was requested (``control/cancel/<id>.json``) ends it ``cancelled``, whatever the holder
-asked for. Each commit is counted where it is made (the ``ended`` point, ``_core._hooks``).
-"""
+A claim renames the job's file into ``jobs/active/`` under a name holding the claimer's token. Every
+commit starts from exactly that name, so a holder whose claim was taken over (renamed away by
+recovery) commits nothing: that rename is the fence. FORMAT.md, "Transitions", lists each commit's
+steps; this module alone performs them for a live holder (``_recovery`` for dead ones; ``_by_id``
+claims jobs by id and commits them here). A commit of a job whose cancellation was requested ends it
+``cancelled``, whatever the holder asked. Each commit is counted where it is made (``_core._hooks``)."""
 
 from __future__ import annotations
 
@@ -266,11 +264,11 @@ class Work:
         self._released(claim)
 
     def _released(self, claim: WorkClaim) -> None:
-        # Its progress is no attempt's now. RACE: said after the rename, so a release that failed
-        # says nothing; a reader in between sees the job waiting (no progress) or another claim's.
+        # Its progress is no attempt's now. RACE: said after the rename, so a failed release says
+        # nothing; a reader in between sees the job waiting (no progress) or another claim's.
         give_back(self._core, claim.record.id, claim.token)
         self._finish(claim)
-        if claim.kind == "release":  # a holder's; a give-back by id undoes a claim nobody ran
+        if claim.kind == "release":  # a holder's (a give-back by id undoes a claim nobody ran)
             self._count(claim, "given_back")
         self._core.pending.note_published(claim.record, "pending")
 
