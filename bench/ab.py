@@ -4,6 +4,7 @@
     python bench/ab.py --rounds 5 REV1 REV2 REV3
     python bench/ab.py --instructions b3b3556 HEAD   # CPU instructions per operation (callgrind)
     python bench/ab.py --syscalls 466ed34 HEAD       # system calls per operation (strace)
+    python bench/ab.py --drain --peer dirq 466ed34 HEAD   # bench/peers.py's W2 drain, revisions interleaved
 
 ``--instructions`` counts the instructions one create, and one claim+fulfil, execute in user
 space (valgrind's callgrind, on tmpfs, durable=False), by running 0 and 1,000 operations and
@@ -11,6 +12,12 @@ dividing the difference: the same count on every run, whatever else the machine 
 small changes show where wall-clock rates on a busy disk are too noisy to. ``--syscalls`` counts,
 the same way, the system calls one operation makes (strace -f -c; on the filesystem of the current
 directory, durable and not), by name: what a busy disk charges for, counted instead of timed.
+
+``--drain`` runs bench/peers.py's W2 for each revision (and each ``--peer`` of bench/_adapters.py,
+from this tree) in turn in every round: ``--jobs`` items put by a producer, ``os.sync()``, then
+1, 2 and 4 fresh worker processes drain them (durable=False, or fsync on with ``--durable``),
+items/s over the drain with the exactly-once check; the harness is this tree's, the fsjobstore
+each revision's.
 
 Each revision is checked out into a temporary git worktree. For every round, each revision
 runs in a fresh process, in turn, so slow and fast moments of the disk fall on all of them
@@ -98,6 +105,40 @@ shutil.rmtree(base)
 """
 
 
+_DRAIN = r"""
+import json, os, sys
+durable = sys.argv[5] == "durable"
+import fsjobstore  # first, so the revision's own (PYTHONPATH) is the one the harness uses
+sys.path.insert(0, sys.argv[1])
+import peers
+from _adapters import ADAPTERS
+cls = ADAPTERS[sys.argv[2]]
+out = {}
+for workers in (1, 2, 4):
+    d = os.path.join(sys.argv[3], f"{sys.argv[2]}-{workers}")
+    os.makedirs(d)
+    rate, dup, lost, errors = peers.w2_drain(cls, d, int(sys.argv[4]), workers, durable)
+    if dup or lost:
+        sys.exit(f"{sys.argv[2]}: {dup} duplicates, {lost} lost at {workers} workers")
+    out[f"drain/s {workers} worker{'s' if workers > 1 else ''}"] = rate
+print(json.dumps(out))
+"""
+
+
+def drain(tree: str | None, peer: str, work: str, jobs: int, durable: bool) -> dict[str, float]:
+    """One round of W2 for ``peer`` (fsjobstore from ``tree``, or a peer from this tree)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    d = tempfile.mkdtemp(dir=work)
+    try:
+        env = dict(os.environ, PYTHONPATH=tree or os.path.dirname(here))
+        done = subprocess.run([sys.executable, "-c", _DRAIN, here, peer, d, str(jobs),
+                               "durable" if durable else "-"], env=env, cwd=work, capture_output=True,
+                              text=True, check=True)
+        return {k: float(v) for k, v in json.loads(done.stdout).items()}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def instructions(tree: str, phase: str, n: int) -> int:
     done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
                            "-c", _COUNT, phase, str(n)], env=dict(os.environ, PYTHONPATH=tree),
@@ -146,6 +187,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--instructions", action="store_true", help="count instructions per operation instead")
     ap.add_argument("--syscalls", action="store_true", help="count system calls per operation instead")
+    ap.add_argument("--drain", action="store_true", help="bench/peers.py's W2 drain at 1/2/4 workers instead")
+    ap.add_argument("--peer", action="append", default=[], help="with --drain: a peer of bench/_adapters.py too")
+    ap.add_argument("--jobs", type=int, default=3000, help="with --drain: items per drain")
+    ap.add_argument("--durable", action="store_true", help="with --drain: fsync on")
     args = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     repo = subprocess.run(["git", "-C", here, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
@@ -161,8 +206,14 @@ def main() -> None:
             tree = os.path.join(work, f"tree-{len(trees)}")
             subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", "-q", tree, rev], check=True)
             trees[rev] = tree
-        results: dict[str, list[dict[str, float]]] = {rev: [] for rev in args.revs}
+        results: dict[str, list[dict[str, float]]] = {rev: [] for rev in [*args.revs, *args.peer]}
         for _ in range(1 if args.instructions or args.syscalls else args.rounds):
+            if args.drain:
+                for rev, tree in trees.items():
+                    results[rev].append(drain(tree, "fsjobstore", work, args.jobs, args.durable))
+                for peer in args.peer:
+                    results[peer].append(drain(None, peer, work, args.jobs, args.durable))
+                continue
             for rev, tree in trees.items():
                 if args.instructions:
                     results[rev].append(per_op(tree))
@@ -174,11 +225,16 @@ def main() -> None:
                 done = subprocess.run([sys.executable, "-c", _PROBE, work], env=env, capture_output=True,
                                       text=True, check=True)
                 results[rev].append(json.loads(done.stdout))
-        keys = list(dict.fromkeys(k for rev in args.revs for k in results[rev][0]))
-        print(f"{'':32}" + "".join(f"{rev:>14}" for rev in args.revs))
+        cols = list(results)
+        keys = list(dict.fromkeys(k for col in cols for k in results[col][0]))
+        print(f"{'':32}" + "".join(f"{col:>14}" for col in cols))
         for key in keys:
-            cells = [statistics.median(r.get(key, 0.0) for r in results[rev]) for rev in args.revs]
+            cells = [statistics.median(r.get(key, 0.0) for r in results[col]) for col in cols]
             print(f"{key:32}" + "".join(f"{c:>14,.2f}" if c < 100 else f"{c:>14,.0f}" for c in cells))
+        if args.drain:
+            for key in keys:
+                print(f"{key:32}" + "".join(f"{r:>14}" for r in (
+                    ", ".join(f"{x[key]:,.0f}" for x in results[col]) for col in cols)) + "   (rounds)")
     finally:
         for tree in trees.values():
             subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", tree], check=False)

@@ -99,10 +99,14 @@ def test_a_result_line_without_who_committed_it_is_an_error() -> None:
 
 @pytest.mark.parametrize("durable", [True, False])
 @pytest.mark.parametrize("how", ["fulfill", "fail"])
-def test_a_final_commit_creates_only_its_finished_index_entry_and_unlinks_nothing(
+def test_a_final_commit_makes_no_new_inode_its_index_entry_is_a_link_to_the_job_file(
     tmp_path: Any, durable: bool, how: str
 ) -> None:
     with JobStore(tmp_path / "s", durable=durable) as s:
+        s.create("warm")
+        warm = s.pull_work()
+        assert warm is not None
+        warm.fulfill(b"w")  # so the hour's bucket of the index is there already
         job = s.create("x", max_attempts=1)
         lease = s.pull_work()
         assert lease is not None
@@ -113,16 +117,19 @@ def test_a_final_commit_creates_only_its_finished_index_entry_and_unlinks_nothin
         finally:
             _syscalls.set_hook(None)
         ops = [op for op, _ in rec.calls]
-        creates = [a for op, a in rec.calls if (op == "open" and a[1] & os.O_CREAT) or op == "mknod"]
-        # One empty file, its finished-index entry (twice when the hour's bucket is made first).
-        assert 1 <= len(creates) <= 2 and all("/finished/" in a[0] for a in creates)
-        assert "mknod" in ops
-        assert "unlink" not in ops and "link" not in ops
+        creates = [a for op, a in rec.calls if (op == "open" and a[1] & os.O_CREAT) or op in ("mknod", "mkdir")]
+        assert creates == []
+        links = [a for op, a in rec.calls if op == "link"]
+        assert len(links) == 1 and "/jobs/active/" in links[0][0] and "/finished/" in links[0][1]
+        assert "unlink" not in ops
         assert ops.count("rename") == 1
         assert ops.count("fsync") == (2 if durable else 0)  # the file, then its new directory
         got = s.get(job.id)
         assert got.state is (JobState.FULFILLED if how == "fulfill" else JobState.FAILED)
         assert got.value == (b"v" if how == "fulfill" else None) and got.attempts == 1
+        state = "fulfilled" if how == "fulfill" else "failed"
+        final = os.stat(tmp_path / "s" / "jobs" / state / f"{job.id}.json")
+        assert os.stat(links[0][1]).st_ino == final.st_ino and final.st_nlink == 2
 
 
 def test_without_renameat2_a_result_is_published_by_link_and_unlink(

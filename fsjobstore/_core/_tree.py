@@ -36,6 +36,11 @@ log = logging.getLogger("fsjobstore")
 
 DESTS = ("pending", "scheduled", "deferred", *FINAL_STATES)
 DEFAULT_RETAIN = 7 * 24 * 3600.0  # a new store's default retention (FORMAT.md, "Opening")
+# What link() says where a finished-index entry cannot be a link (an empty file is made instead):
+# EPERM (no hard links here, or protected_hardlinks), EMLINK (a link count at its limit), and the
+# answers of filesystems without link().
+_NO_LINK = frozenset({errno.EPERM, errno.EACCES, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS,
+                      errno.EXDEV})
 
 
 class Tree(Finding):
@@ -132,33 +137,42 @@ class Tree(Finding):
         rename that never replaces an existing result (FileExistsError instead), then make
         the new entry durable. FileNotFoundError: ``path`` was moved (taken over).
 
-        Every final job is published here, so here it gets its finished-index entry, made
+        Every final job is published here, so here it gets its finished-index entry: a second
+        name of the very file published (a hard link: no new inode on the commit's path), made
         before the rename and never fsynced on its own: the directory fsync after the rename
-        makes it durable too (name operations reach the disk in program order). An entry
-        whose rename then fails is stale, and whoever meets it unlinks it (``_retention``).
+        makes it durable too (name operations reach the disk in program order). An entry whose
+        rename then fails is stale, and whoever meets it unlinks it (``_retention``).
 
         Two publishers of one result (a holder and the take-over that fenced it) share the
         entry's name, and only one of them makes it. The one that made it and whose rename met
-        ENOENT unlinks it, then looks for the final file and makes the entry again if it is
-        there; the one that found it made and whose rename succeeded makes it again after. So
-        whichever order the four steps take, a published job keeps its entry, and a job that
-        the winner published and retention already removed does not get a stale one back
-        (otherwise the loser's entry outlives the job, as a chaos run showed)."""
-        made = self.index_final(record, state, finished_at)
+        ENOENT unlinks it, then makes it again from the final file if that is there; the one
+        that found it made and whose rename succeeded makes it again after. So whichever order
+        the four steps take, a published job keeps its entry, and a job that the winner
+        published and retention already removed does not get a stale one back (otherwise the
+        loser's entry outlives the job, as a chaos run showed). A holder whose file was moved
+        before its entry was made makes none: the link meets ENOENT, as the rename would."""
+        made = self.index_final(record, state, finished_at, path)
         dst = self.layout.final_path(state, record.id)
         try:
             self._rename_final(path, dst)
         except OSError as exc:
-            # ESTALE: the same, met on a network filesystem through a stale handle.
-            if made and exc.errno in (errno.ENOENT, errno.ESTALE):
+            if made:
+                # Ours, naming a job that is not there: unlinked whatever the error, since it is
+                # a second name of the claimed file, which a retry of this commit appends to in
+                # place (a file with a link it does not know is a planted one). A fault in this
+                # unlink as well leaves it, and that retry finds the file linked.
                 fs.unlink_quietly(self.finished_entry(record, state, finished_at))
-                # RACE: retention may remove the job between this look and the entry made
-                # again: the entry is then stale, and retention unlinks it after STALE_AFTER.
-                if sc.lexists(dst):
-                    self.index_final(record, state, finished_at)
+            # ESTALE: the same as ENOENT, met on a network filesystem through a stale handle.
+            if made and exc.errno in (errno.ENOENT, errno.ESTALE):
+                # RACE: the winner's file may be removed by retention, or retried, before the
+                # link to it is made again: then the link meets ENOENT and makes nothing, or
+                # makes an entry that is stale, and retention unlinks it after STALE_AFTER.
+                with contextlib.suppress(FileNotFoundError):
+                    self.index_final(record, state, finished_at, dst)
             raise
         if not made:
-            self.index_final(record, state, finished_at)
+            with contextlib.suppress(FileNotFoundError):  # removed already: it needs no entry
+                self.index_final(record, state, finished_at, dst)
         self.bell("done")
         if self.durable:
             fs.sync_applied(os.path.dirname(dst), durable=True)
@@ -194,28 +208,52 @@ class Tree(Finding):
         fin = micros(finished_at)
         return self.layout.finished_entry(fin, expiry(fin, self.retain_of(record)), state, record.queue, record.id)
 
-    def index_final(self, record: Record, state: str, finished_at: float) -> bool:
-        """Create the finished-index entry of ``record`` final in ``state``; False if it was
+    def index_final(self, record: Record, state: str, finished_at: float, source: str) -> bool:
+        """Make the finished-index entry of ``record`` final in ``state``: a hard link to
+        ``source``, the job's own file, so the entry costs a name but no inode. False if it was
         there already (EEXIST: from an earlier try, or made by another host that this one's
-        listing did not show yet)."""
+        listing did not show yet). FileNotFoundError: ``source`` is gone. Where the filesystem
+        refuses the link (no hard links, a link count at its limit, a protected_hardlinks rule)
+        the entry is an empty file instead, as entries made by older versions are: only its
+        name is ever read."""
         entry = self.finished_entry(record, state, finished_at)
         for tries_left in (2, 1, 0):
             try:
-                sc.mknod(entry, self.perms.file_mode)
+                sc.link(source, entry)
                 return True
             except FileExistsError:
                 return False
             except FileNotFoundError:
                 # The hour's first entry: its bucket is made on demand (unfsynced, as the entry).
-                # RACE: retention may rmdir an emptied bucket between our mkdir and our create;
+                # RACE: retention may rmdir an emptied bucket between our mkdir and our link;
                 # it never removes the current hour's, so a few rounds are enough.
-                if not tries_left:
+                if not tries_left or not sc.lexists(source):
                     raise
                 with contextlib.suppress(FileExistsError):
                     sc.mkdir(os.path.dirname(entry), self.perms.dir_mode)
                     if self.perms.dir_mode != fs.DIR_MODE:
                         sc.chmod(os.path.dirname(entry), self.perms.dir_mode)
+            except OSError as exc:
+                if exc.errno not in _NO_LINK:
+                    raise
+                try:
+                    sc.mknod(entry, self.perms.file_mode)
+                    return True
+                except FileExistsError:
+                    return False
         raise AssertionError("unreachable: the last round returns or raises")
+
+    def index_links(self, path: str, st: os.stat_result) -> int:
+        """1 if the file at ``path`` (``st``) is also the finished-index entry of the final job it
+        holds, else 0: a link that holds no job (what a final file deleted by hand leaves)."""
+        try:
+            parsed = self.read_parsed(path)
+        except (FileNotFoundError, fs.Unreadable, ValueError):
+            return 0
+        fin = parsed.record.finished_at
+        if parsed.final is None or fin is None:
+            return 0
+        return 1 if fs.names_file(self.finished_entry(parsed.record, parsed.final, fin), st) else 0
 
     def index_unindexed(self, indexed: set[tuple[str, str]]) -> int:
         """Give each final job that is not in ``indexed`` (``(state, id)`` pairs) its finished-index
@@ -232,8 +270,10 @@ class Tree(Finding):
                     record = self.read_parsed(os.path.join(directory, name)).record
                 except (FileNotFoundError, fs.Unreadable, ValueError):
                     continue  # moved meanwhile, or a bad file
-                if record.finished_at is not None and self.index_final(record, state, record.finished_at):
-                    made += 1
+                if record.finished_at is None:
+                    continue
+                with contextlib.suppress(FileNotFoundError):  # moved meanwhile
+                    made += self.index_final(record, state, record.finished_at, os.path.join(directory, name))
         return made
 
     def publish_found_result(self, path: str, record: Record, state: str) -> str:

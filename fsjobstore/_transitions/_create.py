@@ -160,7 +160,9 @@ def free_orphan(core: Core, job_id: str) -> bool:
     Such a reservation is what a job's file deleted by hand leaves (or a removal a power cut
     undid in part): the job is gone, and is never brought back from it. The marker's flock
     makes two creates that meet it take turns; a live create's reservation shares its inode
-    with that create's temp file or published job, so it has a second link and is never taken."""
+    with that create's temp file or published job, so it has a second link and is never taken.
+    A final job's file has one more, its finished-index entry, which holds no job: when the file
+    itself was deleted by hand, that entry is the link left, and it does not spend the id."""
     marker = core.layout.id_marker(job_id)
     try:
         # O_NONBLOCK: a FIFO planted here must not hang us.
@@ -179,7 +181,9 @@ def free_orphan(core: Core, job_id: str) -> bool:
         # travel, so only four opposed moves timed into its passes could hide it. A removal
         # holds the job in tmp/ as a gone temp from its fence until after it unlinked ids/<id>:
         # looking for one after exists() cannot miss a job that is being removed.
-        if sc.fstat(fd).st_nlink > 1 or core.tree.exists(job_id) or _being_removed(core, job_id):
+        now = sc.fstat(fd)
+        links = now.st_nlink - 1 - (core.tree.index_links(marker, now) if now.st_nlink > 1 else 0)
+        if links > 0 or core.tree.exists(job_id) or _being_removed(core, job_id):
             return False
         same = fs.names_file(marker, st)
         if same is None:
