@@ -38,6 +38,8 @@ import tempfile
 
 _PROBE = r"""
 import json, multiprocessing as mp, os, sys, tempfile, time
+import fsjobstore
+assert fsjobstore.__file__.startswith(os.environ["PYTHONPATH"]), fsjobstore.__file__
 from fsjobstore import JobStore
 
 def rate(fn, n):
@@ -89,6 +91,8 @@ print(json.dumps(out))
 
 _COUNT = r"""
 import os, sys, tempfile, shutil
+import fsjobstore
+assert fsjobstore.__file__.startswith(os.environ["PYTHONPATH"]), fsjobstore.__file__
 from fsjobstore import JobStore
 phase, n = sys.argv[1], int(sys.argv[2])
 durable = len(sys.argv) > 3 and sys.argv[3] == "durable"
@@ -109,6 +113,7 @@ _DRAIN = r"""
 import json, os, sys
 durable = sys.argv[5] == "durable"
 import fsjobstore  # first, so the revision's own (PYTHONPATH) is the one the harness uses
+assert fsjobstore.__file__.startswith(os.environ["PYTHONPATH"]), fsjobstore.__file__
 sys.path.insert(0, sys.argv[1])
 import peers
 from _adapters import ADAPTERS
@@ -131,7 +136,7 @@ def drain(tree: str | None, peer: str, work: str, jobs: int, durable: bool) -> d
     d = tempfile.mkdtemp(dir=work)
     try:
         env = dict(os.environ, PYTHONPATH=tree or os.path.dirname(here))
-        done = subprocess.run([sys.executable, "-c", _DRAIN, here, peer, d, str(jobs),
+        done = subprocess.run([sys.executable, "-P", "-c", _DRAIN, here, peer, d, str(jobs),
                                "durable" if durable else "-"], env=env, cwd=work, capture_output=True,
                               text=True, check=True)
         return {k: float(v) for k, v in json.loads(done.stdout).items()}
@@ -141,7 +146,7 @@ def drain(tree: str | None, peer: str, work: str, jobs: int, durable: bool) -> d
 
 def instructions(tree: str, phase: str, n: int) -> int:
     done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                           "-c", _COUNT, phase, str(n)], env=dict(os.environ, PYTHONPATH=tree),
+                           "-P", "-c", _COUNT, phase, str(n)], env=dict(os.environ, PYTHONPATH=tree),
                           capture_output=True, text=True, check=True)
     line = next(x for x in done.stderr.splitlines() if "Collected :" in x)
     return int(line.split()[-1])
@@ -155,7 +160,7 @@ def per_op(tree: str) -> dict[str, float]:
 
 def syscalls(tree: str, phase: str, n: int, durable: bool, where: str) -> dict[str, int]:
     with tempfile.NamedTemporaryFile("r", suffix=".strace") as out:
-        subprocess.run(["strace", "-f", "-c", "-o", out.name, sys.executable, "-c", _COUNT, phase, str(n),
+        subprocess.run(["strace", "-f", "-c", "-o", out.name, sys.executable, "-P", "-c", _COUNT, phase, str(n),
                         "durable" if durable else "-", where], env=dict(os.environ, PYTHONPATH=tree),
                        capture_output=True, check=True)
         calls: dict[str, int] = {}
@@ -197,8 +202,9 @@ def main() -> None:
                           check=True).stdout.strip()
     # In the current directory, so it measures the filesystem it is run on; ignored by git (.gitignore).
     # Absolute: git -C repo reads a relative worktree path from the repository, while PYTHONPATH
-    # is read from here; until 2026-11-25 a run from outside the repository checked the trees out
-    # there, found none here, and so measured whatever fsjobstore was installed, at every revision.
+    # is read from here. Every probe runs with -P (no current directory on sys.path: run from the
+    # repository, it would import the checkout there at every revision) and checks where its
+    # fsjobstore came from.
     work = os.path.abspath(tempfile.mkdtemp(prefix="fsjobstore-ab-", dir="."))
     trees = {}
     try:
@@ -222,7 +228,7 @@ def main() -> None:
                     results[rev].append(per_op_calls(tree, work))
                     continue
                 env = dict(os.environ, PYTHONPATH=tree)
-                done = subprocess.run([sys.executable, "-c", _PROBE, work], env=env, capture_output=True,
+                done = subprocess.run([sys.executable, "-P", "-c", _PROBE, work], env=env, capture_output=True,
                                       text=True, check=True)
                 results[rev].append(json.loads(done.stdout))
         cols = list(results)
@@ -232,9 +238,10 @@ def main() -> None:
             cells = [statistics.median(r.get(key, 0.0) for r in results[col]) for col in cols]
             print(f"{key:32}" + "".join(f"{c:>14,.2f}" if c < 100 else f"{c:>14,.0f}" for c in cells))
         if args.drain:
-            for key in keys:
-                print(f"{key:32}" + "".join(f"{r:>14}" for r in (
-                    ", ".join(f"{x[key]:,.0f}" for x in results[col]) for col in cols)) + "   (rounds)")
+            print("rounds:")
+            for col in cols:
+                for key in keys:
+                    print(f"  {col:>14} {key:24}" + "".join(f"{x[key]:>10,.0f}" for x in results[col]))
     finally:
         for tree in trees.values():
             subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", tree], check=False)

@@ -95,7 +95,7 @@ class Layout:
     leases: str = field(init=False)
     ids: str = field(init=False)
     unique: str = field(init=False)  # unique keys' entries (made by every open: all_dirs; _unique)
-    deps: str = field(init=False)  # deps/<parent>/<child>: who waits for whom (made when first used; _deps)
+    deps: str = field(init=False)  # deps/<parent>/<child>: who waits for whom (made by every open; _deps)
     groups: str = field(init=False)  # groups/<gid>.json: the jobs made together (made when first used; _groups)
     limits: str = field(init=False)  # limits/<H>/: a limit's slots and start tickets (made when first used; _gate)
     tmp: str = field(init=False)
@@ -132,6 +132,9 @@ class Layout:
             # left GlusterFS clients answering ENOENT for it, then two jobs for one key (6 runs in
             # 39 of test_relations_hosts' first test; 0 in 18 with it made first).
             self.unique,
+            # Every commit of a final job looks for deps/<id> (who waits for it): made here, it is
+            # looked up through a kept descriptor instead of a failing resolution of deps/ each time.
+            self.deps,
         )
 
     def final_dirs(self) -> tuple[tuple[str, str], ...]:

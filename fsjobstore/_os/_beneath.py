@@ -373,7 +373,7 @@ _SKELETON = frozenset({
     "jobs", "jobs/pending", "jobs/scheduled", "jobs/active", "jobs/fulfilled", "jobs/failed",
     "jobs/cancelled", "jobs/notify", "targets", "control", "control/paused", "control/cancel",
     "control/deadlines", "control/doorbell", "runs", "workers", "leases", "ids", "tmp", "quarantine",
-    "finished",
+    "finished", "unique", "deps",
 })
 
 _roots: list[Root] = []  # longest prefix first, so a store inside another's directory is found
