@@ -53,10 +53,16 @@ TARGET_RE = re.compile(r"(?P<key>[0-9a-f]{32})\.json\Z")
 OWNER_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.owner\Z")
 NOTIFY_LOCK_RE = re.compile(rf"(?P<id>{_ID})\.notify\Z")
 TMP_RE = re.compile(rf"(?P<token>{_TOKEN})\.(?P<purpose>new|newid|commit|aux|gone)\.(?P<rest>.+)\Z")
-# The finished index (FORMAT.md, "Tree"): finished/<B>/<FIN>.<EXP>.<state>.<queue>.<id>, empty.
+# The finished index (FORMAT.md, "Tree"): finished/<B>/<FIN>.<EXP>.<state>.<queue>.<id>, a link to
+# the job's file.
 FINISHED_RE = re.compile(
     rf"(?P<fin>\d{{17}})\.(?P<exp>\d{{17}})\.(?P<state>fulfilled|failed|cancelled)\.(?P<queue>{_Q})\.(?P<id>{_ID})\Z"
 )
+# The same names, found all at once in a bucket's names joined by NUL (the one byte no name holds),
+# each whole between NULs: a pending job's <SEQ>, a final job's state and queue (for counting).
+PENDING_NAMES_RE = re.compile(rf"(?<![^\0])\d{{7}}\.(\d{{20}})\.{_ID}\.json(?![^\0])")
+FINISHED_NAMES_RE = re.compile(
+    rf"(?<![^\0])\d{{17}}\.\d{{17}}\.(fulfilled|failed|cancelled)\.({_Q})\.{_ID}(?![^\0])")
 BUCKET_RE = re.compile(r"\d{10}\Z")
 # A pending queue's bucket (FORMAT.md, "Tree"): pending/<queue>/<P>.<S>/, S the second of creation.
 PENDING_BUCKET_RE = re.compile(r"(?P<prio>\d{7})\.(?P<sec>\d{11})\Z")

@@ -29,6 +29,7 @@ import json
 import os
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
@@ -42,8 +43,8 @@ from .._format._layout import (
     BUCKET_RE,
     DEFERRED_RE,
     FINAL_RE,
-    FINISHED_RE,
-    PENDING_RE,
+    FINISHED_NAMES_RE,
+    PENDING_NAMES_RE,
     QUEUE_RE,
     SCHEDULED_RE,
     WAITING_RE,
@@ -130,7 +131,7 @@ class DirCounts:
         hit = seen.get(key)
         if hit is not None and hit[0] == sig:
             return cast(_V, hit[1])
-        value = count(_buckets.names_in(path))
+        value = count(_names(path))
         if settled:
             seen[key] = (sig, value)
             self._changed = True
@@ -186,20 +187,22 @@ class _QueueSeen:
     full: float  # wall time the last full count began
 
 
+def _names(bucket: str) -> list[str]:
+    """A bucket's names, unsorted (a count needs no order; dot names match no job's grammar)."""
+    try:
+        return fs.scan_names(bucket)
+    except NotADirectoryError:
+        return []
+
+
 def _pending_bucket(names: list[str]) -> tuple[int, int | None]:
-    seqs = [int(n[8:28]) for n in names if PENDING_RE.match(n)]
-    return len(seqs), min(seqs, default=None)
+    seqs = PENDING_NAMES_RE.findall("\0".join(names))  # (one match in C, not one a name)
+    return len(seqs), int(min(seqs)) if seqs else None
 
 
 def _finished_bucket(names: list[str]) -> dict[str, int]:
     """Jobs per ``"<state>.<queue>"`` (a dot never appears in a queue's name)."""
-    by_key: dict[str, int] = {}
-    for name in names:
-        m = FINISHED_RE.match(name)
-        if m:
-            key = f"{m['state']}.{m['queue']}"
-            by_key[key] = by_key.get(key, 0) + 1
-    return by_key
+    return {f"{state}.{queue}": n for (state, queue), n in Counter(FINISHED_NAMES_RE.findall("\0".join(names))).items()}
 
 
 def _believed(key: str, value: object) -> bool:
