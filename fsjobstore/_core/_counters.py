@@ -4,8 +4,8 @@ What they count: jobs created (``create``), and how attempts and jobs ended, cou
 transition that ends them, whoever calls it (a lease's commit, a release, a time-out, a take-over,
 ``fulfill`` and ``cancel`` by id: the ``ended`` point, ``_hooks``; :meth:`JobStore.count` adds
 counts of a user's own), with a histogram of attempt run times and a per-minute tally of jobs
-fulfilled and failed per queue. They are what ``/metrics`` and the dashboard show, and they
-must add up the work of every process on the directory and outlive each of them.
+fulfilled and failed per queue. They are what ``/metrics`` and the dashboard show: the work of
+every process on the directory, outliving each of them.
 
 No file is shared for writing, and nothing takes a lock (flock exclusion is not relied on across
 hosts):
@@ -29,6 +29,7 @@ cap, strict JSON, values checked); one that fails them is passed over, never bel
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import math
@@ -49,15 +50,15 @@ from .._os import _syscalls as sc
 from ._hooks import Ended
 
 NAMES = ("created", "fulfilled", "retried", "failed", "cancelled", "timed_out", "lost", "given_back")
-"""What is counted per queue. ``retried``: attempts that failed and run again; ``failed``: jobs
-failed for good; ``timed_out`` and ``lost`` count attempts (each is also ``retried`` or
-``failed``, as its job went on); ``given_back``: jobs released, no attempt counted."""
+"""Counted per queue. ``retried``: attempts failed and run again; ``failed``: jobs failed for good; ``timed_out``,
+``lost``: attempts (each also ``retried`` or ``failed``, as its job went on); ``given_back``: jobs released."""
 
 BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
           1800.0, 3600.0)
 """Upper bounds (seconds) of the run-time histogram's buckets; one more bucket holds the rest."""
 
 PER_MINUTE = ("fulfilled", "failed")  # what the per-minute tally keeps
+_INDEX, _PER_MINUTE_INDEX = ({name: k for k, name in enumerate(names)} for names in (NAMES, PER_MINUTE))
 MINUTES_KEPT = 180  # minutes of that tally a total keeps
 FOLD_AT = 64  # deltas present before a flush or a read folds them
 FLUSH_EVERY = 1.0  # seconds between a process's delta files while it counts
@@ -140,12 +141,13 @@ class _Sums:
 
     def add(self, queue: str, name: str, duration: float | None, minute: int) -> None:
         c, h = self._queue(queue)
-        c[NAMES.index(name)] += 1
+        c[_INDEX[name]] += 1
         if duration is not None:
-            h[next((k for k, b in enumerate(BOUNDS) if duration <= b), len(BOUNDS))] += 1
+            h[bisect.bisect_left(BOUNDS, duration)] += 1  # the first bucket whose bound is >= it
             self.sums[queue] += duration
-        if name in PER_MINUTE:
-            self.minutes.setdefault(minute, {}).setdefault(queue, [0, 0])[PER_MINUTE.index(name)] += 1
+        k = _PER_MINUTE_INDEX.get(name)
+        if k is not None:
+            self.minutes.setdefault(minute, {}).setdefault(queue, [0, 0])[k] += 1
 
     def add_sums(self, other: _Sums) -> None:
         for q, oc in other.counts.items():

@@ -80,7 +80,7 @@ _CHANGES = frozenset({"chmod", "chown", "fsync", "link", "mkdir", "mknod", "rena
 
 
 def _call(op: str, fn: Callable[..., T], *args: Any) -> T:
-    if (op in _CHANGES or (op == "open" and not _read_only(args))) and _beneath.READ_ONLY.get():
+    if _beneath.READ_ONLY.get() and (op in _CHANGES or (op == "open" and not _read_only(args))):
         paths = [a for a in args if isinstance(a, str)]
         err = StorageError(errno.EROFS, "refused: this JobStore is read-only (read_only=True) and changes nothing "
                            "in the store", paths[0] if paths else None)
