@@ -31,14 +31,14 @@ from fsjobstore import JobStore
 CTX = mp.get_context("fork")
 
 
-def _fill(root: str, n: int, retain: float) -> None:
+def _fill(root: str, first: int, n: int, retain: float) -> None:
     with JobStore(root, durable=False) as s:
-        for i in range(n):
+        for i in range(first, first + n):
             s.create({"i": i}, retain=retain)
 
 
 def _work(root: str, start: Any, out: Any) -> None:
-    done: list[float] = []
+    done: list[tuple[float, int]] = []
     with JobStore(root, durable=False) as s:
         start.wait()
         idle = 0
@@ -49,7 +49,7 @@ def _work(root: str, start: Any, out: Any) -> None:
                 continue
             idle = 0
             lease.fulfill(b"")
-            done.append(time.monotonic())
+            done.append((time.monotonic(), lease.request["i"]))
     out.put(done)
 
 
@@ -76,7 +76,8 @@ def main() -> None:
     try:
         JobStore(root, durable=False).close()
         t = time.perf_counter()
-        fillers = [CTX.Process(target=_fill, args=(root, args.jobs // 2 + k * (args.jobs % 2), args.retain))
+        half = args.jobs // 2
+        fillers = [CTX.Process(target=_fill, args=(root, k * half, half + k * (args.jobs % 2), args.retain))
                    for k in range(2)]
         for p in fillers:
             p.start()
@@ -92,7 +93,9 @@ def main() -> None:
         time.sleep(0.5)
         t0 = time.monotonic()
         start.set()
-        times = sorted(x for _ in workers for x in out.get())
+        done = sorted(x for _ in workers for x in out.get())
+        times = [t for t, _ in done]
+        taken = [i for _, i in done]
         stop.set()
         removed = purged.get()
         for p in [*workers, purger]:
@@ -100,6 +103,9 @@ def main() -> None:
         print(f"fsjobstore from {os.path.dirname(fsjobstore.__file__)}, in {base}, {time.strftime('%Y-%m-%d %H:%M')}")
         print(f"{len(times):,} of {args.jobs:,} jobs drained by {args.workers} workers (filled in {fill:.0f} s); "
               f"{removed:,} purged meanwhile")
+        dup, lost = len(taken) - len(set(taken)), args.jobs - len(set(taken))
+        if dup or lost:
+            raise SystemExit(f"not exactly once: {dup} duplicates, {lost} lost")
         rates = []
         prev = t0
         for k in range(args.every - 1, len(times), args.every):

@@ -4,6 +4,7 @@ fsjobstore workloads must run. (Speed itself is measured by bench/peers.py, neve
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ import peers
 import steps
 
 from fsjobstore import JobContext, JobStore
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class _HandsOutEverythingTwice(_adapters.Adapter):
@@ -291,3 +294,32 @@ def test_the_step_tracer_counts_a_module_entered_twice_once() -> None:
     trace = steps.trace(step)
     assert trace.modules == ["_format._values", "_format._layout"]
     assert trace.returns == 0  # entered from outside the package each time: no module was left for another
+
+
+def _bench(*args: str, cwd: Path) -> str:
+    done = subprocess.run([sys.executable, "-P", *args], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_long_drain_drains_every_job_once_and_prints_a_rate_per_stretch(tmp_path: Path) -> None:
+    out = _bench(str(ROOT / "bench" / "long_drain.py"), "--jobs", "2000", "--every", "500", "--dir", str(tmp_path),
+                 cwd=tmp_path)
+    assert "2,000 of 2,000 jobs drained" in out and out.count(" jobs/s") == 4 and "against the first" in out
+    assert os.listdir(tmp_path) == []  # its store is removed
+
+
+def test_the_cold_count_counts_a_store_it_made_and_removes_it(tmp_path: Path) -> None:
+    out = _bench(str(ROOT / "bench" / "cold_count.py"), "--size", "3000", "--claims", "100", "--creates", "50",
+                 "--rounds", "2", "--settle", "0", cwd=tmp_path)
+    # Each round claims 100 and creates 50.
+    assert "round 1" in out and "2,950 pending" in out and "round 2" in out and "2,900 pending" in out
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_index_entry_bench_runs_the_three_ways(tmp_path: Path) -> None:
+    out = _bench(str(ROOT / "bench" / "index_entry.py"), "--jobs", "200", "--batches", "2", "--rounds", "1",
+                 "--dir", str(tmp_path), cwd=tmp_path)
+    assert "entry a link" in out and "(mknod)" in out and "no entry" in out
+    assert os.listdir(tmp_path) == []
