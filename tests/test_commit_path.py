@@ -165,3 +165,19 @@ def test_a_result_is_never_published_over_an_existing_one(tmp_path: Any) -> None
             second.fulfill(b"second")
         assert s.get(job.id).value == b"first"
         assert os.listdir(os.path.join(s.path, "jobs", "active")) == []
+
+
+def test_where_reads_may_lag_a_final_jobs_index_entry_is_an_empty_file_not_a_link(tmp_path: Any) -> None:
+    # lock_takeover=False is how a store on a network filesystem opens: there a stale cached name
+    # can link a file another host moved, and a link would keep a fenced holder's file alive.
+    with JobStore(tmp_path / "s", lock_takeover=False) as s:
+        job = s.create("x")
+        lease = s.pull_work()
+        assert lease is not None
+        lease.fulfill(b"v")
+        final = os.stat(tmp_path / "s" / "jobs" / "fulfilled" / f"{job.id}.json")
+        entries = [e for b in os.scandir(tmp_path / "s" / "finished") for e in os.scandir(b.path)]
+        assert len(entries) == 1 and entries[0].name.endswith(f".fulfilled.default.{job.id}")
+        entry = entries[0].stat(follow_symlinks=False)
+        assert entry.st_size == 0 and entry.st_ino != final.st_ino and final.st_nlink == 1
+        assert s.statistics().fulfilled == 1
