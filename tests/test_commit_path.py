@@ -3,6 +3,7 @@ then moves into place. These tests pin the file grammar and the syscalls a commi
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from typing import Any
@@ -10,7 +11,8 @@ from typing import Any
 import pytest
 from internals import pending_file, rescan
 
-from fsjobstore import JobState, JobStore
+from fsjobstore import JobState, JobStore, LeaseLost
+from fsjobstore._core import _tree
 from fsjobstore._format._records import LostJobData, Record
 from fsjobstore._os import _syscalls
 
@@ -181,3 +183,24 @@ def test_where_reads_may_lag_a_final_jobs_index_entry_is_an_empty_file_not_a_lin
         entry = entries[0].stat(follow_symlinks=False)
         assert entry.st_size == 0 and entry.st_ino != final.st_ino and final.st_nlink == 1
         assert s.statistics().fulfilled == 1
+
+
+def test_a_holder_whose_publish_met_enoent_makes_no_empty_index_entry_for_a_job_that_is_gone(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An empty entry is made by name, whatever is there: a holder whose claim a take-over moved
+    # (and whose job was published and removed since) must not make its entry again.
+    with JobStore(tmp_path / "s", lock_takeover=False) as s:
+        s.create("x", retain=0)
+        lease = s.pull_work()
+        assert lease is not None
+
+        def moved_away(path: str, dst: str) -> None:
+            os.unlink(path)
+            raise FileNotFoundError(errno.ENOENT, "moved by a take-over", path)
+
+        monkeypatch.setattr(_tree.Tree, "_rename_final", staticmethod(moved_away))
+        with pytest.raises(LeaseLost):
+            lease.fulfill(b"late")
+        entries = [e.name for b in os.scandir(tmp_path / "s" / "finished") for e in os.scandir(b.path)]
+        assert entries == []

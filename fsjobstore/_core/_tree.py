@@ -163,10 +163,11 @@ class Tree(Finding):
                 # unlink as well leaves it, and that retry finds the file linked.
                 fs.unlink_quietly(self.finished_entry(record, state, finished_at))
             # ESTALE: the same as ENOENT, met on a network filesystem through a stale handle.
-            if made and exc.errno in (errno.ENOENT, errno.ESTALE):
-                # RACE: the winner's file may be removed by retention, or retried, before the
-                # link to it is made again: then the link meets ENOENT and makes nothing, or
-                # makes an entry that is stale, and retention unlinks it after STALE_AFTER.
+            # The entry is made again only if the winner's file is there (an empty entry is made
+            # by name, whatever is there). RACE: that file may be removed by retention, or
+            # retried, between this look and the entry: the entry is then stale, and retention
+            # unlinks it after STALE_AFTER (a link meets ENOENT instead and makes nothing).
+            if made and exc.errno in (errno.ENOENT, errno.ESTALE) and sc.lexists(dst):
                 with contextlib.suppress(FileNotFoundError):
                     self.index_final(record, state, finished_at, dst)
             raise
