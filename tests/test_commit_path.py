@@ -204,3 +204,24 @@ def test_a_holder_whose_publish_met_enoent_makes_no_empty_index_entry_for_a_job_
             lease.fulfill(b"late")
         entries = [e.name for b in os.scandir(tmp_path / "s" / "finished") for e in os.scandir(b.path)]
         assert entries == []
+
+
+def test_where_the_filesystem_refuses_the_link_the_index_entry_is_an_empty_file(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    link = _syscalls.link
+
+    def refused(src: str, dst: str) -> None:
+        if "/finished/" in dst:
+            raise PermissionError(errno.EPERM, "protected_hardlinks", src)
+        link(src, dst)
+
+    with JobStore(tmp_path / "s") as s:
+        job = s.create("x")
+        lease = s.pull_work()
+        assert lease is not None
+        monkeypatch.setattr(_syscalls, "link", refused)
+        lease.fulfill(b"v")
+        entries = [e for b in os.scandir(tmp_path / "s" / "finished") for e in os.scandir(b.path)]
+        assert [e.name.rsplit(".", 1)[1] for e in entries] == [job.id]
+        assert entries[0].stat(follow_symlinks=False).st_size == 0 and s.statistics().fulfilled == 1

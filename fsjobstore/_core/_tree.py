@@ -218,55 +218,39 @@ class Tree(Finding):
         and on a network filesystem (below), the entry is an empty file instead, as entries
         made by older versions are: only its name is ever read."""
         entry = self.finished_entry(record, state, finished_at)
-        if self.lagging or sc.noreplace_emulated():
-            # RACE: a network filesystem's client may resolve a name from its cache to the file
-            # it named before another host moved it, and link that file (FUSE links by inode).
-            # A take-over that fenced a holder then finishes with the holder's file unlinked,
-            # and the holder's publish meets ENOENT; an entry linked to that file would keep it
-            # alive, and a stale holder's publish (link and unlink, where renameat2 is missing)
-            # could then publish it beside the job the take-over requeued: a job committed
-            # twice (tests/distfs chaos with retention, 3 runs of 5). So the entry is an empty
-            # file there, made by name.
-            return self._empty_entry(entry, source)
-        for tries_left in (2, 1, 0):
+        # RACE: a network filesystem's client may resolve a name from its cache to the file it
+        # named before another host moved it, and link that file (FUSE links by inode). A
+        # take-over that fenced a holder then finishes with the holder's file unlinked, and the
+        # holder's publish meets ENOENT; an entry linked to that file would keep it alive, and a
+        # stale holder's publish (link and unlink, where renameat2 is missing) could then publish
+        # it beside the job the take-over requeued: a job committed twice (tests/distfs chaos with
+        # retention, 3 runs of 5). So the entry is an empty file there, made by name.
+        empty = self.lagging or sc.noreplace_emulated()
+        tries_left = 2
+        while True:
             try:
-                sc.link(source, entry)
+                if empty:
+                    sc.mknod(entry, self.perms.file_mode)
+                else:
+                    sc.link(source, entry)
                 return True
             except FileExistsError:
                 return False
             except FileNotFoundError:
-                # RACE: retention may rmdir an emptied bucket between our mkdir and our link;
+                # The entry's bucket is missing, or the source is gone (ENOENT for either).
+                # RACE: retention may rmdir an emptied bucket between our mkdir and our entry;
                 # it never removes the current hour's, so a few rounds are enough.
                 if not tries_left or not sc.lexists(source):
                     raise
-                self._make_bucket(entry)
+                tries_left -= 1
+                with contextlib.suppress(FileExistsError):  # the hour's first entry: its bucket made (unfsynced)
+                    sc.mkdir(os.path.dirname(entry), self.perms.dir_mode)
+                    if self.perms.dir_mode != fs.DIR_MODE:
+                        sc.chmod(os.path.dirname(entry), self.perms.dir_mode)
             except OSError as exc:
-                if exc.errno not in _NO_LINK:
+                if empty or exc.errno not in _NO_LINK:
                     raise
-                return self._empty_entry(entry, source)
-        raise AssertionError("unreachable: the last round returns or raises")
-
-    def _empty_entry(self, entry: str, source: str) -> bool:
-        """:meth:`index_final` with an empty file for the entry (``source`` only looked for when
-        the entry's directory is missing: ENOENT for a source gone, as a link says)."""
-        for tries_left in (2, 1, 0):
-            try:
-                sc.mknod(entry, self.perms.file_mode)
-                return True
-            except FileExistsError:
-                return False
-            except FileNotFoundError:
-                if not tries_left or not sc.lexists(source):
-                    raise
-                self._make_bucket(entry)
-        raise AssertionError("unreachable: the last round returns or raises")
-
-    def _make_bucket(self, entry: str) -> None:
-        # The hour's first entry: its bucket is made on demand (unfsynced, as the entry).
-        with contextlib.suppress(FileExistsError):
-            sc.mkdir(os.path.dirname(entry), self.perms.dir_mode)
-            if self.perms.dir_mode != fs.DIR_MODE:
-                sc.chmod(os.path.dirname(entry), self.perms.dir_mode)
+                empty, tries_left = True, 2  # the link refused: an empty entry, with rounds of its own
 
     def index_links(self, path: str, st: os.stat_result) -> int:
         """1 if the file at ``path`` (``st``) is also the finished-index entry of the final job it
