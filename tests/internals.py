@@ -203,3 +203,9 @@ def retention_walker(store: JobStore) -> tuple[Any, list[str]]:
 
     remover._consider = counted  # type: ignore[method-assign]
     return remover, looked
+
+
+def name_watch(store: JobStore) -> Any:
+    """The store's watch of the names in ``control/cancel/``, ``targets/``, ``deps/`` and
+    ``control/paused/`` (``_inotify.NameWatch``)."""
+    return store._core.names

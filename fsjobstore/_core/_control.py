@@ -6,8 +6,9 @@ requests for running jobs, and the deadlines of attempts with a time limit.
     control/deadlines/<DUE>.<id>.<token>   claim <token> of job <id> must end by DUE
 
 Pauses and cancel requests are operator decisions and are made durable like jobs. A claim does
-not list ``control/paused/`` each time: it stats it, and lists it again when that changed (see
-``paused_for_claim``). Deadlines are
+not list ``control/paused/`` each time: it asks the name watch (``Core.names``), or where there
+is none it stats the directory and lists it again when that changed (see ``paused_for_claim``).
+Deadlines are
 hints for recovery, rewritten as leases are touched: never fsynced (a power cut can only lose
 one, and then recovery falls back to the holder's heartbeat).
 """
@@ -42,6 +43,8 @@ class Control:
         # What a claim last listed: (the directory's stat signature, trusted until (clock), names).
         # One attribute, replaced whole, so threads need no lock: at worst two of them list.
         self._paused_seen: tuple[tuple[int, int, int], float, frozenset[str]] | None = None
+        # The name watch's last listing of it, and the queue names in that listing.
+        self._paused_watched: tuple[frozenset[str], frozenset[str]] | None = None
 
     # -- pausing queues --------------------------------------------------------------------------
     def pause(self, queue: str) -> bool:
@@ -80,7 +83,14 @@ class Control:
         listing and PAUSED_RECHECK_UNSETTLED seconds passed, and at least every PAUSED_RECHECK
         seconds. So another process's pause stops this process's next claim on a local
         filesystem (but for one made within 20 ms of a listing in the same clock tick), and
-        within a second where attributes are cached (FORMAT.md, "Transitions": claim)."""
+        within a second where attributes are cached (FORMAT.md, "Transitions": claim). Where the
+        name watch answers, its listing instead: exact, and no system call but a poll."""
+        watched = self._core.names.listing(self._layout.paused)
+        if watched is not None:
+            last = self._paused_watched
+            if last is None or last[0] is not watched:  # (the same object until a change)
+                last = self._paused_watched = (watched, frozenset(n for n in watched if QUEUE_RE.match(n)))
+            return last[1]
         sig, settled = self._paused_stat()
         seen, now = self._paused_seen, time.monotonic()  # real time: attribute caches age in it
         if seen is not None and seen[0] == sig and now < seen[1]:
@@ -110,7 +120,7 @@ class Control:
     def cancel_reason(self, job_id: str) -> str | None:
         """None if no cancel was requested; otherwise the text to record as the job's error."""
         path = self._layout.cancel_path(job_id)
-        if not sc.lexists(path):  # the common case, on every commit: one stat
+        if not self._core.exists(path):  # the common case, on every commit: no cancel asked
             return None
         try:
             doc = loads(fs.read_regular(path, 64 * 1024))
@@ -122,7 +132,7 @@ class Control:
         return f"cancelled: {reason}" if isinstance(reason, str) and reason else "cancelled"
 
     def cancel_requested(self, job_id: str) -> bool:
-        return sc.lexists(self._layout.cancel_path(job_id))
+        return self._core.exists(self._layout.cancel_path(job_id))
 
     def clear_cancel(self, job_id: str) -> None:
         """Forget a request once the job is final (it has been honoured, or came too late)."""

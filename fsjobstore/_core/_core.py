@@ -20,7 +20,7 @@ from .._errors import StoreClosed
 from .._format._layout import Layout, seq_field
 from .._os import _files as fs
 from .._os import _syscalls as sc
-from .._os._inotify import Waker
+from .._os._inotify import NameWatch, Waker
 from . import _buckets
 from ._doorbell import Doorbell
 from ._liveness import OwnerLease, OwnerProbe
@@ -87,9 +87,17 @@ class Core:
         self.finished_lists = _buckets.FinishedLists()  # what listings of final jobs read (_listing)
         self.pending = Pending(self.layout, self.tree, durable=self.durable,
                                poll_interval=self.settings.poll_interval, clock=self.clock, wall=self.wall)
+        # Whether a job has a cancel request, targets or children waiting, and which queues are
+        # paused: asked on every claim and commit, and almost always no. Answered by inotify
+        # (one poll) instead of four lookups, where reads do not lag: no event here tells of
+        # another host's change.
+        lay = self.layout
+        watched = (lay.cancels, lay.targets, lay.deps, lay.paused)
+        self.names = NameWatch(watched if self.settings.watch and self.settings.lock_takeover else ())
 
     def after_fork(self) -> None:
         """A forked child must not reuse the parent's owner lock, wake-up descriptors or index."""
+        self.names.abandon_after_fork()
         if self.owner is not None:
             self.owner.abandon_after_fork()
         for waker in (self.waker, self.final_waker):
@@ -180,7 +188,15 @@ class Core:
         if waker is not None:
             waker.kick()
 
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` exists, without following a link: from the name watch when it can
+        answer for its directory (``cancels/``, ``targets/``, ``deps/``, ``paused/``), else looked up."""
+        head, _, name = path.rpartition("/")
+        known = self.names.has(head, name)
+        return sc.lexists(path) if known is None else known
+
     def stop_waker(self) -> None:
+        self.names.close()
         for waker in (self.waker, self.final_waker):
             if waker is not None:
                 waker.stop()

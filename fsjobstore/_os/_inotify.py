@@ -32,8 +32,12 @@ from ._syscalls import libc_function
 
 log = logging.getLogger("fsjobstore")
 
+_IN_MOVED_FROM = 0x00000040
 _IN_MOVED_TO = 0x00000080
 _IN_CREATE = 0x00000100
+_IN_DELETE = 0x00000200
+_IN_DELETE_SELF = 0x00000400
+_IN_MOVE_SELF = 0x00000800
 _IN_Q_OVERFLOW = 0x00004000
 _IN_IGNORED = 0x00008000
 _IN_ONLYDIR = 0x01000000
@@ -323,3 +327,149 @@ class Waker:
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
+
+
+class NameWatch:
+    """Which names a few flat directories hold, kept current by inotify, so that asking whether
+    one name is there costs a poll of one descriptor, not a lookup of the name.
+
+    Exact on this host: the kernel queues an event inside the very system call that makes or
+    removes a name, so once that call has returned in any process, the next question here sees
+    it. So a check made after a step of ours (a commit's rename) is ordered against another
+    process's name made before its own check, as a lookup would be. Blind to other hosts: a
+    store that may be shared by several (reads may lag) must not use one.
+
+    A directory is watched from the first question about it: the watch first, then one
+    listing (an event for a name listed already changes nothing, as each event states what a
+    name became). :meth:`has` answers None, and the caller looks the name up, for a directory
+    not asked for at construction, or whose watch could not be made (inotify's limits), was
+    removed or moved (a repair, a planted swap), or after the descriptor failed. A queue
+    overflow lists every watched directory again. Thread-safe. In a forked child call
+    :meth:`abandon_after_fork` (the parent's descriptor is shared: reading it would take the
+    parent's events) and build a new one."""
+
+    _MASK = (_IN_CREATE | _IN_MOVED_TO | _IN_DELETE | _IN_MOVED_FROM | _IN_DELETE_SELF | _IN_MOVE_SELF
+             | _IN_ONLYDIR)
+
+    def __init__(self, directories: tuple[str, ...]) -> None:
+        self._lock = threading.Lock()
+        self._wanted = set(directories)
+        self._fd = -1
+        self._poller: select.poll | None = None
+        self._names: dict[str, set[str]] = {}  # watched directory -> the names in it
+        self._frozen: dict[str, frozenset[str]] = {}  # listing() answers, until the next change
+        self._dirs: dict[int, str] = {}  # watch descriptor -> directory
+
+    def has(self, directory: str, name: str) -> bool | None:
+        """Whether ``directory`` holds ``name`` now; None: unknown here (look it up)."""
+        with self._lock:
+            names = self._current(directory)
+            return None if names is None else name in names
+
+    def listing(self, directory: str) -> frozenset[str] | None:
+        """Every name ``directory`` holds now; None: unknown here (list it)."""
+        with self._lock:
+            names = self._current(directory)
+            if names is None:
+                return None
+            frozen = self._frozen.get(directory)  # (dropped by every change)
+            if frozen is None:
+                frozen = self._frozen[directory] = frozenset(names)
+            return frozen
+
+    def _current(self, directory: str) -> set[str] | None:
+        names = self._names.get(directory)
+        if names is None:
+            if directory not in self._wanted or not self._start(directory):
+                return None
+            names = self._names.get(directory)
+        assert self._poller is not None
+        if self._poller.poll(0):
+            self._read()
+            names = self._names.get(directory)
+        return names
+
+    def _start(self, directory: str) -> bool:
+        self._wanted.discard(directory)  # tried once: if it fails, lookups answer for it from now on
+        if self._fd < 0:
+            if _INIT is None or _ADD_WATCH is None:
+                return False
+            fd = _INIT(os.O_NONBLOCK | os.O_CLOEXEC)
+            if fd < 0:  # fs.inotify.max_user_instances, say: lookups it is
+                log.debug("inotify_init1 failed (%s); names are looked up", os.strerror(ctypes.get_errno()))
+                return False
+            self._fd, self._poller = fd, select.poll()
+            self._poller.register(fd, select.POLLIN)
+        try:
+            dfd = sc.open(directory, _DIR_OPEN)
+        except OSError:
+            return False
+        try:
+            if _BY_FD:  # the directory just opened beneath the root, as Waker._watch does
+                wd = _ADD_WATCH(self._fd, f"/proc/self/fd/{dfd}".encode(), self._MASK)
+            else:
+                wd = _ADD_WATCH(self._fd, os.fsencode(directory), self._MASK | _IN_DONT_FOLLOW)
+            if wd < 0:
+                log.debug("cannot watch %s (%s); its names are looked up", directory, os.strerror(ctypes.get_errno()))
+                return False
+            try:
+                with os.scandir(dfd) as it:
+                    self._names[directory] = {e.name for e in it}
+            except OSError:
+                return False  # (the watch stays, unused: its events name no watched directory)
+        finally:
+            sc.close_read(dfd)
+        self._dirs[wd] = directory
+        return True
+
+    def _read(self) -> None:
+        relist = False
+        while True:
+            try:
+                buf = os.read(self._fd, 65536)
+            except BlockingIOError:
+                break
+            except OSError as exc:  # never expected: every directory is looked up from now on
+                log.warning("reading inotify events failed: %s; names are looked up", exc)
+                self._names, self._frozen, self._dirs = {}, {}, {}
+                return
+            off = 0
+            while off < len(buf):
+                wd, mask, _cookie, length = _HEADER.unpack_from(buf, off)
+                name = os.fsdecode(buf[off + _HEADER.size: off + _HEADER.size + length].rstrip(b"\0"))
+                off += _HEADER.size + length
+                if mask & _IN_Q_OVERFLOW:
+                    relist = True
+                    continue
+                directory = self._dirs.get(wd)
+                if directory is None:
+                    continue
+                self._frozen.pop(directory, None)
+                if mask & (_IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED):
+                    # Not the directory the store names any more (or soon): looked up from now on.
+                    del self._dirs[wd]
+                    self._names.pop(directory, None)
+                elif mask & (_IN_CREATE | _IN_MOVED_TO):
+                    self._names[directory].add(name)
+                elif mask & (_IN_DELETE | _IN_MOVED_FROM):
+                    self._names[directory].discard(name)
+        if relist:
+            for wd, directory in list(self._dirs.items()):
+                self._frozen.pop(directory, None)
+                try:
+                    self._names[directory] = set(sc.listdir(directory))
+                except OSError:
+                    del self._dirs[wd]
+                    self._names.pop(directory, None)
+
+    def abandon_after_fork(self) -> None:
+        """In a forked child: close our copy of the parent's descriptor without reading it."""
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            fd, self._fd, self._poller = self._fd, -1, None
+            self._names, self._frozen, self._dirs, self._wanted = {}, {}, {}, set()
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)

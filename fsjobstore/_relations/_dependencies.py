@@ -126,8 +126,8 @@ class Deps:
         if queue is not None:
             queue.append(parent)
             return
-        if not sc.lexists(self._core.layout.dep_dir(parent)):
-            return  # the common case: nobody waits for it (one stat per final job)
+        if not self._core.exists(self._core.layout.dep_dir(parent)):
+            return  # the common case: nobody waits for it (asked on every final job)
         self._local.queue = queue = [parent]
         try:
             while queue:

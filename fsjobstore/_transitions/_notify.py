@@ -18,7 +18,7 @@ from .._core._hooks import Hooks
 from .._core._liveness import NotifyLock, break_if_expired
 from .._errors import InvalidRequest, InvalidState, LeaseLost, StorageError, ValueTooLarge
 from .._format._job import JobState
-from .._format._layout import FINAL_RE, QUEUE_RE, TARGET_RE, Layout
+from .._format._layout import FINAL_RE, QUEUE_RE, TARGET_RE
 from .._format._records import Record
 from .._format._values import canonical, dumps, error_text, integer, loads, matches, number, target_key
 from .._os import _files as fs
@@ -188,7 +188,7 @@ class Notifier:
         """What follows a job becoming final (after it is durable), on every path that makes
         one: its notification indexed if targets are waiting, then the ``after_final`` hooks
         (the jobs waiting for it resolved). ``queue``: the job's, when the caller has its record."""
-        if has_targets(self._layout, job_id):
+        if has_targets(self._core, job_id):
             self.mark_due_now(job_id, queue)
         for hook in self._hooks.after_final:
             hook(job_id)
@@ -217,7 +217,7 @@ class Notifier:
         # RACE: a target queued after we read the list would be stranded without an entry;
         # queue() writes the target before checking for an entry, so checking again here after
         # the unlink catches it.
-        if has_targets(self._layout, job_id):
+        if has_targets(self._core, job_id):
             self.mark_due_now(job_id)
         else:
             try:
@@ -392,11 +392,11 @@ class NotificationClaim(ClaimEnd):
         self._notifier.release(self)
 
 
-def has_targets(layout: Layout, job_id: str) -> bool:
+def has_targets(core: Core, job_id: str) -> bool:
     """Whether targets wait for job ``job_id``'s result (``_removal`` asks before removing it)."""
-    tdir = layout.target_dir(job_id)
-    # Most jobs never have targets: one stat answers for them without listing anything.
-    return sc.lexists(tdir) and any(TARGET_RE.match(n) for n in fs.scan_names(tdir))
+    tdir = core.layout.target_dir(job_id)
+    # Most jobs never have targets: the name watch (or one stat) answers without listing anything.
+    return core.exists(tdir) and any(TARGET_RE.match(n) for n in fs.scan_names(tdir))
 
 
 def _gone(why: str, path: str) -> StorageError:

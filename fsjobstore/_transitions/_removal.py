@@ -109,7 +109,7 @@ def finish_unfinished(core: Core, hooks: Hooks) -> int:
 
 def notification_due(core: Core, job_id: str) -> bool:
     """Whether some target still waits to hear about the job (it must not be removed)."""
-    return sc.lexists(core.layout.notify_path(job_id)) or has_targets(core.layout, job_id)
+    return sc.lexists(core.layout.notify_path(job_id)) or has_targets(core, job_id)
 
 
 def finish_gone(core: Core, hooks: Hooks, gone: str, job_id: str, *, entry: str | None = None) -> None:
