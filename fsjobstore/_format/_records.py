@@ -180,6 +180,9 @@ class Record:
                 raise ValueError(f"the result line has fields {sorted(result)}")
             doc.update(result)
             complete = last + 1
+        # Optional fields are checked only when set: a plain job's are null, and a call per
+        # field is a sizeable share of a claim's cost.
+        get = doc.get
         try:
             rec = cls(
                 id=check_job_id(doc["id"]),
@@ -190,21 +193,21 @@ class Record:
                 seq=_seq(doc["seq"]),
                 max_attempts=_int(doc["max_attempts"], "max_attempts", 1, 1_000_000),
                 attempts=_int(doc["attempts"], "attempts", 0, 1_000_000),
-                not_before=_opt_num(doc.get("not_before"), "not_before"),
-                error=_opt_str(doc.get("error"), "error"),
-                value=_opt_value(doc.get("value")),
-                finished_at=_opt_num(doc.get("finished_at"), "finished_at"),
-                committed_by=_opt_str(doc.get("committed_by"), "committed_by"),
-                timeout=_opt_seconds(doc.get("timeout"), "timeout"),
-                history=_history(doc.get("history")),
-                attempt_errors=_attempt_errors(doc.get("attempt_errors")),
+                not_before=None if (v := get("not_before")) is None else _num(v, "not_before"),
+                error=None if (v := get("error")) is None else _opt_str(v, "error"),
+                value=None if (v := get("value")) is None else _opt_value(v),
+                finished_at=None if (v := get("finished_at")) is None else _num(v, "finished_at"),
+                committed_by=None if (v := get("committed_by")) is None else _opt_str(v, "committed_by"),
+                timeout=None if (v := get("timeout")) is None else _opt_seconds(v, "timeout"),
+                history=() if (v := get("history")) is None or v == [] else _history(v),
+                attempt_errors=() if (v := get("attempt_errors")) is None else _attempt_errors(v),
                 retain=_retain(doc),
-                unique_key=_opt_key(doc.get("unique_key"), "unique_key"),
-                after=_after(doc.get("after")),
-                on_parent_failure=_on_parent_failure(doc.get("on_parent_failure")),
-                group=None if doc.get("group") is None else check_job_id(doc["group"]),
-                concurrency_key=_opt_key(doc.get("concurrency_key"), "concurrency_key"),
-                topic=None if doc.get("topic") is None else check_queue_name(doc["topic"]),
+                unique_key=None if (v := get("unique_key")) is None else _opt_key(v, "unique_key"),
+                after=() if (v := get("after")) is None else _after(v),
+                on_parent_failure="cancel" if (v := get("on_parent_failure")) is None else _on_parent_failure(v),
+                group=None if (v := get("group")) is None else check_job_id(v),
+                concurrency_key=None if (v := get("concurrency_key")) is None else _opt_key(v, "concurrency_key"),
+                topic=None if (v := get("topic")) is None else check_queue_name(v),
             )
         except KeyError as exc:
             raise ValueError(f"missing field {exc.args[0]!r}") from None
@@ -361,6 +364,8 @@ def _retain(doc: dict[str, Any]) -> float | None:
     if "retain" not in doc:
         return None  # format 2: the store's default applies
     v = doc["retain"]
+    if type(v) is float and 0 <= v < 1e11:  # the common case, without the full check's calls
+        return v
     return FOREVER if v is None else number(v, "retain (seconds, or null)", at_least=0, below=1e11, error=ValueError)
 
 
