@@ -5,6 +5,7 @@
     python bench/ab.py --instructions b3b3556 HEAD   # CPU instructions per operation (callgrind)
     python bench/ab.py --syscalls 466ed34 HEAD       # system calls per operation (strace)
     python bench/ab.py --drain --peer dirq 466ed34 HEAD   # bench/peers.py's W2 drain, revisions interleaved
+    python bench/ab.py --drain --durable --threads 4 REV1 REV2   # the same, fsync on, 4 threads a process
 
 ``--instructions`` counts the instructions one create, and one claim+fulfil, execute in user
 space (valgrind's callgrind, on tmpfs, durable=False), by running 0 and 1,000 operations and
@@ -17,7 +18,8 @@ directory, durable and not), by name: what a busy disk charges for, counted inst
 from this tree) in turn in every round: ``--jobs`` items put by a producer, ``os.sync()``, then
 1, 2 and 4 fresh worker processes drain them (durable=False, or fsync on with ``--durable``),
 items/s over the drain with the exactly-once check; the harness is this tree's, the fsjobstore
-each revision's.
+each revision's. ``--threads T`` (fsjobstore only): each worker process runs the loop in T
+threads sharing one store, as bench/w8_ceiling.py does.
 
 Each revision is checked out into a temporary git worktree. For every round, each revision
 runs in a fresh process, in turn, so slow and fast moments of the disk fall on all of them
@@ -118,26 +120,37 @@ sys.path.insert(0, sys.argv[1])
 import peers
 from _adapters import ADAPTERS
 cls = ADAPTERS[sys.argv[2]]
+threads = int(sys.argv[6])
 out = {}
 for workers in (1, 2, 4):
     d = os.path.join(sys.argv[3], f"{sys.argv[2]}-{workers}")
     os.makedirs(d)
-    rate, dup, lost, errors = peers.w2_drain(cls, d, int(sys.argv[4]), workers, durable)
+    if threads == 1:
+        rate, dup, lost, errors = peers.w2_drain(cls, d, int(sys.argv[4]), workers, durable)
+    else:
+        import _raw
+        from _adapters import fill, tally
+        from _runtime_cells import bare_threads
+        fill(cls, d, int(sys.argv[4]), durable)
+        os.sync()
+        t0, results = _raw.run_together(bare_threads, [(d, threads, durable)] * workers)
+        rate, dup, lost, errors = tally(results, int(sys.argv[4]), t0)
     if dup or lost:
         sys.exit(f"{sys.argv[2]}: {dup} duplicates, {lost} lost at {workers} workers")
-    out[f"drain/s {workers} worker{'s' if workers > 1 else ''}"] = rate
+    each = f" x {threads} threads" if threads > 1 else ""
+    out[f"drain/s {workers} worker{'s' if workers > 1 else ''}{each}"] = rate
 print(json.dumps(out))
 """
 
 
-def drain(tree: str | None, peer: str, work: str, jobs: int, durable: bool) -> dict[str, float]:
+def drain(tree: str | None, peer: str, work: str, jobs: int, durable: bool, threads: int = 1) -> dict[str, float]:
     """One round of W2 for ``peer`` (fsjobstore from ``tree``, or a peer from this tree)."""
     here = os.path.dirname(os.path.abspath(__file__))
     d = tempfile.mkdtemp(dir=work)
     try:
         env = dict(os.environ, PYTHONPATH=tree or os.path.dirname(here))
         done = subprocess.run([sys.executable, "-P", "-c", _DRAIN, here, peer, d, str(jobs),
-                               "durable" if durable else "-"], env=env, cwd=work, capture_output=True,
+                               "durable" if durable else "-", str(threads)], env=env, cwd=work, capture_output=True,
                               text=True, check=True)
         return {k: float(v) for k, v in json.loads(done.stdout).items()}
     finally:
@@ -196,6 +209,7 @@ def main() -> None:
     ap.add_argument("--peer", action="append", default=[], help="with --drain: a peer of bench/_adapters.py too")
     ap.add_argument("--jobs", type=int, default=3000, help="with --drain: items per drain")
     ap.add_argument("--durable", action="store_true", help="with --drain: fsync on")
+    ap.add_argument("--threads", type=int, default=1, help="with --drain: threads in each fsjobstore worker process")
     args = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     repo = subprocess.run(["git", "-C", here, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
@@ -216,7 +230,7 @@ def main() -> None:
         for _ in range(1 if args.instructions or args.syscalls else args.rounds):
             if args.drain:
                 for rev, tree in trees.items():
-                    results[rev].append(drain(tree, "fsjobstore", work, args.jobs, args.durable))
+                    results[rev].append(drain(tree, "fsjobstore", work, args.jobs, args.durable, args.threads))
                 for peer in args.peer:
                     results[peer].append(drain(None, peer, work, args.jobs, args.durable))
                 continue
