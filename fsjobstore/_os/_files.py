@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass
 
 from .._errors import StorageError, UntrustedStore
-from . import _group_sync
 from . import _syscalls as sc
 
 O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -59,12 +58,6 @@ class Unreadable(Exception):
 
 
 def fsync_dir(path: str) -> None:
-    """fsync the directory ``path``: once for every thread of this process that asks at once
-    (``_group_sync``), so each returns after an fsync begun after it asked."""
-    _group_sync.group(_fsync_dir_now).sync(path)
-
-
-def _fsync_dir_now(path: str) -> None:
     fd = sc.open(path, os.O_RDONLY | _O_DIRECTORY | O_CLOEXEC)
     try:
         sc.fsync(fd)
