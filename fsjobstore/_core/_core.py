@@ -87,12 +87,12 @@ class Core:
         self.finished_lists = _buckets.FinishedLists()  # what listings of final jobs read (_listing)
         self.pending = Pending(self.layout, self.tree, durable=self.durable,
                                poll_interval=self.settings.poll_interval, clock=self.clock, wall=self.wall)
-        # Whether a job has a cancel request, targets or children waiting, and which queues are
-        # paused: asked on every claim and commit, and almost always no. Answered by inotify
-        # (one poll) instead of four lookups, where reads do not lag: no event here tells of
-        # another host's change.
+        # Whether a job has a cancel request, targets, a due notification or children waiting,
+        # and which queues are paused: asked on every claim, commit and removal, and almost
+        # always no. Answered by inotify (one poll) instead of a lookup each, where reads do not
+        # lag: no event here tells of another host's change.
         lay = self.layout
-        watched = (lay.cancels, lay.targets, lay.deps, lay.paused)
+        watched = (lay.cancels, lay.targets, lay.deps, lay.paused, lay.notify)
         self.names = NameWatch(watched if self.settings.watch and self.settings.lock_takeover else ())
 
     def after_fork(self) -> None:
@@ -190,7 +190,8 @@ class Core:
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` exists, without following a link: from the name watch when it can
-        answer for its directory (``cancels/``, ``targets/``, ``deps/``, ``paused/``), else looked up."""
+        answer for its directory (``cancels/``, ``targets/``, ``deps/``, ``paused/``, ``notify/``),
+        else looked up."""
         head, _, name = path.rpartition("/")
         known = self.names.has(head, name)
         return sc.lexists(path) if known is None else known

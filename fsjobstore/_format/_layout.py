@@ -191,7 +191,7 @@ class Layout:
         return f"{directory}/{job_id}.json"
 
     def notify_path(self, job_id: str) -> str:
-        return os.path.join(self.notify, f"{job_id}.json")
+        return f"{self.notify}/{job_id}.json"
 
     def target_dir(self, job_id: str) -> str:
         return f"{self.targets}/{job_id}"

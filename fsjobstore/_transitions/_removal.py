@@ -109,7 +109,7 @@ def finish_unfinished(core: Core, hooks: Hooks) -> int:
 
 def notification_due(core: Core, job_id: str) -> bool:
     """Whether some target still waits to hear about the job (it must not be removed)."""
-    return sc.lexists(core.layout.notify_path(job_id)) or has_targets(core, job_id)
+    return core.exists(core.layout.notify_path(job_id)) or has_targets(core, job_id)
 
 
 def finish_gone(core: Core, hooks: Hooks, gone: str, job_id: str, *, entry: str | None = None) -> None:
@@ -125,11 +125,16 @@ def finish_gone(core: Core, hooks: Hooks, gone: str, job_id: str, *, entry: str 
     # have replaced it (a create frees an id only when no gone temp names it: _create).
     fs.unlink(lay.id_marker(job_id))
     _remove_dir(lay.run_dir(job_id))
-    fs.unlink(lay.cancel_path(job_id))
+    # Each of these is almost never there, and the name watch says so without a call. RACE: one
+    # made after the look is left, as one made after the unlink always was: the same window.
+    if core.exists(lay.cancel_path(job_id)):
+        fs.unlink(lay.cancel_path(job_id))
     # A removed job has no notification left to make: a waiting job's targets were never to
     # hear (purge says so), a final job is removed only once they have heard.
-    _remove_dir(lay.target_dir(job_id))
-    fs.unlink(lay.notify_path(job_id))
+    if core.exists(lay.target_dir(job_id)):
+        _remove_dir(lay.target_dir(job_id))
+    if core.exists(lay.notify_path(job_id)):
+        fs.unlink(lay.notify_path(job_id))
     if entry is not None:
         fs.unlink(entry)
     fs.unlink(gone)  # last: until here, recovery can find this removal and finish it
