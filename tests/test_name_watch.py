@@ -1,7 +1,7 @@
 """Whether a job has a cancel request, targets or children waiting, and which queues are paused,
 is asked on every claim and commit: where reads do not lag, inotify answers (one poll) instead of
 a lookup of each name. These tests hold the answers exact across processes, and the watch to its
-fallbacks: a moved directory, a queue overflow, a forked child, a store where reads may lag."""
+fallbacks: a moved directory, a queue overflow, a forked child, a network filesystem."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from internals import name_watch
 from fsjobstore import JobCancelled, JobState, JobStore
 from fsjobstore._os import _beneath, _syscalls
 from fsjobstore._os._inotify import NameWatch
+from fsjobstore._store import _jobstore
 
 
 class Lookups:
@@ -173,8 +174,14 @@ def test_a_forked_child_leaves_the_parents_events_alone(tmp_path: Any) -> None:
         watch.close()
 
 
-def test_where_reads_may_lag_names_are_looked_up_not_watched(tmp_path: Any) -> None:
-    with JobStore(tmp_path / "s", lock_takeover=False) as s:
+@pytest.mark.parametrize("lock_takeover", [None, True])
+def test_on_a_network_filesystem_names_are_looked_up_not_watched_even_where_locks_are_trusted(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, lock_takeover: bool | None
+) -> None:
+    # As the store sees NFS or GlusterFS: inotify there misses every other host's changes,
+    # whatever flock proves (lock_takeover=True is for a network filesystem whose locks work).
+    monkeypatch.setattr(_jobstore, "locks_prove_death", lambda path: False)
+    with JobStore(tmp_path / "s", lock_takeover=lock_takeover) as s:
         job = s.create("x")
         lease = s.pull_work()
         assert lease is not None

@@ -43,6 +43,7 @@ class Settings:
     max_request_bytes: int
     poll_interval: float
     watch: bool
+    local: bool  # a local filesystem: inotify sees every change to it (not only this host's own)
     lock_takeover: bool
     doorbell: bool
     clock: Callable[[], float]
@@ -90,10 +91,11 @@ class Core:
         # Whether a job has a cancel request, targets, a due notification or children waiting,
         # and which queues are paused: asked on every claim, commit and removal, and almost
         # always no. Answered by inotify (one poll) instead of a lookup each, where reads do not
-        # lag: no event here tells of another host's change.
+        # lag (a local filesystem, whatever lock_takeover says: a lock may reach other hosts
+        # where no event here tells of their changes).
         lay = self.layout
         watched = (lay.cancels, lay.targets, lay.deps, lay.paused, lay.notify)
-        self.names = NameWatch(watched if self.settings.watch and self.settings.lock_takeover else ())
+        self.names = NameWatch(watched if self.settings.watch and self.settings.local else ())
 
     def after_fork(self) -> None:
         """A forked child must not reuse the parent's owner lock, wake-up descriptors or index."""

@@ -202,7 +202,7 @@ class JobStore:
             path=self.path, durable=durable, store_durable=config.durable, lease_duration=lease,
             heartbeat_interval=float(heartbeat), max_attempts=max_attempts, backoff=backoff,
             max_value_bytes=max_value_bytes, max_request_bytes=max_request_bytes,
-            poll_interval=poll_interval, watch=watch,
+            poll_interval=poll_interval, watch=watch, local=local,
             lock_takeover=local if lock_takeover is None else lock_takeover,
             doorbell=not local if doorbell is None else doorbell,
             clock=clock, wall=wall_clock,
