@@ -341,18 +341,20 @@ class NameWatch:
 
     A directory is watched from the first question about it: the watch first, then one
     listing (an event for a name listed already changes nothing, as each event states what a
-    name became). :meth:`has` answers None, and the caller looks the name up, for a directory
-    not asked for at construction, or whose watch could not be made (inotify's limits), was
-    removed or moved (a repair, a planted swap), or after the descriptor failed. A queue
-    overflow lists every watched directory again. Thread-safe. In a forked child call
-    :meth:`abandon_after_fork` (the parent's descriptor is shared: reading it would take the
-    parent's events) and build a new one."""
+    name became). Whatever the events cannot follow (a queue overflow, a watched directory
+    removed or moved away: a repair, a planted swap; a failed read) starts it over: the next
+    question about each directory watches and lists anew what the store's path names then.
+    :meth:`has` answers None, and the caller looks the name up, for a directory not asked for at
+    construction, or whose watch cannot be made (it is missing; inotify's limits). Thread-safe.
+    In a forked child call :meth:`abandon_after_fork` (the parent's descriptor is shared:
+    reading it would take the parent's events) and build a new one."""
 
     _MASK = (_IN_CREATE | _IN_MOVED_TO | _IN_DELETE | _IN_MOVED_FROM | _IN_DELETE_SELF | _IN_MOVE_SELF
              | _IN_ONLYDIR)
 
     def __init__(self, directories: tuple[str, ...]) -> None:
         self._lock = threading.Lock()
+        self._all = frozenset(directories)
         self._wanted = set(directories)
         self._fd = -1
         self._poller: select.poll | None = None
@@ -379,14 +381,14 @@ class NameWatch:
 
     def _current(self, directory: str) -> set[str] | None:
         names = self._names.get(directory)
+        if names is not None and self._poller is not None and self._poller.poll(0):
+            self._read()  # (which may start over)
+            names = self._names.get(directory)
         if names is None:
+            # A listing made now, after the watch: it holds every change made before this question.
             if directory not in self._wanted or not self._start(directory):
                 return None
-            names = self._names.get(directory)
-        assert self._poller is not None
-        if self._poller.poll(0):
-            self._read()
-            names = self._names.get(directory)
+            names = self._names[directory]
         return names
 
     def _start(self, directory: str) -> bool:
@@ -423,44 +425,41 @@ class NameWatch:
         return True
 
     def _read(self) -> None:
-        relist = False
         while True:
             try:
                 buf = os.read(self._fd, 65536)
             except BlockingIOError:
-                break
-            except OSError as exc:  # never expected: every directory is looked up from now on
-                log.warning("reading inotify events failed: %s; names are looked up", exc)
-                self._names, self._frozen, self._dirs = {}, {}, {}
+                return
+            except OSError as exc:  # never expected
+                log.warning("reading inotify events failed: %s; the names are listed again", exc)
+                self._start_over()
                 return
             off = 0
             while off < len(buf):
                 wd, mask, _cookie, length = _HEADER.unpack_from(buf, off)
                 name = os.fsdecode(buf[off + _HEADER.size: off + _HEADER.size + length].rstrip(b"\0"))
                 off += _HEADER.size + length
-                if mask & _IN_Q_OVERFLOW:
-                    relist = True
-                    continue
                 directory = self._dirs.get(wd)
+                gone = directory is not None and mask & (_IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED)
+                if mask & _IN_Q_OVERFLOW or gone:
+                    # Events were lost, or the directory watched is no longer the one the store
+                    # names (or soon will not be): what the path names now is watched anew.
+                    self._start_over()
+                    return
                 if directory is None:
                     continue
                 self._frozen.pop(directory, None)
-                if mask & (_IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED):
-                    # Not the directory the store names any more (or soon): looked up from now on.
-                    del self._dirs[wd]
-                    self._names.pop(directory, None)
-                elif mask & (_IN_CREATE | _IN_MOVED_TO):
+                if mask & (_IN_CREATE | _IN_MOVED_TO):
                     self._names[directory].add(name)
                 elif mask & (_IN_DELETE | _IN_MOVED_FROM):
                     self._names[directory].discard(name)
-        if relist:
-            for wd, directory in list(self._dirs.items()):
-                self._frozen.pop(directory, None)
-                try:
-                    self._names[directory] = set(sc.listdir(directory))
-                except OSError:
-                    del self._dirs[wd]
-                    self._names.pop(directory, None)
+
+    def _start_over(self) -> None:
+        fd, self._fd, self._poller = self._fd, -1, None
+        self._names, self._frozen, self._dirs, self._wanted = {}, {}, {}, set(self._all)
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def abandon_after_fork(self) -> None:
         """In a forked child: close our copy of the parent's descriptor without reading it."""
@@ -468,8 +467,5 @@ class NameWatch:
 
     def close(self) -> None:
         with self._lock:
-            fd, self._fd, self._poller = self._fd, -1, None
-            self._names, self._frozen, self._dirs, self._wanted = {}, {}, {}, set()
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            self._all = frozenset()
+            self._start_over()
