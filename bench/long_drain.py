@@ -2,13 +2,17 @@
 
     python bench/long_drain.py                        # 200,000 jobs, 2 workers, retain=60, a purge from the start
     python bench/long_drain.py --jobs 50000 --dir /tmp
+    python bench/long_drain.py --backlog 50000          # the purge has final jobs to remove from its first pass
 
 A producer fills the store with ``--jobs`` jobs (``retain=--retain`` seconds, durable=False), the
 fill's writes are flushed (``os.sync``), then ``--workers`` fresh worker processes drain it
 (``pull_work(timeout=0)`` + ``fulfill``) while another process purges final jobs older than
 ``--purge-after`` seconds (default 0: from the start, so that every stretch of the drain shares
 the two cores with it alike) every half second, and retention runs in the workers as it does in
-any store (its pass removes jobs once their ``retain`` has passed). Each worker notes when it finished
+any store (its pass removes jobs once their ``retain`` has passed). With ``--backlog N``, N jobs of
+another queue are made and run to their end before the drain, so the purge removes jobs from its
+first pass on (without it, the first stretch is the only one whose two cores the purge does not
+share, and the last against the first is the purge's share of the CPU). Each worker notes when it finished
 each of its jobs; printed: the drain rate of every ``--every`` jobs in the order they finished,
 and the last one as a ratio to the first (a rate that falls as the disk's free-inode history
 builds up shows as a ratio well below 1). Run from a revision's tree (``PYTHONPATH=tree python -P
@@ -35,6 +39,14 @@ def _fill(root: str, first: int, n: int, retain: float) -> None:
     with JobStore(root, durable=False) as s:
         for i in range(first, first + n):
             s.create({"i": i}, retain=retain)
+
+
+def _backlog(root: str, n: int, retain: float) -> None:
+    with JobStore(root, durable=False) as s:
+        for i in range(n):
+            s.create({"backlog": i}, queue="backlog", retain=retain)
+        while (lease := s.pull_work(queues="backlog")) is not None:
+            lease.fulfill(b"")
 
 
 def _work(root: str, start: Any, out: Any) -> None:
@@ -69,6 +81,7 @@ def main() -> None:
     ap.add_argument("--retain", type=float, default=60.0)
     ap.add_argument("--purge-after", type=float, default=0.0)
     ap.add_argument("--every", type=int, default=10_000)
+    ap.add_argument("--backlog", type=int, default=0, help="final jobs made before the drain, for the purge")
     ap.add_argument("--dir", default=None, help="where to make the store (default: a temp dir here)")
     args = ap.parse_args()
     base = tempfile.mkdtemp(prefix="long-drain-", dir=args.dir or ".")
@@ -83,6 +96,8 @@ def main() -> None:
             p.start()
         for p in fillers:
             p.join()
+        if args.backlog:
+            _backlog(root, args.backlog, args.retain)
         fill = time.perf_counter() - t
         os.sync()
         start, stop, out, purged = CTX.Event(), CTX.Event(), CTX.Queue(), CTX.Queue()
@@ -101,8 +116,8 @@ def main() -> None:
         for p in [*workers, purger]:
             p.join()
         print(f"fsjobstore from {os.path.dirname(fsjobstore.__file__)}, in {base}, {time.strftime('%Y-%m-%d %H:%M')}")
-        print(f"{len(times):,} of {args.jobs:,} jobs drained by {args.workers} workers (filled in {fill:.0f} s); "
-              f"{removed:,} purged meanwhile")
+        print(f"{len(times):,} of {args.jobs:,} jobs drained by {args.workers} workers (filled in {fill:.0f} s, "
+              f"{args.backlog:,} final jobs before it); {removed:,} purged meanwhile")
         dup, lost = len(taken) - len(set(taken)), args.jobs - len(set(taken))
         if dup or lost:
             raise SystemExit(f"not exactly once: {dup} duplicates, {lost} lost")
