@@ -6,9 +6,11 @@ fallbacks: a moved directory, a queue overflow, a forked child, a network filesy
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -134,7 +136,7 @@ def test_a_directory_moved_from_under_the_watch_is_watched_anew_where_the_store_
 def test_names_lost_to_a_queue_overflow_are_listed_again(tmp_path: Any) -> None:
     d = tmp_path / "d"
     d.mkdir()
-    watch = NameWatch((str(d),))
+    watch = NameWatch(str(tmp_path), (str(d),))
     try:
         assert watch.has(str(d), "a") is False
         with open("/proc/sys/fs/inotify/max_queued_events") as fh:
@@ -152,7 +154,7 @@ def test_names_lost_to_a_queue_overflow_are_listed_again(tmp_path: Any) -> None:
 def test_a_forked_child_leaves_the_parents_events_alone(tmp_path: Any) -> None:
     d = tmp_path / "d"
     d.mkdir()
-    watch = NameWatch((str(d),))
+    watch = NameWatch(str(tmp_path), (str(d),))
     try:
         assert watch.has(str(d), "x") is False
         r, w = os.pipe()
@@ -161,7 +163,7 @@ def test_a_forked_child_leaves_the_parents_events_alone(tmp_path: Any) -> None:
             try:
                 os.read(r, 1)
                 watch.abandon_after_fork()
-                child = NameWatch((str(d),))
+                child = NameWatch(str(tmp_path), (str(d),))
                 os._exit(0 if child.has(str(d), "x") is True else 3)
             except BaseException:
                 os._exit(4)
@@ -193,3 +195,62 @@ def test_on_a_network_filesystem_names_are_looked_up_not_watched_even_where_lock
             _syscalls.set_hook(None)
         assert any(p.endswith(f"/cancel/{job.id}.json") for p in rec.paths)
         assert name_watch(s).has(str(tmp_path / "s" / "control" / "cancel"), "x") is None
+
+
+def test_a_directory_above_a_watched_one_moved_away_makes_the_watch_start_over(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Moving control/ sends no event for control/cancel/ or control/paused/ themselves: the
+    # directories above a watched one are watched for their own move too. (The lookups' cached
+    # descriptor of control/ is trusted for RECHECK_AFTER: not waited for here.)
+    monkeypatch.setattr(_beneath, "RECHECK_AFTER", 0.0)
+    with JobStore(tmp_path / "s") as s:
+        s.create({}, queue="q")
+        s.pull_work(queues="q").fulfill(b"")  # type: ignore[union-attr]  # paused/ watched
+        job = s.create({}, queue="c")
+        lease = s.pull_work(queues="c")
+        assert lease is not None and not lease.cancel_requested  # cancel/ watched
+        os.rename(tmp_path / "s" / "control", tmp_path / "control.old")  # a member's move
+        _other_process(tmp_path / "s", f"s.pause('q'); s.cancel({job.id!r})")  # (its open makes control/ again)
+        s.create({}, queue="q")
+        assert s.pull_work(queues="q") is None
+        assert lease.cancel_requested
+        with pytest.raises(JobCancelled):
+            lease.fulfill(b"v")
+
+
+def test_a_fork_while_another_thread_asks_the_watch_leaves_a_child_that_works(tmp_path: Any) -> None:
+    with JobStore(tmp_path / "s") as s:
+        job = s.create("x")
+        stop = threading.Event()
+
+        def ask() -> None:
+            while not stop.is_set():
+                s.cancel_requested(job.id)
+                s.paused()
+
+        asker = threading.Thread(target=ask)
+        asker.start()
+        hung = 0
+        try:
+            for _ in range(40):
+                pid = os.fork()
+                if pid == 0:  # the child: the at-fork reset must not wait for the parent's thread
+                    try:
+                        s.pause("f")
+                        s.cancel_requested(job.id)
+                    finally:
+                        os._exit(0)
+                for _ in range(300):
+                    if os.waitpid(pid, os.WNOHANG)[0]:
+                        break
+                    time.sleep(0.01)
+                else:
+                    hung += 1
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                s.resume("f")
+        finally:
+            stop.set()
+            asker.join()
+        assert hung == 0

@@ -95,7 +95,7 @@ class Core:
         # where no event here tells of their changes).
         lay = self.layout
         watched = (lay.cancels, lay.targets, lay.deps, lay.paused, lay.notify)
-        self.names = NameWatch(watched if self.settings.watch and self.settings.local else ())
+        self.names = NameWatch(lay.root, watched if self.settings.watch and self.settings.local else ())
 
     def after_fork(self) -> None:
         """A forked child must not reuse the parent's owner lock, wake-up descriptors or index."""

@@ -341,9 +341,11 @@ class NameWatch:
 
     A directory is watched from the first question about it: the watch first, then one
     listing (an event for a name listed already changes nothing, as each event states what a
-    name became). Whatever the events cannot follow (a queue overflow, a watched directory
-    removed or moved away: a repair, a planted swap; a failed read) starts it over: the next
-    question about each directory watches and lists anew what the store's path names then.
+    name became). Whatever the events cannot follow (a queue overflow, a watched directory or
+    one between it and ``root`` removed or moved away: a repair, a planted swap; a failed read)
+    starts it over: the next question about each directory watches and lists anew what the
+    store's path names then. (A directory's events go with its inode, so the directories above
+    it, up to the root the store holds open, are watched for their own move or removal too.)
     :meth:`has` answers None, and the caller looks the name up, for a directory not asked for at
     construction, or whose watch cannot be made (it is missing; inotify's limits). Thread-safe.
     In a forked child call :meth:`abandon_after_fork` (the parent's descriptor is shared:
@@ -351,9 +353,12 @@ class NameWatch:
 
     _MASK = (_IN_CREATE | _IN_MOVED_TO | _IN_DELETE | _IN_MOVED_FROM | _IN_DELETE_SELF | _IN_MOVE_SELF
              | _IN_ONLYDIR)
+    _GUARD_MASK = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR
 
-    def __init__(self, directories: tuple[str, ...]) -> None:
+    def __init__(self, root: str, directories: tuple[str, ...]) -> None:
+        """``directories``: paths below ``root`` (the store's root, which it holds open)."""
         self._lock = threading.Lock()
+        self._root = root.rstrip("/")
         self._all = frozenset(directories)
         self._wanted = set(directories)
         self._fd = -1
@@ -361,6 +366,7 @@ class NameWatch:
         self._names: dict[str, set[str]] = {}  # watched directory -> the names in it
         self._frozen: dict[str, frozenset[str]] = {}  # listing() answers, until the next change
         self._dirs: dict[int, str] = {}  # watch descriptor -> directory
+        self._guards: set[int] = set()  # watch descriptors of the directories above them
 
     def has(self, directory: str, name: str) -> bool | None:
         """Whether ``directory`` holds ``name`` now; None: unknown here (look it up)."""
@@ -402,27 +408,48 @@ class NameWatch:
                 return False
             self._fd, self._poller = fd, select.poll()
             self._poller.register(fd, select.POLLIN)
+        # Down from the root, each directory opened by its one name in the one above, never from
+        # a cache of paths: the directories above it are watched first (guards), so one moved
+        # after its guard is made starts the watch over, and the directory watched is the one
+        # inside the guarded ones.
+        if not directory.startswith(self._root + "/"):
+            return False
+        parts = directory[len(self._root) + 1:].split("/")
         try:
-            dfd = sc.open(directory, _DIR_OPEN)
+            fd = sc.open(f"{self._root}/{parts[0]}", _DIR_OPEN)  # beneath the root, its name looked up afresh
         except OSError:
             return False
         try:
-            if _BY_FD:  # the directory just opened beneath the root, as Waker._watch does
-                wd = _ADD_WATCH(self._fd, f"/proc/self/fd/{dfd}".encode(), self._MASK)
-            else:
-                wd = _ADD_WATCH(self._fd, os.fsencode(directory), self._MASK | _IN_DONT_FOLLOW)
-            if wd < 0:
-                log.debug("cannot watch %s (%s); its names are looked up", directory, os.strerror(ctypes.get_errno()))
-                return False
-            try:
-                with os.scandir(dfd) as it:
+            for k, part in enumerate(parts):
+                if k:
+                    below = os.open(part, _DIR_OPEN, dir_fd=fd)  # one name, no link followed
+                    sc.close_read(fd)
+                    fd = below
+                last = k == len(parts) - 1
+                path = f"{self._root}/{'/'.join(parts[:k + 1])}"
+                wd = self._watch(fd, path, self._MASK if last else self._GUARD_MASK)
+                if wd < 0:
+                    return False
+                if not last:
+                    self._guards.add(wd)
+                    continue
+                with os.scandir(fd) as it:
                     self._names[directory] = {e.name for e in it}
-            except OSError:
-                return False  # (the watch stays, unused: its events name no watched directory)
+                self._dirs[wd] = directory
+        except OSError:
+            return False  # (a watch made stays, unused: its events name no watched directory)
         finally:
-            sc.close_read(dfd)
-        self._dirs[wd] = directory
+            sc.close_read(fd)
         return True
+
+    def _watch(self, fd: int, path: str, mask: int) -> int:
+        if _BY_FD:  # the directory just opened, as Waker._watch does
+            wd: int = _ADD_WATCH(self._fd, f"/proc/self/fd/{fd}".encode(), mask)
+        else:
+            wd = _ADD_WATCH(self._fd, os.fsencode(path), mask | _IN_DONT_FOLLOW)
+        if wd < 0:
+            log.debug("cannot watch %s (%s); its names are looked up", path, os.strerror(ctypes.get_errno()))
+        return wd
 
     def _read(self) -> None:
         while True:
@@ -440,7 +467,8 @@ class NameWatch:
                 name = os.fsdecode(buf[off + _HEADER.size: off + _HEADER.size + length].rstrip(b"\0"))
                 off += _HEADER.size + length
                 directory = self._dirs.get(wd)
-                gone = directory is not None and mask & (_IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED)
+                watched = directory is not None or wd in self._guards
+                gone = watched and mask & (_IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED)
                 if mask & _IN_Q_OVERFLOW or gone:
                     # Events were lost, or the directory watched is no longer the one the store
                     # names (or soon will not be): what the path names now is watched anew.
@@ -457,13 +485,20 @@ class NameWatch:
     def _start_over(self) -> None:
         fd, self._fd, self._poller = self._fd, -1, None
         self._names, self._frozen, self._dirs, self._wanted = {}, {}, {}, set(self._all)
+        self._guards = set()
         if fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
     def abandon_after_fork(self) -> None:
-        """In a forked child: close our copy of the parent's descriptor without reading it."""
-        self.close()
+        """In a forked child: close our copy of the parent's descriptor without reading it. Takes
+        no lock: a thread of the parent may have held it at the fork, and no thread of the child
+        would ever let it go (the child uses a new NameWatch)."""
+        fd, self._fd, self._poller, self._all, self._wanted = self._fd, -1, None, frozenset(), set()
+        self._names, self._dirs = {}, {}
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def close(self) -> None:
         with self._lock:
