@@ -314,3 +314,58 @@ def test_bulk_retry_says_which_jobs_the_store_refused_and_why(tmp_path: Path) ->
     assert json.loads(doc.stdout) == {"retried": 0, "skipped": 0, "refused": 1}
     cancelled = _cli("cancel", d, "--state", "deferred", "--json")
     assert cancelled.returncode == 0 and json.loads(cancelled.stdout)["cancelled"] == 0
+
+
+class _PauseBeforeDeferred:
+    """Holds the thread making a child at the rename that publishes it into ``deferred/`` (its
+    ``deps/`` entries made), until let go: the window in which its parents may end."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.thread = threading.get_ident()
+        self.reached, self.go = threading.Event(), threading.Event()
+
+    def before(self, op: str, args: tuple[object, ...]) -> None:
+        import threading
+
+        if (threading.get_ident() == self.thread and op == "rename" and len(args) > 1
+                and "/deferred/" in str(args[1]) and not self.reached.is_set()):
+            self.reached.set()
+            self.go.wait(10)
+
+    def after(self, op: str, args: tuple[object, ...], result: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("parents", [1, 2])
+def test_a_parent_that_ends_while_its_child_is_being_made_never_leaves_the_child_waiting(
+    store: JobStore, parents: int
+) -> None:
+    import threading
+
+    from fsjobstore._os import _syscalls
+
+    made = [store.create(f"parent {k}") for k in range(parents)]
+    leases = [store.pull_work() for _ in made]
+    child: list[str] = []
+
+    def make() -> None:
+        hook.thread = threading.get_ident()
+        child.append(store.create("child", after=[p.id for p in made]).id)
+
+    hook = _PauseBeforeDeferred()
+    _syscalls.set_hook(hook)
+    try:
+        maker = threading.Thread(target=make)
+        maker.start()
+        assert hook.reached.wait(10)
+        leases[0].fulfill(b"")  # type: ignore[union-attr]  # resolves the children it finds: not this one yet
+    finally:
+        hook.go.set()
+        maker.join()
+        _syscalls.set_hook(None)
+    for lease in leases[1:]:
+        assert store.get(child[0]).state is JobState.DEFERRED  # still waits for the others
+        lease.fulfill(b"")  # type: ignore[union-attr]
+    assert store.get(child[0]).state is JobState.PENDING

@@ -35,12 +35,17 @@ from collections.abc import Callable, Iterable
 
 from .._core._core import Core
 from .._errors import InvalidRequest, InvalidState, JobNotFound, JobStoreError
+from .._format._job import JobState
 from .._format._layout import DEP_RE
 from .._format._records import Record
 from .._os import _files as fs
 from .._os import _syscalls as sc
 
 log = logging.getLogger("fsjobstore")
+
+# Seconds after which a deps/ entry naming a job found nowhere is taken for a removed job's, not
+# for one being created (whose entries come just before its publish).
+STALE_ENTRY = 60.0
 
 Cancel = Callable[[str, str], object]  # cancel(job_id, reason): ById.cancel
 
@@ -112,11 +117,11 @@ class Deps:
 
     def recheck(self, record: Record) -> None:
         """After a deferred job is published: resolve it against parents that became final
-        meanwhile (their own resolution ran before its ``deps/`` entry could be seen)."""
-        for parent, state in self.states(record.after).items():
-            if state in ("fulfilled", "failed", "cancelled", "gone"):
-                self.resolve_children(parent)
-                return  # one pass resolves it against every parent
+        meanwhile. RACE: one that ended between this job's ``deps/`` entries and its publish
+        found the entry and no deferred job, and its resolution went by (and left the entries
+        alone: :meth:`resolve`); so this job resolves itself, against every parent at once."""
+        if any(s in ("fulfilled", "failed", "cancelled", "gone") for s in self.states(record.after).values()):
+            self.resolve(record.id)
 
     # -- resolving ------------------------------------------------------------------------------
     def resolve_children(self, parent: str) -> None:
@@ -152,7 +157,15 @@ class Deps:
         core = self._core
         loc = next(core.tree.in_deferred(child), None)
         if loc is None:
-            self._unlink_entries(child, None)
+            # Promoted or cancelled already: its entries are stale. RACE: or not published yet
+            # (a create between its deps/ entries and its publish, whose recheck then resolves
+            # it), or gone: a child found nowhere keeps its entries until they are old, so a
+            # parent that ends later still finds it.
+            other = core.tree.locate(child)
+            if other is None:
+                self._unlink_entries(child, None, older_than=STALE_ENTRY)
+            elif other.state is not JobState.DEFERRED:
+                self._unlink_entries(child, None)
             return None
         try:
             record = core.tree.read_record(loc.path)
@@ -196,10 +209,13 @@ class Deps:
         core.pending.note_published(record, dest)
         return True
 
-    def _unlink_entries(self, child: str, parents: Iterable[str] | None) -> None:
+    def _unlink_entries(self, child: str, parents: Iterable[str] | None, older_than: float | None = None) -> None:
         lay = self._core.layout
         if parents is None:  # not deferred any more: whatever entries name it are stale
             parents = [p for p in fs.scan_names(lay.deps) if DEP_RE.match(p) and _entry_left(lay.dep_path(p, child))]
+        if older_than is not None:
+            now = self._core.wall()
+            parents = [p for p in parents if _entry_age(lay.dep_path(p, child), now) > older_than]
         for parent in parents:
             fs.unlink(lay.dep_path(parent, child))
             with contextlib.suppress(OSError):
@@ -228,6 +244,14 @@ class Deps:
             if job_id and any(loc.path != path for loc in core.tree._locations(job_id)):
                 core.drop(path)  # promoted, and its old name came back (a power cut): the copy goes
         return resolved
+
+
+def _entry_age(path: str, now: float) -> float:
+    """Seconds since the entry at ``path`` was made (0 if it is gone)."""
+    try:
+        return now - sc.lstat(path).st_mtime
+    except OSError:
+        return 0.0
 
 
 def _entry_left(path: str) -> bool:
