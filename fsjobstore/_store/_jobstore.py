@@ -388,8 +388,8 @@ class JobStore:
         """Cancel a job. A pending or scheduled job becomes ``cancelled`` at once; a running one
         is asked to stop (its lease's ``cancel_requested`` turns true, ``on_cancel`` fires, the
         worker runtime aborts the handler) and ends ``cancelled`` whatever its holder commits
-        after the request is made (a commit that had already looked for one, its last step before
-        the final rename, keeps its outcome, even if this returned the job ``active``).
+        after the request is made (a commit that had already looked for one, just before it writes
+        its result, keeps its outcome, even if this returned the job ``active``).
         Notifications are delivered as for any final state. Returns the job's snapshot: state
         ``cancelled``, or ``active`` with ``cancel_requested`` set. :class:`InvalidState` for a job
         that has ended, or that its holder's commit ended as the request was made (it keeps that)."""
