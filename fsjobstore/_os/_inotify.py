@@ -24,7 +24,7 @@ import select
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import _syscalls as sc
@@ -60,6 +60,29 @@ _UNWATCHED = frozenset({"active", "fulfilled", "failed", "cancelled", "waiting"}
 
 _INIT = libc_function("inotify_init1", [ctypes.c_int])
 _ADD_WATCH = libc_function("inotify_add_watch", [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32])
+
+
+def _add_watch(inotify_fd: int, dfd: int, directory: str, mask: int) -> int:
+    """Watch the directory open on ``dfd`` (named ``directory``); the watch descriptor, or -1
+    with the reason in ``ctypes.get_errno()``. Through /proc/self/fd, the very directory opened,
+    whatever happens to its path meanwhile; without /proc, the path, not following a link at its
+    last name (the components above were checked by the open just before)."""
+    assert _ADD_WATCH is not None
+    if _BY_FD:
+        wd: int = _ADD_WATCH(inotify_fd, f"/proc/self/fd/{dfd}".encode(), mask)
+    else:
+        wd = _ADD_WATCH(inotify_fd, os.fsencode(directory), mask | _IN_DONT_FOLLOW)
+    return wd
+
+
+def _events(buf: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """The (watch descriptor, mask, name) of each event record in ``buf``, as read from an
+    inotify descriptor."""
+    off = 0
+    while off < len(buf):
+        wd, mask, _cookie, length = _HEADER.unpack_from(buf, off)
+        yield wd, mask, buf[off + _HEADER.size: off + _HEADER.size + length].rstrip(b"\0")
+        off += _HEADER.size + length
 
 
 class Waker:
@@ -123,10 +146,7 @@ class Waker:
         except (FileNotFoundError, NotADirectoryError):
             return None  # gone: nothing to watch
         try:
-            if _BY_FD:  # the directory just opened, whatever happens to its path meanwhile
-                wd = _ADD_WATCH(self._fd, f"/proc/self/fd/{dfd}".encode(), _MASK)
-            else:
-                wd = _ADD_WATCH(self._fd, os.fsencode(directory), _MASK | _IN_DONT_FOLLOW)
+            wd = _add_watch(self._fd, dfd, directory, _MASK)
             code = ctypes.get_errno() if wd < 0 else 0
             subdirs: list[str] = []
             if wd >= 0:
@@ -202,11 +222,7 @@ class Waker:
                 self.watching = False
                 break
             read = True
-            off = 0
-            while off < len(buf):
-                wd, mask, _cookie, length = _HEADER.unpack_from(buf, off)
-                name = buf[off + _HEADER.size: off + _HEADER.size + length].rstrip(b"\0")
-                off += _HEADER.size + length
+            for wd, mask, name in _events(buf):
                 if mask & _IN_Q_OVERFLOW:
                     overflow = True
                 elif mask & _IN_IGNORED:
@@ -427,8 +443,10 @@ class NameWatch:
                     fd = below
                 last = k == len(parts) - 1
                 path = f"{self._root}/{'/'.join(parts[:k + 1])}"
-                wd = self._watch(fd, path, self._MASK if last else self._GUARD_MASK)
+                wd = _add_watch(self._fd, fd, path, self._MASK if last else self._GUARD_MASK)
                 if wd < 0:
+                    log.debug("cannot watch %s (%s); its names are looked up", path,
+                              os.strerror(ctypes.get_errno()))
                     return False
                 if not last:
                     self._guards.add(wd)
@@ -442,15 +460,6 @@ class NameWatch:
             sc.close_read(fd)
         return True
 
-    def _watch(self, fd: int, path: str, mask: int) -> int:
-        if _BY_FD:  # the directory just opened, as Waker._watch does
-            wd: int = _ADD_WATCH(self._fd, f"/proc/self/fd/{fd}".encode(), mask)
-        else:
-            wd = _ADD_WATCH(self._fd, os.fsencode(path), mask | _IN_DONT_FOLLOW)
-        if wd < 0:
-            log.debug("cannot watch %s (%s); its names are looked up", path, os.strerror(ctypes.get_errno()))
-        return wd
-
     def _read(self) -> None:
         while True:
             try:
@@ -461,11 +470,7 @@ class NameWatch:
                 log.warning("reading inotify events failed: %s; the names are listed again", exc)
                 self._start_over()
                 return
-            off = 0
-            while off < len(buf):
-                wd, mask, _cookie, length = _HEADER.unpack_from(buf, off)
-                name = os.fsdecode(buf[off + _HEADER.size: off + _HEADER.size + length].rstrip(b"\0"))
-                off += _HEADER.size + length
+            for wd, mask, name in _events(buf):
                 directory = self._dirs.get(wd)
                 watched = directory is not None or wd in self._guards
                 gone = watched and mask & (_IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED)
@@ -478,9 +483,9 @@ class NameWatch:
                     continue
                 self._frozen.pop(directory, None)
                 if mask & (_IN_CREATE | _IN_MOVED_TO):
-                    self._names[directory].add(name)
+                    self._names[directory].add(os.fsdecode(name))
                 elif mask & (_IN_DELETE | _IN_MOVED_FROM):
-                    self._names[directory].discard(name)
+                    self._names[directory].discard(os.fsdecode(name))
 
     def _start_over(self) -> None:
         fd, self._fd, self._poller = self._fd, -1, None
@@ -494,13 +499,12 @@ class NameWatch:
         """In a forked child: close our copy of the parent's descriptor without reading it. Takes
         no lock: a thread of the parent may have held it at the fork, and no thread of the child
         would ever let it go (the child uses a new NameWatch)."""
-        fd, self._fd, self._poller, self._all, self._wanted = self._fd, -1, None, frozenset(), set()
-        self._names, self._dirs = {}, {}
-        if fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._stop()
 
     def close(self) -> None:
         with self._lock:
-            self._all = frozenset()
-            self._start_over()
+            self._stop()
+
+    def _stop(self) -> None:
+        self._all = frozenset()  # nothing to start over with: every question is looked up
+        self._start_over()
