@@ -14,7 +14,7 @@ in the package is attributed to its module. Printed per step:
 - ``returns``: calls into a module the step had already entered before and left (a path that goes
   back and forth, rather than down).
 
-The house's goal is at most ``LIMIT`` modules a step (docs/architecture.md); ``--json`` output
+The house's goal is at most ``LIMIT`` modules a step (docs/explanation/architecture.md); ``--json`` output
 feeds the run records (PERFORMANCE.md). ``tests/test_bench.py`` checks the tracer itself.
 """
 

@@ -79,7 +79,7 @@ class InvalidState(JobStoreError, RuntimeError):
 class LeaseLost(JobStoreError):
     """The lease behind a handle is no longer ours; the operation committed nothing.
 
-    Also the value passed to ``on_compromised`` callbacks. :attr:`reason` is a short machine
+    Also the value passed to ``on_compromised`` callbacks. ``reason`` is a short machine
     readable word (``"taken-over"``, ``"stalled"``, ``"heartbeat-failed"``, ``"timeout"``,
     ``"cancelled"``, ``"closed"``), the message says the rest.
     """

@@ -203,7 +203,7 @@ class Worker:
 
         A hook runs after the outcome is committed (``"started"``: before the handler) and cannot
         change it; one that raises is logged and passed over. Where hooks run (a child process,
-        a thread, the supervisor): see the README's "Hooks"."""
+        a thread, the supervisor): see docs/guides/workers.md, "Hooks"."""
         if fn is not None:
             self._hooks.add(event, fn)
             return fn
@@ -217,13 +217,13 @@ class Worker:
     # -- periodic jobs ---------------------------------------------------------------------------
     def every(self, interval: Any, **options: Any) -> Periodic:
         """Make a job every ``interval`` while this worker runs: :meth:`Schedule.every
-        <fsjobstore.schedule.Schedule.every>` (``queue=``, ``request=``, ``name=``, ...). Each tick
+        <fsjobstore.Schedule.every>` (``queue=``, ``request=``, ``name=``, ...). Each tick
         is made once however many workers and schedulers run the same schedule."""
         return self.schedule.every(interval, **options)
 
     def cron(self, expr: str, **options: Any) -> Periodic:
         """Make a job at each moment of the cron expression ``expr`` while this worker runs:
-        :meth:`Schedule.cron <fsjobstore.schedule.Schedule.cron>` (``tz=``, ``queue=``, ...)."""
+        :meth:`Schedule.cron <fsjobstore.Schedule.cron>` (``tz=``, ``queue=``, ...)."""
         return self.schedule.cron(expr, **options)
 
     # -- control ---------------------------------------------------------------------------------

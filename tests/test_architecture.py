@@ -1,4 +1,4 @@
-"""docs/architecture.md is the map of the code: it must name every module, and nothing that is gone."""
+"""docs/explanation/architecture.md is the map of the code: it must name every module, and nothing that is gone."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import fsjobstore
 from fsjobstore._core._hooks import Hooks
 
 PACKAGE = Path(fsjobstore.__file__).parent
-MAP = PACKAGE.parent / "docs" / "architecture.md"
+MAP = PACKAGE.parent / "docs" / "explanation" / "architecture.md"
 
 
 def modules() -> set[str]:
@@ -25,8 +25,8 @@ def named_in_map(text: str) -> set[str]:
 
 def test_the_map_names_every_module_of_the_package_and_no_module_that_is_gone() -> None:
     named = named_in_map(MAP.read_text())
-    assert sorted(modules() - named) == [], "a module missing from docs/architecture.md"
-    assert sorted(named - modules()) == [], "docs/architecture.md names a module that does not exist"
+    assert sorted(modules() - named) == [], "a module missing from docs/explanation/architecture.md"
+    assert sorted(named - modules()) == [], "docs/explanation/architecture.md names a module that does not exist"
 
 
 def test_the_map_check_notices_a_missing_module() -> None:
@@ -71,8 +71,10 @@ def unresolved(references: set[str]) -> list[str]:
 
 
 def test_every_reference_to_code_in_the_format_and_the_readme_names_code_that_exists() -> None:
-    for doc in ("FORMAT.md", "README.md", "MULTIHOST.md"):
-        refs = code_references((PACKAGE.parent / doc).read_text())
+    docs = PACKAGE.parent / "docs"
+    pages = [p for p in docs.rglob("*.md") if not p.relative_to(docs).parts[0].startswith("_")]
+    for doc in [PACKAGE.parent / "FORMAT.md", PACKAGE.parent / "README.md", PACKAGE.parent / "MULTIHOST.md", *pages]:
+        refs = code_references(doc.read_text())
         assert unresolved(refs) == [], doc
     assert len(code_references((PACKAGE.parent / "FORMAT.md").read_text())) >= 40
 

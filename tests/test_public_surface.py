@@ -64,15 +64,15 @@ def test_the_store_and_the_file_grammar_use_the_same_queue_rule(tmp_path: object
         assert store.create("x", queue="q" * 64).queue == "q" * 64
 
 
-def test_the_readme_names_the_builtin_each_error_also_is() -> None:
-    # From a new user's trial: the README's error list named no builtin for JobExists, so
+def test_the_exceptions_page_names_the_builtin_each_error_also_is() -> None:
+    # From a new user's trial: the error list named no builtin for JobExists, so
     # `except ValueError` catching it came as a surprise.
     import builtins
     import os
     import re
 
-    with open(os.path.join(os.path.dirname(__file__), "..", "README.md")) as fh:
-        listed = fh.read().split("Errors (all under `JobStoreError`", 1)[1].split("###", 1)[0]
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "reference", "exceptions.md")) as fh:
+        listed = fh.read().split("Errors (all under `JobStoreError`", 1)[1].split("##", 1)[0]
     listed = " ".join(listed.split())
     for name in dir(fsjobstore):
         error = getattr(fsjobstore, name)

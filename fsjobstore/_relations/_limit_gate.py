@@ -159,7 +159,7 @@ class Gate:
         # that still holds that name in its entry cache (1 s, or from listing waiting/) answers
         # the rename "done" without asking the server, as the kernel does for a rename onto the
         # file itself, and the job stayed in active/ with nobody holding it (seen on the bed:
-        # 1 job in 6 runs of 30; README, "Network filesystems").
+        # 1 job in 6 runs of 30; MULTIHOST.md).
         dst = core.layout.waiting_path(limit.id, record.priority, record.seq, record.queue, record.id, token)
         for _ in range(3):
             self._ensure_dir(core.layout.waiting)

@@ -3,7 +3,7 @@ input raises before anything changes), then calls one transition (``_transitions
 (``_relations``); what happens on disk is there. ``__init__`` makes the parts, each whole from those
 made before it: the core (``_core._core.Core``), the hooks the features attach to the transitions'
 named points (``_features``), the transitions, the background thread (``_background``) and the
-blocking waits (``_waiting``). See docs/architecture.md for the map.
+blocking waits (``_waiting``). See docs/explanation/architecture.md for the map.
 
 A facade may be long: the size rule of the house applies to modules of machinery, and this one's
 length is its public methods'.
@@ -139,7 +139,7 @@ class JobStore:
         ``timedelta``; 0 removes a job as soon as it is final and its targets have heard) or
         ``"forever"``.
         None (the default) follows the store's default, recorded when it is made: a new store
-        records the ``retain`` it is made with (7 days if None). See README, "Retention".
+        records the ``retain`` it is made with (7 days if None). See docs/guides/operating.md, "Retention".
     :param clock: monotonic seconds, for leases and timeouts (injectable for tests).
     :param wall_clock: epoch seconds, for ``run_at``/``delay`` and timestamps.
     """
@@ -822,7 +822,7 @@ class JobStore:
         empty, queued or final (one stat per job file: pass False for a periodic pass over a deep
         backlog); each is quarantined, counted in ``lost_to_power_loss`` and named in
         ``lost_ids``; and final jobs an older fsjobstore committed after the upgrade are indexed
-        (``indexed``). Also one bounded retention pass (README, "Retention"), in ``removed``."""
+        (``indexed``). Also one bounded retention pass (docs/guides/operating.md, "Retention"), in ``removed``."""
         self._check_open()
         report = recover(self._core, self._hooks, self._notifier, self._control, deep=deep)
         removed = self._background.retention.run_pass().removed  # one bounded pass (its thread does the rest)
