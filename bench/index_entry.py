@@ -16,7 +16,8 @@ can be made, and what entries were before they were links); and with ``Tree.inde
 replaced by a no-op (what the commit would cost without the index: not a store anyone should
 run, since retention would never see those jobs). Printed: the medians of the rounds per batch,
 and the cost of the system calls alone in a fresh directory of the same filesystem (``mknod`` of
-an empty file, ``rename`` of one, ``link`` to one), microseconds each.
+an empty file, ``rename`` of one, ``link`` to one, and ``append``: an entry's line written to a log
+held open with O_APPEND, what an entry in a log per process would cost), microseconds each.
 """
 
 from __future__ import annotations
@@ -88,6 +89,14 @@ def _calls(base: str, n: int = 2000) -> dict[str, float]:
         for i in range(n):
             os.link(f"{d}/a/x{n}", f"{d}/b/l{i}")
         out["link"] = (time.perf_counter() - t) / n * 1e6
+        log = os.open(f"{d}/b/log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            t = time.perf_counter()
+            for i in range(n):
+                os.write(log, b"%017d.%017d.fulfilled.default.%032x\n" % (i, i, i))
+            out["append"] = (time.perf_counter() - t) / n * 1e6
+        finally:
+            os.close(log)
         return out
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -116,7 +125,7 @@ def main() -> None:
         for mode, label in labels.items():
             per_batch = [statistics.median(r[b] for r in rates[mode]) for b in range(args.batches)]
             print(f"  {label:32} " + "  ".join(f"{v:8,.0f}" for v in per_batch))
-        for op in ("mknod", "rename", "link"):
+        for op in ("mknod", "rename", "link", "append"):
             print(f"  {op:6} alone, us: median {statistics.median(c[op] for c in calls):7.1f}"
                   f"  (rounds: {', '.join(f'{c[op]:.1f}' for c in calls)})")
     finally:
