@@ -4,6 +4,10 @@
     python bench/peers.py                 # the full run (about 65 minutes on 2 cores: W1-W6 40, W7+W8 24)
     python bench/peers.py --quick         # small counts, one repeat: a smoke run
     python bench/peers.py --peers fsjobstore,huey-sqlite --workloads W2,W4
+    python bench/peers.py --workloads RAW,W1,W2,W3,W4 --json bench/last_peers_run.json   # the figures as JSON
+
+``--json FILE`` also writes every figure of the run, with the run's date, commit and settings, as
+JSON (``bench/charts.py`` draws the documentation's charts from it).
 
 Every figure is the median of --repeat runs, each in a fresh directory under --dir (default: a
 temp directory in the current one, so every queue sees the same filesystem). File creation
@@ -235,6 +239,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--peers", default=",".join(ADAPTERS), help="comma-separated; fsjobstore is always included")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {','.join(WORKLOADS)}")
+    ap.add_argument("--json", metavar="FILE", help="also write every figure of the run to FILE as JSON")
     ap.add_argument("--poll", type=float, default=0.005,
                     help="W3: how often peers with no wake-up mechanism poll (seconds)")
     args = ap.parse_args()
@@ -261,8 +266,9 @@ def main() -> None:
         out.append(text)
         print(text, flush=True)
 
+    started = time.strftime("%Y-%m-%d %H:%M")
     emit(f"fsjobstore vs peers in {base}: {os.cpu_count()} cores, median of {run.repeat}, "
-         f"{n:,} jobs per W1/W2/W4 run, started {time.strftime('%Y-%m-%d %H:%M')}")
+         f"{n:,} jobs per W1/W2/W4 run, started {started}")
     figures: dict[str, Any] = {}
 
     if "RAW" in work:
@@ -402,8 +408,44 @@ def main() -> None:
         emit(_runtime_cells.w8(run, n_w8, peers, w2_drain, figures))
 
     emit(verdicts(figures, peers, depths, mem))
+    if args.json:
+        write_json(args.json, figures, {
+            "started": started, "finished": time.strftime("%Y-%m-%d %H:%M"), "commit": _commit(),
+            "cores": os.cpu_count(), "jobs": n, "repeat": run.repeat, "workloads": sorted(work),
+            "peers": list(peers), "dir": base, "command": " ".join(["python", "bench/peers.py", *sys.argv[1:]])})
     if args.dir is None:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _jsonable(value: Any) -> Any:
+    """Figures as JSON: a (queue, workers) key becomes "queue/workers", tuples become lists."""
+    if isinstance(value, dict):
+        return {("/".join(map(str, k)) if isinstance(k, tuple) else str(k)): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def write_json(path: str, figures: dict[str, Any], run: dict[str, Any]) -> None:
+    import json
+
+    with open(path, "w") as fh:
+        json.dump({"run": run, "figures": _jsonable(figures)}, fh, indent=1, sort_keys=True)
+        fh.write("\n")
+
+
+def _commit() -> str | None:
+    """The commit of the fsjobstore measured (its checkout's HEAD), if it is in git."""
+    import subprocess
+
+    import fsjobstore
+
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=os.path.dirname(fsjobstore.__file__), timeout=10)
+    except OSError:
+        return None
+    return done.stdout.strip() or None
 
 
 def _mk(d: str) -> str:

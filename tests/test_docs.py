@@ -129,3 +129,11 @@ def test_an_example_that_fails_fails_its_test(tmp_path: Path) -> None:
     assert run_python("import fsjobstore\nraise SystemExit(3)\n", str(tmp_path))[0] == 3
     status, out = run_python("from fsjobstore import JobStore\nJobStore('./jobs').get('nope')\n", str(tmp_path))
     assert status == 1 and "JobNotFound" in out
+
+
+def test_every_environment_variable_the_code_reads_is_on_the_configuration_page() -> None:
+    page = (DOCS / "reference" / "configuration.md").read_text()
+    source = " ".join(p.read_text() for p in (ROOT / "fsjobstore").rglob("*.py"))
+    read = set(re.findall(r"\bFSJOBSTORE_[A-Z_]+\b", source))
+    assert read >= {"FSJOBSTORE_DIR", "FSJOBSTORE_WEB_TOKEN"}
+    assert sorted(name for name in read if f"`{name}`" not in page) == []

@@ -155,3 +155,31 @@ def test_a_worker_serves_the_same_metrics_on_its_metrics_port(tmp_path: Path) ->
                                "metric_handlers:work", "--metrics-port", str(taken.getsockname()[1])],
                               cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert busy.returncode == 2 and "--metrics-port" in busy.stderr and "Traceback" not in busy.stderr
+
+
+def test_the_grafana_dashboard_asks_only_for_metrics_and_labels_the_store_exports(tmp_path: Path) -> None:
+    import json
+    import re
+
+    dashboard = json.loads((Path(__file__).parent.parent / "examples" / "grafana" / "fsjobstore-dashboard.json")
+                           .read_text())
+    with JobStore(str(tmp_path / "s")) as store:
+        job = store.create({"n": 1}, queue="mail")
+        lease = store.pull_work()
+        assert lease is not None and lease.id == job.id
+        lease.fulfill(b"")
+        store.create({"n": 2}, queue="mail")
+        exported = _scrape(store)
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(exprs) >= 10
+    for expr in exprs:
+        names = set(re.findall(r"\bfsjobstore_\w+", expr))
+        assert names, expr
+        for name in names:
+            assert name in exported, f"{name} (in {expr!r}) is not a metric the store exports"
+            labels = {k for row in exported[name] for k, _ in row}
+            for used in re.findall(r"(\w+)\s*=~?\s*\"", expr) + re.findall(r"by \(([\w, ]+)\)", expr):
+                for label in re.split(r",\s*", used):
+                    assert label in labels, f"{name} has no label {label!r} ({expr!r})"
+    query = dashboard["templating"]["list"][1]["query"]["query"]
+    assert re.fullmatch(r"label_values\((\w+), (\w+)\)", query)

@@ -1,7 +1,7 @@
 """Pages of the reference generated from the code at build time, so they cannot drift from it:
 the command line from its argument parsers, the HTTP API from the app's OpenAPI document, the exit
-codes from their module. Written into ``docs/_generated/`` (not kept in git) before the build reads
-any page; the reference pages include them."""
+codes from their module, the performance charts from the last benchmark run's JSON. Written into
+``docs/_generated/`` (not kept in git) before the build reads any page; the pages include them."""
 
 from __future__ import annotations
 
@@ -146,8 +146,21 @@ def http_page(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def charts() -> None:
+    """The performance page's charts, drawn by bench/charts.py from the last peers run's JSON."""
+    import importlib.util
+
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "bench")
+    spec = importlib.util.spec_from_file_location("fsjobstore_bench_charts", os.path.join(bench, "charts.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.write(os.path.join(bench, "last_peers_run.json"), os.path.join(_OUT, "charts"))
+
+
 def generate(app: Any = None) -> None:
     logging.getLogger("fsjobstore").setLevel(logging.WARNING)  # the stores made here say nothing
+    charts()
     _write("cli.md", cli_page())
     _write("exit-codes.md", exit_codes_page())
     _write("exception-tree.md", exception_tree_page())
