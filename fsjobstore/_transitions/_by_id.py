@@ -80,16 +80,19 @@ class ById:
                     self._take_over(loc, job_id, "its holder is gone")  # it sees the request: the job ends cancelled
                 again = self._core.tree.locate(job_id)
                 try:
-                    if again is not None and again.state.is_final:
+                    if again is not None:
+                        # RACE: the holder may commit between that look and the snapshot: judge by
+                        # the state the snapshot read, which is what this call returns.
+                        now = self.snapshot(job_id)
+                        if not now.state.is_final:
+                            return now  # asked: its holder (or recovery) ends it cancelled
                         self._control.clear_cancel(job_id)
-                        if again.state is JobState.CANCELLED:
-                            return self.snapshot(job_id)  # honoured (by the holder, or by our take-over)
+                        if now.state is JobState.CANCELLED:
+                            return now  # honoured (by the holder, or by our take-over)
                         # It ended otherwise, its commit having looked for a request before ours
                         # was made: the request came too late, and the job is not cancelled. Said
                         # as for any job that has ended (a bulk cancel counts it skipped).
-                        raise InvalidState(f"job {job_id} ended {again.state.value} before the cancel reached it")
-                    if again is not None:
-                        return self.snapshot(job_id)
+                        raise InvalidState(f"job {job_id} ended {now.state.value} before the cancel reached it")
                 except JobNotFound:
                     pass
                 # RACE: its holder ended it as the request was made, and that commit removed it
