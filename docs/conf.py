@@ -50,7 +50,7 @@ nitpick_ignore_regex = [
     ("py:class", r"(Duration|Value|JSON|Handler|Hook|OnCompromised|BackoffFn|Interest|Queues|Target)"),
     ("py:.*", r".*\.(__init__|__new__)"),
     # Private bases and helpers a public signature or docstring names.
-    ("py:class", r"(Core|WorkClaimed|NotificationClaimed|Mode|fsjobstore\.schedule\.Periodic)"),
+    ("py:class", r"(Core|WorkClaimed|NotificationClaimed|Mode|fsjobstore\.schedule\.Timing)"),
     ("py:data", r"(ENDINGS|RETRY_AFTER|NAMES)"),
 ]
 

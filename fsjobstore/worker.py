@@ -203,7 +203,7 @@ class Worker:
 
         A hook runs after the outcome is committed (``"started"``: before the handler) and cannot
         change it; one that raises is logged and passed over. Where hooks run (a child process,
-        a thread, the supervisor): see docs/guides/workers.md, "Hooks"."""
+        a thread, the supervisor): see the guide "Handlers and the worker runtime", "Hooks"."""
         if fn is not None:
             self._hooks.add(event, fn)
             return fn

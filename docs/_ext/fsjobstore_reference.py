@@ -53,17 +53,22 @@ def cli_page() -> str:
 
 
 def exit_codes_page() -> str:
-    from fsjobstore._cli import _exit_codes
+    """The table ``fsjobstore --help`` ends with, as a table: one place says what each code means."""
+    import re
 
-    with open(_exit_codes.__file__, encoding="utf-8") as fh:
-        source = fh.read()
-    rows = ["| code | name | meaning |", "|---|---|---|"]
-    for line in source.splitlines():
-        name, sep, rest = line.partition(" = ")
-        if sep and name.isupper() and name.isidentifier():
-            value, _, meaning = rest.partition("#")
-            rows.append(f"| {int(value)} | `{name}` | {meaning.strip()} |")
-    return "\n".join(rows) + "\n"
+    from fsjobstore._cli import build_parser
+
+    epilog = build_parser().epilog or ""
+    lines = epilog.split("exit codes:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    rows: list[list[str]] = []
+    for line in lines:
+        m = re.match(r"  (\d+)\s+(.*)", line)
+        if m:
+            rows.append([m[1], m[2].strip()])
+        elif rows:
+            rows[-1][1] += " " + line.strip()
+    assert rows, "fsjobstore --help lists no exit codes"
+    return "\n".join(["| code | meaning |", "|---|---|", *(f"| {c} | {_cell(t)} |" for c, t in rows)]) + "\n"
 
 
 def exception_tree_page() -> str:

@@ -97,7 +97,7 @@ def _lease_duration(p: argparse.ArgumentParser) -> None:
                    metavar="S",
                    help=f"seconds without heartbeats before another process may take over this one's jobs "
                         f"(default 30, at least {MIN_LEASE:g}; across hosts at least what `fsjobstore verify "
-                        f"--peer` reports, MULTIHOST.md)")
+                        f"--peer` reports: the many-hosts guide)")
 
 
 def load(spec: str) -> Any:

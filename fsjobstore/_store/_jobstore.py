@@ -139,7 +139,8 @@ class JobStore:
         ``timedelta``; 0 removes a job as soon as it is final and its targets have heard) or
         ``"forever"``.
         None (the default) follows the store's default, recorded when it is made: a new store
-        records the ``retain`` it is made with (7 days if None). See docs/guides/operating.md, "Retention".
+        records the ``retain`` it is made with (7 days if None). See the guide "Operating a store
+        for months", "Retention".
     :param clock: monotonic seconds, for leases and timeouts (injectable for tests).
     :param wall_clock: epoch seconds, for ``run_at``/``delay`` and timestamps.
     """
@@ -822,7 +823,7 @@ class JobStore:
         empty, queued or final (one stat per job file: pass False for a periodic pass over a deep
         backlog); each is quarantined, counted in ``lost_to_power_loss`` and named in
         ``lost_ids``; and final jobs an older fsjobstore committed after the upgrade are indexed
-        (``indexed``). Also one bounded retention pass (docs/guides/operating.md, "Retention"), in ``removed``."""
+        (``indexed``). Also one bounded retention pass (the guide "Operating a store for months"), in ``removed``."""
         self._check_open()
         report = recover(self._core, self._hooks, self._notifier, self._control, deep=deep)
         removed = self._background.retention.run_pass().removed  # one bounded pass (its thread does the rest)
