@@ -336,18 +336,19 @@ def test_the_step_cost_bench_takes_each_step_out_in_turn(tmp_path: Path) -> None
 def test_a_quick_peers_run_writes_its_figures_as_json_and_the_charts_are_drawn_from_them(tmp_path: Path) -> None:
     import json
 
-    _bench(str(ROOT / "bench" / "peers.py"), "--quick", "--workloads", "W1,W2", "--peers", "fsjobstore,dirq",
+    # fsjobstore alone: the peers' packages are the bench extra's, which the suite does not install.
+    _bench(str(ROOT / "bench" / "peers.py"), "--quick", "--workloads", "W1,W2", "--peers", "fsjobstore",
            "--dir", str(tmp_path / "run"), "--json", str(tmp_path / "run.json"), cwd=tmp_path)
     doc = json.loads((tmp_path / "run.json").read_text())
     assert doc["run"]["jobs"] == 1000 and doc["run"]["workloads"] == ["W1", "W2"]
     drain = doc["figures"]["W2-drain"]
-    assert set(drain) == {"fsjobstore/1", "fsjobstore/2", "fsjobstore/4", "dirq/1", "dirq/2", "dirq/4"}
+    assert set(drain) == {"fsjobstore/1", "fsjobstore/2", "fsjobstore/4"}
     assert all(rate > 0 for rate in drain.values())
     out = _bench(str(ROOT / "bench" / "charts.py"), str(tmp_path / "run.json"), str(tmp_path / "charts"),
                  cwd=tmp_path)
     assert sorted(os.listdir(tmp_path / "charts")) == ["charts.md", "create.svg", "w2-drain.svg"]
     svg = (tmp_path / "charts" / "w2-drain.svg").read_text()
-    assert svg.count("<rect x=") >= 6 + 2  # a bar per queue and worker count, a legend mark per queue
+    assert svg.count("<rect x=") == 3 + 1  # a bar per worker count, and the legend's mark
     assert f"fsjobstore, 4 workers: {drain['fsjobstore/4']:,.0f} jobs/s" in svg
     assert "python bench/peers.py --quick" in (tmp_path / "charts" / "charts.md").read_text()
     assert "w2-drain.svg" in out
