@@ -356,6 +356,9 @@ def test_every_error_the_arguments_cause_has_the_usage_line_and_names_the_comman
     assert_usage_error(cli("get", root, "x", "--jsn"), "get", "unrecognized arguments: --jsn")  # argparse
     assert_usage_error(cli("get", root), "get", "expected DIR ID")  # the positionals
     assert_usage_error(cli("create", root, "{oops"), "create", "the request is not JSON")  # found after parsing
+    assert_usage_error(cli("create", '{"n": 3}', root), "create",  # the two swapped: the directory is named
+                       f"the request is not JSON: Expecting value: line 1 column 1 (char 0); {root!r} is a "
+                       "directory: DIR comes first, then the request")
     assert_usage_error(cli("pause", root, "a/b"), "pause", "queue 'a/b' is not a queue name")  # by the store
     assert_usage_error(cli("create", root, "1", "--no-fsync"), "create", "durable=False asks for less")
     assert_usage_error(cli("worker", root, "--handler", "json:dumps", "--queue", "a b"), "worker",

@@ -183,7 +183,9 @@ def json_arg(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise UsageError(f"the {what} is not JSON: {exc}") from None
+        # The arguments typed the other way round: DIR where the JSON goes.
+        swapped = f"; {text!r} is a directory: DIR comes first, then the {what}" if os.path.isdir(text) else ""
+        raise UsageError(f"the {what} is not JSON: {exc}{swapped}") from None
 
 
 def init(args: argparse.Namespace) -> int:
