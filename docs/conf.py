@@ -32,6 +32,7 @@ root_doc = "index"
 exclude_patterns = ["_build", "_generated", "screenshots"]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
+smartquotes = False  # "--init" must stay two hyphens, to be copied as an option
 myst_heading_anchors = 4
 
 # The reference documents exactly ``fsjobstore.__all__`` (tests/test_docs.py checks it), in the

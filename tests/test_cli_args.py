@@ -448,3 +448,16 @@ def test_every_option_of_seconds_takes_a_duration_as_the_library_reads_one(tmp_p
     waited = subprocess.run([sys.executable, "-m", "fsjobstore", "wait", root, job_id, "--timeout", "0.3s"],
                             capture_output=True, text=True, timeout=60)
     assert waited.returncode == 5 and waited.stderr.startswith("fsjobstore wait: WaitTimeout: "), waited.stderr
+
+
+def test_positionals_typed_after_options_are_the_commands_in_the_order_typed(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    JobStore(root).close()
+    made = cli("create", root, "--queue", "slow", "--max-attempts", "1", '{"a": 1}')
+    assert made.returncode == 0, made.stderr
+    with JobStore(root) as store:
+        job = store.get(made.stdout.strip())
+        assert (job.queue, job.max_attempts, job.request) == ("slow", 1, {"a": 1})
+    assert_usage_error(cli("create", root, "--queue", "slow", '{"a": 1}', "--bogus"), "create",
+                       "unrecognized arguments: --bogus")
+    assert_usage_error(cli("get", root, "--json", "x", "y"), "get", "expected DIR ID")

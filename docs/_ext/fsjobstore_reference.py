@@ -91,6 +91,20 @@ def _schema_name(schema: dict[str, Any]) -> str:
     return f"`{schema.get('type', 'any')}`"
 
 
+def _bounds(schema: dict[str, Any]) -> str:
+    """A number's or a text's limits, as the document gives them: `` (1 to 1000)``."""
+    low = schema.get("minimum", schema.get("exclusiveMinimum", schema.get("minLength")))
+    high = schema.get("maximum", schema.get("exclusiveMaximum", schema.get("maxLength")))
+    if low is None and high is None:
+        for option in schema.get("anyOf", []):
+            if option.get("type") != "null":
+                return _bounds(option)
+        return ""
+    if low is None:
+        return f" (at most {high})"
+    return f" (at least {low})" if high is None else f" ({low} to {high})"
+
+
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
@@ -121,10 +135,13 @@ def http_page(doc: dict[str, Any]) -> str:
                 out.append(op["description"].strip() + "\n")
             params = op.get("parameters", [])
             if params:
-                out += ["| parameter | in | required | type | description |", "|---|---|---|---|---|"]
+                out += ["| parameter | in | required | type | default | description |", "|---|---|---|---|---|---|"]
                 for p in params:
+                    schema = p.get("schema", {})
+                    default = f"`{json.dumps(schema['default'])}`" if "default" in schema else ""
                     out.append(f"| `{p['name']}` | {p['in']} | {'yes' if p.get('required') else 'no'} | "
-                               f"{_schema_name(p.get('schema', {}))} | {_cell(p.get('description', ''))} |")
+                               f"{_schema_name(schema)}{_bounds(schema)} | {default} | "
+                               f"{_cell(p.get('description', ''))} |")
                 out.append("")
             body = op.get("requestBody", {}).get("content", {})
             for ctype, media in body.items():

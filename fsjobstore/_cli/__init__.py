@@ -99,6 +99,12 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     sub: argparse.ArgumentParser = args.parser
+    if extra:
+        # Positionals typed after options (`create DIR --queue q REQUEST`): argparse took the ones
+        # before the options only. They are the command's, in the order typed; what is left is
+        # an option the command does not have.
+        args.args = [*args.args, *(e for e in extra if not e.startswith("-"))]
+        extra = [e for e in extra if e.startswith("-")]
     if extra:  # argparse would blame the top-level parser: show the usage of the command that was typed
         sub.error(f"unrecognized arguments: {' '.join(extra)}")
     bind(args, sub)

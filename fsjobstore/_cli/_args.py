@@ -48,7 +48,8 @@ EXIT_CODES = f"""exit codes:
        init or create --init was pointed at a file, a directory that holds other files, or
        a path among another store's own directories
   {TIMED_OUT}    wait: the job did not end within --timeout
-  {INTERRUPTED}  interrupted (Ctrl-C); `status --watch`, which Ctrl-C is the way to end, exits 0
+  {INTERRUPTED}  interrupted (Ctrl-C); the commands that run until stopped (worker, notify,
+       scheduler, web, status --watch) stop cleanly on it and exit 0
 """
 
 Handler = Callable[[argparse.Namespace], int]

@@ -195,7 +195,9 @@ def list_jobs(c: Ctx, state: State | None = None, queue: str | None = None,
               search: Annotated[str | None, Query(max_length=1000)] = None) -> Response:
     """A page of jobs (``JobStore.jobs``): active, pending in run order, scheduled, then final ones
     newest first; ``after`` is the previous page's ``next``. ``search``: a job's id, or text looked
-    for in ids and requests (at most 5,000 jobs a page; ``scanned`` says how many)."""
+    for in ids and requests (at most 5,000 jobs a page; ``scanned`` says how many). Each job is
+    its file alone: its ``logs``, ``progress`` and ``waiting`` are empty here (``GET
+    /api/jobs/{job_id}`` has them)."""
     jobs, nxt, scanned = search_page(c.store, state=state, queue=queue, limit=limit, after=after, search=search)
     return _json({"jobs": [_out(j) for j in jobs], "next": nxt, "scanned": scanned})
 
