@@ -81,13 +81,13 @@ def add(subparsers: Any) -> None:
                       help="when it may run: an ISO-8601 time with its timezone (2026-12-01T09:30:00+01:00, "
                            "or ...Z for UTC; a time without one is refused) or epoch seconds")
     p.add_argument("--max-attempts", type=number(low=1, high=1_000_000, integer=True), default=None, metavar="N",
-                   help="attempts before it fails for good, 1 to 1000000 (default: the store's)")
+                   help="attempts before it fails for good, 1 to 1000000 (default 3)")
     p.add_argument("--id", dest="job_id", default=None, help="choose the job id (an unused one)")
     p.add_argument("--timeout", type=time_limit, default=None, metavar="AGE",
-                   help="how long one attempt may run: 90s, 15m, 1h or plain seconds (default: the store's)")
+                   help="how long one attempt may run: 90s, 15m, 1h or plain seconds (default: no limit)")
     p.add_argument("--retain", type=retention, default=None, metavar="AGE",
                    help="how long this job is kept once finished: 90s, 15m, 12h, 7d, 2w, plain seconds, 0 (as "
-                        "soon as it is final) or forever (default: the store's)")
+                        "soon as it is final) or forever (default: the store's, recorded when it was made)")
     p.add_argument("--notify", action="append", default=[], metavar="TARGET",
                    help="a JSON target to deliver the result to (repeat it); `fsjobstore notify` delivers")
     p.add_argument("--unique-key", default=None, metavar="KEY",
