@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -210,12 +211,13 @@ class Deps:
         return True
 
     def _unlink_entries(self, child: str, parents: Iterable[str] | None, older_than: float | None = None) -> None:
+        """Unlink the ``deps/`` entries naming ``child``: under ``parents``, or (None) under every
+        parent that has one, only those made more than ``older_than`` seconds ago if given."""
         lay = self._core.layout
         if parents is None:  # not deferred any more: whatever entries name it are stale
-            parents = [p for p in fs.scan_names(lay.deps) if DEP_RE.match(p) and _entry_left(lay.dep_path(p, child))]
-        if older_than is not None:
-            now = self._core.wall()
-            parents = [p for p in parents if _entry_age(lay.dep_path(p, child), now) > older_than]
+            oldest = math.inf if older_than is None else self._core.wall() - older_than
+            made = {p: _entry_made(lay.dep_path(p, child)) for p in fs.scan_names(lay.deps) if DEP_RE.match(p)}
+            parents = [p for p, at in made.items() if at is not None and at < oldest]
         for parent in parents:
             fs.unlink(lay.dep_path(parent, child))
             with contextlib.suppress(OSError):
@@ -246,21 +248,16 @@ class Deps:
         return resolved
 
 
-def _entry_age(path: str, now: float) -> float:
-    """Seconds since the entry at ``path`` was made (0 if it is gone)."""
+def _entry_made(path: str) -> float | None:
+    """When the ``deps/<parent>/<child>`` entry at ``path`` was made (its mtime), or None if it is
+    not there. ESTALE (past lstat's own retries): its parent's directory was removed on another
+    host (seen on the GlusterFS bed, where it killed a worker): no entry is left there. Only here:
+    elsewhere a stale answer is no proof of absence."""
     try:
-        return now - sc.lstat(path).st_mtime
-    except OSError:
-        return 0.0
-
-
-def _entry_left(path: str) -> bool:
-    """Whether a ``deps/<parent>/<child>`` entry is there. ESTALE (past lstat's own retries): its
-    parent's directory was removed on another host (seen on the GlusterFS bed, where it killed a
-    worker): no entry is left there. Only here: elsewhere a stale answer is no proof of absence."""
-    try:
-        return sc.lexists(path)
+        return sc.lstat(path).st_mtime
+    except (FileNotFoundError, NotADirectoryError):
+        return None
     except OSError as exc:
-        if exc.errno != errno.ESTALE:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ESTALE):
             raise
-        return False
+        return None
