@@ -1,6 +1,19 @@
-"""How bench/peers.py prints: markdown tables and ratios (shared by its workload modules)."""
+"""How the benches print: markdown tables and ratios (bench/peers.py and its workload modules),
+and the commit a run measured (every bench that names it)."""
 
 from __future__ import annotations
+
+import subprocess
+
+
+def commit(where: str) -> str | None:
+    """The short commit of the git checkout holding the directory ``where``; None outside git."""
+    try:
+        done = subprocess.run(["git", "-C", where, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None
 
 
 def table(title: str, header: list[str], rows: list[list[str]]) -> str:

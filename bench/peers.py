@@ -40,7 +40,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _raw
 import _runtime_cells
 from _adapters import ADAPTERS, Adapter, fill, has_durable_mode, take_until_idle, tally
-from _report import checks, ratio, table
+from _report import checks, commit, ratio, table
+
+import fsjobstore
 
 CTX = mp.get_context("fork")
 WORKLOADS = ("RAW", "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8")
@@ -409,8 +411,9 @@ def main() -> None:
 
     emit(verdicts(figures, peers, depths, mem))
     if args.json:
+        measured = commit(os.path.dirname(fsjobstore.__file__))  # the fsjobstore this run imported
         write_json(args.json, figures, {
-            "started": started, "finished": time.strftime("%Y-%m-%d %H:%M"), "commit": _commit(),
+            "started": started, "finished": time.strftime("%Y-%m-%d %H:%M"), "commit": measured,
             "cores": os.cpu_count(), "jobs": n, "repeat": run.repeat, "workloads": sorted(work),
             "peers": list(peers), "dir": base, "command": " ".join(["python", "bench/peers.py", *sys.argv[1:]])})
     if args.dir is None:
@@ -432,20 +435,6 @@ def write_json(path: str, figures: dict[str, Any], run: dict[str, Any]) -> None:
     with open(path, "w") as fh:
         json.dump({"run": run, "figures": _jsonable(figures)}, fh, indent=1, sort_keys=True)
         fh.write("\n")
-
-
-def _commit() -> str | None:
-    """The commit of the fsjobstore measured (its checkout's HEAD), if it is in git."""
-    import subprocess
-
-    import fsjobstore
-
-    try:
-        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(fsjobstore.__file__), timeout=10)
-    except OSError:
-        return None
-    return done.stdout.strip() or None
 
 
 def _mk(d: str) -> str:

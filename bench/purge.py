@@ -25,6 +25,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _report import commit
 
 from fsjobstore import JobStore
 
@@ -140,17 +143,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="drain alone / beside a purge, in turn")
     parser.add_argument("--no-logs", action="store_true", help="jobs that wrote no log line (no runs/<id>/)")
     args = parser.parse_args()
+    measured = commit(os.path.dirname(os.path.abspath(__file__))) or "?"
     print(f"fsjobstore purge bench: {args.finished} finished, {args.pending} pending, durable={args.durable}, "
-          f"logs={not args.no_logs}, commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M')}")
+          f"logs={not args.no_logs}, commit {measured}, {time.strftime('%Y-%m-%d %H:%M')}")
     run(args.finished, args.pending, args.durable, not args.no_logs, args.rounds)
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "?"
-    except OSError:
-        return "?"
 
 
 if __name__ == "__main__":

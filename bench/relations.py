@@ -50,12 +50,16 @@ import argparse
 import logging
 import os
 import statistics
-import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _report import commit
 
 from fsjobstore import JobState, JobStore
 from fsjobstore.worker import Worker
@@ -182,14 +186,6 @@ def spread(ratios: list[float]) -> str:
     return f"rounds {min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else "1 round"
 
 
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short",
-                               "HEAD"], capture_output=True, text=True).stdout.strip() or "?"
-    except OSError:
-        return "?"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--creates", type=int, default=1000, help="creates per round for each unique-key variant")
@@ -211,7 +207,8 @@ def main() -> None:
     durable = not args.no_fsync
     logging.getLogger("fsjobstore").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="fsjs-bench-relations-", dir=args.dir) as base:
-        print(f"fsjobstore relations bench at {commit()}, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} "
+        measured = commit(os.path.dirname(os.path.abspath(__file__))) or "?"
+        print(f"fsjobstore relations bench at {measured}, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} "
               f"cores, load {os.getloadavg()[0]:.2f}; durable={durable}, median of {args.rounds} rounds, "
               f"scratch {base}", flush=True)
         n, p = args.creates, args.payload

@@ -63,6 +63,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _report import commit
+
 from fsjobstore import JobStore, WorkLease
 
 QUEUES = ("default", "email", "images", "reports")
@@ -448,10 +452,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.jobs, args.rounds, args.requests, args.creates = 400, 1, 3, 40
-    commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short",
-                             "HEAD"], capture_output=True, text=True).stdout.strip() or "?"
+    measured = commit(os.path.dirname(os.path.abspath(__file__))) or "?"
     with tempfile.TemporaryDirectory(prefix="fsjobstore-web-", dir=args.dir) as scratch:
-        print(f"fsjobstore web bench at {commit}, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
+        print(f"fsjobstore web bench at {measured}, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
               f"load {os.getloadavg()[0]:.2f}; scratch {scratch}", flush=True)
         pages = pages_part(args, scratch) if args.only != "creates" else []
         creates = creates_part(args, scratch) if args.only != "pages" else None
