@@ -5,7 +5,8 @@
 A page is a series of fenced blocks. A ``{code-block}`` with a ``:caption:`` is a file to save
 (``tasks.py``; ``tasks.py (append)`` appends to it); a ``bash`` block is typed into one shell
 session, so ``cd`` and an activated virtualenv carry over. A command whose line ends in
-``# serves until Ctrl-C`` is started in the background, its page fetched once it serves, and
+``# serves until Ctrl-C`` is started in the background, its page and style fetched once it
+serves (from an installed wheel: the templates and static files the package ships), and
 stopped. With ``--wheel``, the page's ``pip install ".[extra]"`` installs that wheel instead
 (the page is run where its reader would be, not in the repository); without it, install lines
 are left out and the current environment's fsjobstore is used (the test suite's way).
@@ -83,7 +84,9 @@ def _shell_line(line: str, wheel: str | None) -> str:
                 "url=$(sed -n 's/.* at \\(http[^ ]*\\).*/\\1/p' serve.out)\n"
                 'python -c "import sys, urllib.request as u; '
                 "page = u.urlopen(sys.argv[1], timeout=10).read().decode(); "
-                "sys.exit(0 if '<h2>Queues</h2>' in page else 'the dashboard did not serve its page')\" \"$url\"\n"
+                "css = u.urlopen(sys.argv[1] + 'static/app.css', timeout=10).read().decode(); "
+                "sys.exit(0 if '<h2>Queues</h2>' in page and ':root' in css "
+                "else 'the dashboard did not serve its page and style')\" \"$url\"\n"
                 'kill "$served"; wait "$served" || true')
     if "python3 -m venv" in line or "pip install" in line:
         if wheel is None:

@@ -56,12 +56,10 @@ def exit_codes_page() -> str:
     """The table ``fsjobstore --help`` ends with, as a table: one place says what each code means."""
     import re
 
-    from fsjobstore._cli import build_parser
+    from fsjobstore._cli._args import EXIT_CODES
 
-    epilog = build_parser().epilog or ""
-    lines = epilog.split("exit codes:\n", 1)[1].split("\n\n", 1)[0].splitlines()
     rows: list[list[str]] = []
-    for line in lines:
+    for line in EXIT_CODES.splitlines()[1:]:  # after its "exit codes:" line
         m = re.match(r"  (\d+)\s+(.*)", line)
         if m:
             rows.append([m[1], m[2].strip()])
@@ -186,9 +184,7 @@ def generate(app: Any = None) -> None:
     _write("cli.md", cli_page())
     _write("exit-codes.md", exit_codes_page())
     _write("exception-tree.md", exception_tree_page())
-    doc = openapi()
-    _write("http.md", http_page(doc))
-    _write("openapi.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    _write("http.md", http_page(openapi()))
 
 
 def setup(app: Any) -> dict[str, Any]:
