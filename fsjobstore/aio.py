@@ -210,6 +210,9 @@ class AsyncJobStore:
     async def fulfill(self, job_id: str, value: Any) -> None:
         await self.run(self.store.fulfill, job_id, value)
 
+    async def fail(self, job_id: str, error: BaseException | str) -> None:
+        await self.run(self.store.fail, job_id, error)
+
     async def queue(self, job_id: str, target: Any) -> None:
         await self.run(self.store.queue, job_id, target)
 

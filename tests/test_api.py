@@ -321,6 +321,30 @@ def test_fulfill_by_id_resolves_a_pending_job(store: JobStore) -> None:
     assert store.pull_work() is None
 
 
+def test_fail_by_id_ends_a_waiting_job_failed_for_good_and_counts_it(store: JobStore) -> None:
+    job = store.create("x", max_attempts=5)
+    later = store.create("y", delay=3600)
+    store.fail(job.id, ValueError("failed elsewhere"))
+    store.fail(later.id, "gave up")
+    failed = store.get(job.id)
+    assert failed.state is JobState.FAILED and failed.error == "ValueError: failed elsewhere"
+    assert store.get(later.id).error == "gave up"
+    assert store.pull_work() is None  # never retried, whatever its max_attempts
+    assert store.counters().queues["default"].failed == 2
+    with pytest.raises(InvalidState, match="already failed"):
+        store.fail(job.id, "again")
+    with pytest.raises(InvalidRequest, match="must be a str or an exception"):
+        store.fail(store.create("z").id, 42)  # type: ignore[arg-type]
+
+
+def test_fail_by_id_refuses_a_job_a_live_worker_holds(open_store: Callable[..., JobStore]) -> None:
+    worker, other = open_store(), open_store()
+    job = worker.create("x")
+    assert worker.pull_work() is not None
+    with pytest.raises(InvalidState, match="live worker"):
+        other.fail(job.id, "no")
+
+
 def test_fulfill_by_id_refuses_a_job_a_live_worker_holds(open_store: Callable[..., JobStore]) -> None:
     worker, other = open_store(), open_store()
     job = worker.create("x")

@@ -367,6 +367,16 @@ class JobStore:
         check_job_id(job_id)
         self._direct.fulfill(job_id, result_value(value, self.max_value_bytes))
 
+    def fail(self, job_id: str, error: BaseException | str) -> None:
+        """Fail a job for good without holding its lease (for jobs whose work failed elsewhere):
+        it ends ``failed`` with ``error`` (an exception is kept as its type and message), counted
+        as a failed attempt, with no retry. Raises as :meth:`fulfill` does."""
+        self._check_open()
+        check_job_id(job_id)
+        if not isinstance(error, (str, BaseException)):
+            raise InvalidRequest(f"error must be a str or an exception, not {type(error).__name__}")
+        self._direct.fail(job_id, error if isinstance(error, str) else f"{type(error).__name__}: {error}")
+
     def get(self, job_id: str) -> Job:
         """A snapshot of the job (state, request, value or error, attempts, waiting targets)."""
         self._check_open()

@@ -1,4 +1,4 @@
-"""Operations on a job named by its id, from any process: fulfil it, cancel it, retry it.
+"""Operations on a job named by its id, from any process: fulfil or fail it, cancel it, retry it.
 
 Each one claims the job the way a worker does (a rename into ``jobs/active/`` under a token of
 ours), so it races safely with workers and recoverers, then commits through ``_work`` like any
@@ -39,7 +39,14 @@ class ById:
         self._hooks = hooks
 
     def fulfill(self, job_id: str, value: Any) -> None:
-        """Fulfil a job by id (JobStore.fulfill)."""
+        """Fulfil a job by id (JobStore.fulfill): no attempt of this store's is counted."""
+        self._resolve(job_id, "resolve", value)
+
+    def fail(self, job_id: str, error: str) -> None:
+        """Fail a job by id for good (JobStore.fail): counted as its one failed attempt."""
+        self._resolve(job_id, "fail", error)
+
+    def _resolve(self, job_id: str, kind: str, payload: Any) -> None:
         for _ in range(20):
             loc = self._core.tree.require(job_id)
             if loc.state.is_final:
@@ -47,13 +54,13 @@ class ById:
             if loc.state is JobState.ACTIVE:
                 if self._holder_alive(loc):
                     raise InvalidState(f"job {job_id} is leased by a live worker")
-                self._take_over(loc, job_id, "its holder is gone (taken over to fulfil it by id)")
+                self._take_over(loc, job_id, "its holder is gone (taken over to resolve it by id)")
                 continue
             claim = self._claim(loc, job_id)
             if claim is None:
                 continue
             try:
-                self._work.commit(claim, "resolve", value, False, None)  # not an attempt
+                self._work.commit(claim, kind, payload, False, None)
             except StorageError:
                 if not claim.finished:  # nobody else holds this claim: give the job back
                     with contextlib.suppress(JobStoreError):
