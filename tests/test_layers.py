@@ -3,10 +3,10 @@
 The store is built in layers, each a package importing only those beneath it (``LAYERS``, from the
 bottom): the OS door, the format, the core of an open store, the transitions, the features that
 relate jobs, the store users hold. The runtime (``fsjobstore.worker``, ``fsjobstore._runtime``,
-``fsjobstore.schedule``), asyncio (``fsjobstore.aio``), the command line (``fsjobstore._cli``) and the
-web layer are built on the public API only, as a user's code would be; the public API is exactly
-``fsjobstore.__all__``; no module imports another that imports it back; no module of machinery grows
-past what one sitting can read.
+``fsjobstore.schedule``), asyncio (``fsjobstore.aio``), the command line (``fsjobstore._cli``), the
+web layer and the plug-ins for other projects (``fsjobstore.contrib``) are built on the public API
+only, as a user's code would be; the public API is exactly ``fsjobstore.__all__``; no module
+imports another that imports it back; no module of machinery grows past what one sitting can read.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import fsjobstore
 
 PACKAGE = Path(fsjobstore.__file__).parent
 # The layers above the store: theirs to import from each other.
-UPPER = ("worker", "aio", "schedule", "web", "_runtime", "_cli")
+UPPER = ("worker", "aio", "schedule", "web", "_runtime", "_cli", "contrib")
 # The store's layers, from the bottom: each may import only itself and those before it.
 LAYERS = ("_errors", "_os", "_format", "_core", "_transitions", "_relations", "_store")
 # A facade may be long (its public methods, each short): the one stated exception to the size rule.
@@ -53,7 +53,7 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
 
 def upper_layer_files() -> list[Path]:
     files = [PACKAGE / "worker.py", PACKAGE / "aio.py", PACKAGE / "schedule.py"]
-    for sub in ("_runtime", "_cli", "web"):
+    for sub in ("_runtime", "_cli", "web", "contrib"):
         files += sorted((PACKAGE / sub).glob("*.py"))
     return files
 
