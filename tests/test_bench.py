@@ -352,3 +352,16 @@ def test_a_quick_peers_run_writes_its_figures_as_json_and_the_charts_are_drawn_f
     assert f"fsjobstore, 4 workers: {drain['fsjobstore/4']:,.0f} jobs/s" in svg
     assert "python bench/peers.py --quick" in (tmp_path / "charts" / "charts.md").read_text()
     assert "w2-drain.svg" in out
+
+
+def test_the_celery_benchmark_runs_each_transport_and_runs_every_task_once(tmp_path: Path) -> None:
+    import json
+
+    # Redis left out: its server is not among the suite's dependencies.
+    out = _bench(str(ROOT / "bench" / "celery_peers.py"), "--quick", "--transports", "fsjobstore,filesystem",
+                 "--dir", str(tmp_path / "run"), "--json", str(tmp_path / "run.json"), cwd=tmp_path)
+    cells = json.loads((tmp_path / "run.json").read_text())["cells"]
+    assert set(cells) == {"fsjobstore", "filesystem"}
+    assert all((c["duplicates"], c["lost"]) == (0, 0) and c["rate"] > 0 for cs in cells.values() for c in cs), cells
+    assert cells["fsjobstore"][0]["p50_ms"] > 0 and "p50_ms" not in cells["filesystem"][0]
+    assert "| fsjobstore " in out and os.listdir(tmp_path / "run") == []  # the table, and no cell left
