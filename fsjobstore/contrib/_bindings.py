@@ -6,17 +6,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import threading
 import time
 from typing import Any
 
 from fsjobstore import JobStore, JobStoreError
 
-from ._contrib_files import contrib_dir, read_file, write_file
+from ._contrib_files import ContribDir
 from ._stores import queue_name
 
 _BINDING_CAP = 64 * 1024  # a binding file is a few hundred bytes; anything bigger is not ours
+_TYPES = frozenset({"direct", "topic", "fanout"})  # the exchange types the transport routes
+_SKEW = 5.0  # seconds a touch may seem to come from the future (another host's clock)
 LIVE_FOR = 60.0  # seconds a live binding (of an auto-delete queue) lasts without its consumer's touch
 TOUCH_EVERY = LIVE_FOR / 4
 
@@ -33,35 +34,35 @@ class Bindings:
 
     def __init__(self, store: JobStore) -> None:
         self._store = store
-        self._dir = os.path.join(store.path, "contrib", "kombu", "bindings")
+        self._dir = ContribDir(store, "kombu", "bindings")
         self._seen: tuple[int, int] | None = None
         self._all: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
-    def _file(self, exchange: str, routing_key: str, queue: str) -> str:
-        digest = hashlib.sha256(json.dumps([exchange, routing_key, queue]).encode()).hexdigest()[:32]
-        return os.path.join(self._dir, f"{digest}.json")
+    @staticmethod
+    def _name(exchange: str, routing_key: str, queue: str) -> str:
+        return hashlib.sha256(json.dumps([exchange, routing_key, queue]).encode()).hexdigest()[:32] + ".json"
 
     def add(self, exchange: str, kind: str, routing_key: str, pattern: str, queue: str, *, live: bool) -> None:
-        contrib_dir(self._store, "kombu", "bindings")
+        name = self._name(exchange, routing_key, queue)
+        if live and any(not b["live"] for b in self.all() if self._name(b["exchange"], b["routing_key"],
+                                                                          b["queue"]) == name):
+            live = False  # declared durable first: an auto-delete declaration does not make it mortal
         doc = json.dumps({"exchange": exchange, "type": kind, "routing_key": routing_key, "pattern": pattern,
                           "queue": queue, "live": live}).encode()
         # RACE: two binders of the same binding write the same text; either rename wins.
-        write_file(self._store, self._file(exchange, routing_key, queue), doc, fsync=True)
+        self._dir.write(name, doc, fsync=True)
 
     def touch(self, queues: set[str]) -> None:
         """A consumer of ``queues`` is alive: renew their live bindings (making again any that
         were taken for dead while this process was stopped)."""
         for b in self.all():
-            if b["live"] and b["queue"] in queues:
-                try:
-                    os.utime(self._file(b["exchange"], b["routing_key"], b["queue"]))
-                except FileNotFoundError:
-                    self.add(b["exchange"], b["type"], b["routing_key"], b["pattern"], b["queue"], live=True)
+            if b["live"] and b["queue"] in queues and not self._dir.touch(self._name(b["exchange"], b["routing_key"],
+                                                                                      b["queue"])):
+                self.add(b["exchange"], b["type"], b["routing_key"], b["pattern"], b["queue"], live=True)
 
     def remove(self, exchange: str, routing_key: str, queue: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._file(exchange, routing_key, queue))
+        self._dir.unlink(self._name(exchange, routing_key, queue))
 
     def remove_queue(self, queue: str) -> None:
         for b in self.all():
@@ -69,50 +70,49 @@ class Bindings:
                 self.remove(b["exchange"], b["routing_key"], queue)
 
     def all(self) -> list[dict[str, Any]]:
-        try:
-            st = os.stat(self._dir)
-        except FileNotFoundError:
-            return []
         with self._lock:
-            if self._seen == (st.st_mtime_ns, st.st_ino):
+            key, names = self._dir.listing(self._seen)
+            if names is None:
                 return self._all
-            found = []
-            for name in os.listdir(self._dir):
-                if name.endswith(".json") and (doc := self._read(os.path.join(self._dir, name))) is not None:
-                    found.append(doc)
-            # RACE: a binding made between the stat and the listing is read now and read again next
-            # time (the mtime moved on); one made after the listing moves the mtime too.
-            self._seen, self._all = (st.st_mtime_ns, st.st_ino), found
+            found = [doc for name in names if name.endswith(".json") and not name.startswith(".")
+                     if (doc := self._read(name)) is not None]
+            # RACE: a binding made between the listing's stat and its names is read now and read
+            # again next time (the mtime moved on); one made after them moves the mtime too.
+            self._seen, self._all = key, found
             return found
 
-    @staticmethod
-    def _read(path: str) -> dict[str, Any] | None:
+    def _read(self, name: str) -> dict[str, Any] | None:
         """One binding, or None for anything that is not one (a planted link, FIFO or junk)."""
-        data = read_file(path, _BINDING_CAP)
+        data = self._dir.read(name, _BINDING_CAP)
         try:
             doc = json.loads(data) if data is not None else None
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         keys = ("exchange", "type", "routing_key", "pattern", "queue")
         if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) for k in keys):
+            return None
+        if doc["type"] not in _TYPES:
             return None
         return {**{k: doc[k] for k in keys}, "live": doc.get("live") is True}
 
     def _alive(self, b: dict[str, Any]) -> bool:
         if not b["live"]:
             return True
-        path = self._file(b["exchange"], b["routing_key"], b["queue"])
-        try:
-            fresh = time.time() - os.stat(path).st_mtime < LIVE_FOR
-        except FileNotFoundError:
+        touched = self._dir.mtime(self._name(b["exchange"], b["routing_key"], b["queue"]))
+        if touched is None:
             return False
+        age = time.time() - touched
+        fresh = -_SKEW <= age < LIVE_FOR  # a touch far in the future is no consumer's: stale too
         if not fresh:
             # RACE: its consumer may touch it between the stat and the unlink; it then makes the
             # binding again at its next touch, and what was published meanwhile went nowhere, as it
             # would while a consumer that was not there was missed.
             self.remove(b["exchange"], b["routing_key"], b["queue"])
-            with contextlib.suppress(JobStoreError):
-                self._store.purge(states=("pending", "scheduled"), queue=queue_name(b["queue"]))
+            others = [o for o in self.all() if o["queue"] == b["queue"] and o is not b
+                      and (not o["live"] or o["exchange"] != b["exchange"] or o["routing_key"] != b["routing_key"])]
+            if not others:  # its last binding: the queue goes, with what waits in it, as AMQP's would
+                with contextlib.suppress(JobStoreError):
+                    self._store.purge(states=("pending", "scheduled"), queue=queue_name(b["queue"]))
         return fresh
 
     def table(self, exchange: str) -> list[tuple[str, str, str]]:

@@ -18,7 +18,7 @@ def queue_name(name: str, *, limit: int = 64) -> str:
     """The store's queue name (or job id, with ``limit=128``) for a kombu queue name: letters,
     digits and ``-`` kept, ``_`` doubled, any other byte ``_`` and two hex digits, so two kombu
     names never share one (``celery@host.celery.pidbox`` -> ``celery_40host_2ecelery_2epidbox``).
-    A name longer than ``limit`` keeps its start and ends in a hash of the whole."""
+    A name that would be ``limit`` or longer keeps its start and ends in a hash of the whole."""
     out = []
     for i, ch in enumerate(name):
         if ch in _KEEP and not (i == 0 and ch == "-"):
@@ -28,7 +28,9 @@ def queue_name(name: str, *, limit: int = 64) -> str:
         else:
             out.extend(f"_{b:02x}" for b in ch.encode("utf-8"))
     text = "".join(out) or "_"
-    if len(text) > limit:
+    # An escaped name is shorter than ``limit``; a longer one is cut to exactly ``limit``, so a cut
+    # name never equals an escaped one (a name crafted to look cut is escaped, and stays shorter).
+    if len(text) >= limit:
         digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         text = f"{text[:limit - 17]}-{digest}"
     return text

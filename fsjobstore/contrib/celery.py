@@ -25,21 +25,21 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import select
 import threading
 import time
+import weakref
 from typing import Any
 
 from celery import states
 from celery.backends.base import BaseBackend
-from celery.exceptions import ImproperlyConfigured
+from celery.exceptions import ImproperlyConfigured, TaskRevokedError
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import result_from_tuple
 
 from fsjobstore import InvalidRequest, InvalidState, JobExists, JobNotFound, JobState, JobStoreError
 
-from ._contrib_files import contrib_dir, read_file, write_file
+from ._contrib_files import ContribDir
 from ._stores import queue_name, store_for, store_path
 from .kombu import Transport, warn_unknown_options
 
@@ -48,6 +48,15 @@ __all__ = ["FSJobStoreBackend", "RESULTS_QUEUE"]
 RESULTS_QUEUE = "celery-results"
 _FAR = 10 * 365 * 86400.0  # a result job waits this long (never) between its create and its fulfil
 _STATE_CAP = 16 * 1024 * 1024
+
+
+class _ThreadWakeups:
+    """One thread's wake-ups, closed when the thread's locals drop it."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.wakeups = store.wakeups("done")
+        weakref.finalize(self, self.wakeups.close)
 
 
 def _carried(value: Any) -> dict[str, Any]:
@@ -104,8 +113,11 @@ class FSJobStoreBackend(BaseBackend):  # type: ignore[misc]
     def _id(task_id: Any) -> str:
         return queue_name(str(task_id), limit=128)
 
-    def _state_file(self, task_id: Any) -> str:
-        return os.path.join(self.store.path, "contrib", "celery", "states", f"{self._id(task_id)}.json")
+    def _states(self) -> ContribDir:
+        return ContribDir(self.store, "celery", "states")
+
+    def _state_name(self, task_id: Any) -> str:
+        return f"{self._id(task_id)}.json"
 
     def _value(self, meta: dict[str, Any]) -> Any:
         encoded = self.encode(meta)
@@ -131,8 +143,7 @@ class FSJobStoreBackend(BaseBackend):  # type: ignore[misc]
                 self._final(self._id(task_id), about, meta, revoked=True)
             else:
                 self._final(self._id(task_id), about, meta)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._state_file(task_id))
+            self._states().unlink(self._state_name(task_id))
         else:
             self._write_state(task_id, meta)
         return result
@@ -168,11 +179,10 @@ class FSJobStoreBackend(BaseBackend):  # type: ignore[misc]
                 store.fail(job_id, error or "failed")
 
     def _write_state(self, task_id: Any, meta: dict[str, Any]) -> None:
-        contrib_dir(self.store, "celery", "states")
         data = self.encode(meta)
         # Not fsynced: a state before the end is a hint, and the final result is what is kept.
-        write_file(self.store, self._state_file(task_id), data if isinstance(data, bytes) else data.encode(),
-                   fsync=False)
+        self._states().write(self._state_name(task_id), data if isinstance(data, bytes) else data.encode(),
+                             fsync=False)
 
     # -- reading -------------------------------------------------------------------------------------
     def _get_task_meta_for(self, task_id: Any) -> dict[str, Any]:
@@ -182,18 +192,32 @@ class FSJobStoreBackend(BaseBackend):  # type: ignore[misc]
             job = None
         if job is not None and job.state is JobState.FULFILLED:
             return self._meta(job.value)
-        if job is not None and job.state.is_final and (carried := _carried_back(job.request)) is not None:
-            return self._meta(carried)
+        if job is not None and job.state.is_final:
+            carried = _carried_back(job.request)
+            if carried is not None:
+                return self._meta(carried)
+            # RACE: a success and a failure of one task stored at once (a task run twice): the
+            # success made the job, without a failure's record, and the failure ended it first.
+            # Its state and error stand for the record: never PENDING for a task that has ended.
+            if job.state is JobState.CANCELLED:
+                return {"status": states.REVOKED, "result": TaskRevokedError(job.error or "revoked"),
+                        "traceback": None, "task_id": str(task_id)}
+            return {"status": states.FAILURE, "result": Exception(job.error or "failed"), "traceback": job.error,
+                    "task_id": str(task_id)}
         data = self._read_state(task_id)
         if data is not None:
             try:
-                return self.decode_result(data)  # type: ignore[no-any-return]
+                meta = self.decode_result(data)
             except Exception:
-                pass  # a planted or torn file: say nothing rather than something wrong
+                meta = None  # a planted or torn file: say nothing rather than something wrong
+            # Only a state before the end is ever kept in a file: a final one there is planted.
+            if isinstance(meta, dict) and isinstance(meta.get("status"), str) \
+                    and meta["status"] not in states.READY_STATES:
+                return meta
         return {"status": states.PENDING, "result": None}
 
     def _read_state(self, task_id: Any) -> bytes | None:
-        return read_file(self._state_file(task_id), _STATE_CAP)
+        return self._states().read(self._state_name(task_id), _STATE_CAP)
 
     def _save_group(self, group_id: Any, result: Any) -> Any:
         self._final(self._id(group_id), {"celery": "group", "group_id": str(group_id)}, {"result": result.as_tuple()})
@@ -215,31 +239,30 @@ class FSJobStoreBackend(BaseBackend):  # type: ignore[misc]
         """A group's record stays until retention removes it (the store removes jobs by age)."""
 
     def _forget(self, task_id: Any) -> None:
-        """Forgets what this process cached; the stored result stays until retention removes it."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._state_file(task_id))
+        """Forgets a state before the end; a final result stays until retention removes it."""
+        self._states().unlink(self._state_name(task_id))
 
     def cleanup(self) -> None:
         """Celery beat's daily ``celery.backend_cleanup``: retention removes final results by
         itself; this removes states files of tasks that never ended, older than ``result_expires``."""
-        folder = os.path.join(self.store.path, "contrib", "celery", "states")
+        states_dir = self._states()
         limit = time.time() - (self.expires or 86400.0)
-        with contextlib.suppress(FileNotFoundError):
-            for entry in os.scandir(folder):
-                with contextlib.suppress(OSError):
-                    if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < limit:
-                        os.unlink(entry.path)
+        for name in states_dir.listing(None)[1] or []:
+            touched = states_dir.mtime(name)
+            if touched is not None and touched < limit:
+                states_dir.unlink(name)
 
     # -- waiting -------------------------------------------------------------------------------------
     def _done_wakeups(self) -> Any:
         """This thread's wake-ups for final jobs, kept from one wait to the next: closing an inotify
         descriptor waits out an RCU grace period in the kernel (8 ms on a 250 Hz kernel), which
-        one made and closed per ``get()`` added to every round trip."""
+        one made and closed per ``get()`` added to every round trip. Closed when the thread ends
+        (its holder goes with the thread's locals), so threads that come and go leak none."""
         store = self.store
-        local = self._local
-        if getattr(local, "store", None) is not store:  # the first wait, or a new process's store
-            local.wakeups, local.store = store.wakeups("done"), store
-        return local.wakeups
+        holder = getattr(self._local, "holder", None)
+        if holder is None or holder.store is not store:  # the first wait, or a new process's store
+            holder = self._local.holder = _ThreadWakeups(store)
+        return holder.wakeups
 
     def wait_for(self, task_id: Any, timeout: float | None = None, interval: float = 0.5, no_ack: bool = True,
                  on_interval: Any = None) -> dict[str, Any]:

@@ -30,7 +30,9 @@ import base64
 import contextlib
 import json
 import logging
+import os
 import select
+import socket
 import threading
 import time
 from queue import Empty
@@ -73,7 +75,7 @@ def _to_request(message: dict[str, Any]) -> dict[str, Any]:
         try:
             body = json.loads(base64.b64decode(doc["body"]).decode("utf-8"))
             json.dumps(body, allow_nan=False)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON text, not strict JSON, or nested past Python's stack
             body = None
         if body is not None and _depth(body) + 2 <= fsjobstore.MAX_NESTING:
             doc["body"] = body
@@ -104,10 +106,18 @@ def is_message(request: Any) -> bool:
 
 
 def _from_request(request: dict[str, Any], token: str, redelivered: bool) -> dict[str, Any]:
+    """The kombu message a job's request holds; ValueError (or another error) for one that does
+    not hold one whole (a job planted in the queue, or torn)."""
     if isinstance(request.get("opaque"), str):
-        message: dict[str, Any] = json.loads(base64.b64decode(request["opaque"]))
+        message: dict[str, Any] = json.loads(base64.b64decode(request["opaque"], validate=True))
     else:
         message = {k: v for k, v in request.items() if k not in ("expires_at", *_SUMMARY)}
+    if not (isinstance(message, dict) and isinstance(message.get("properties"), dict)
+            and isinstance(message.get("headers", {}), dict)
+            and isinstance(message["properties"].get("delivery_info", {}), dict)
+            and (isinstance(message.get("body"), str) or message["properties"].get("body_encoding") == "json")
+            and "body" in message):
+        raise ValueError("its properties, headers, delivery_info or body are not a kombu message's")
     props = message["properties"] = dict(message.get("properties") or {})
     if props.get("body_encoding") == "json":
         text = json.dumps(message["body"], ensure_ascii=False).encode("utf-8")
@@ -183,6 +193,7 @@ class Channel(virtual.Channel):
         self._leases: dict[str, WorkLease] = {}
         self.live_queues: set[str] = set()  # declared auto-delete or exclusive by this channel
         self._no_ack: set[str] = set()  # consumed with no_ack: a delivery is its acknowledgement
+        self.delivered_at: dict[str, float] = {}  # tag -> when its message was delivered (wall clock)
         self._getting_no_ack = False
 
     # -- queues ------------------------------------------------------------------------------------
@@ -223,13 +234,19 @@ class Channel(virtual.Channel):
                 with contextlib.suppress(JobStoreError):
                     lease.release()
                 continue
-            message = _from_request(request, lease.token, lease.attempt > 1)
+            try:
+                message = _from_request(request, lease.token, lease.attempt > 1)
+            except Exception as exc:  # a planted or torn message: failed, visibly, not handed to kombu
+                with contextlib.suppress(JobStoreError):
+                    lease.fail(f"not a kombu message: {type(exc).__name__}: {exc}", retry=False)
+                continue
             if queue in self._no_ack or self._getting_no_ack:
                 # Nobody will acknowledge it (kombu's no_ack: at most once): it ends as it is handed over.
                 with contextlib.suppress(LeaseLost):
                     lease.fulfill(None)
             else:
                 self._leases[lease.token] = lease
+                self.delivered_at[lease.token] = time.time()
             return message
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
@@ -248,11 +265,13 @@ class Channel(virtual.Channel):
 
     def settle(self, tag: str, how: str) -> None:
         lease = self._leases.pop(tag, None)
+        self.delivered_at.pop(tag, None)
         if lease is None:
             return  # not ours, or settled already
         try:
             if how == "ack":
                 lease.fulfill(None)
+                self.connection.acked += 1
             elif how == "requeue":
                 # An attempt that ends "requeued", not a release: the next delivery is marked
                 # redelivered (attempt 2), as AMQP marks it, and the job's history shows why.
@@ -261,6 +280,7 @@ class Channel(virtual.Channel):
                 lease.release()
             else:
                 lease.fail("rejected", retry=False)
+                self.connection.rejected += 1
         except LeaseLost as exc:
             # Taken over (this consumer was thought dead): another delivery owns the message now.
             log.warning("message %s (job %s) could not be settled (%s): %s", tag, lease.id, how, exc)
@@ -343,6 +363,10 @@ class Transport(virtual.Transport):
         self._loop: Any = None
         self._loop_thread: int | None = None
         self._touched = float("-inf")
+        self._published = float("-inf")
+        self._worker_published = False
+        self._started_at = time.time()
+        self.acked = self.rejected = 0  # messages this connection acknowledged, and rejected for good
 
     @property
     def store(self) -> JobStore:
@@ -403,6 +427,7 @@ class Transport(virtual.Transport):
 
     def _sleep(self, left: float | None) -> None:
         self._keep_alive()
+        self._publish_worker()
         w = self.wakeups
         pause = min(w.interval, w.due_in())
         if left is not None:
@@ -442,9 +467,29 @@ class Transport(virtual.Transport):
             with contextlib.suppress(OSError):
                 self.bindings.touch(consumed)
 
+    def _publish_worker(self) -> None:
+        """A consumer shows in ``fsjobstore workers``, the dashboard and ``/metrics`` as the
+        store's own workers do: its queues, prefetch, and the messages it holds (about once a
+        second, from the loop; a consumer that stops retracts it, one that dies is dropped)."""
+        now = time.monotonic()
+        consuming = [ch for ch in self.channels if ch._active_queues]
+        if not consuming or now - self._published < 1.0:
+            return
+        self._published = now
+        held = [{"id": lease.id, "queue": lease.queue, "attempt": lease.attempt, "started_at": ch.delivered_at[tag]}
+                for ch in consuming for tag, lease in list(ch._leases.items()) if tag in ch.delivered_at]
+        info = {"name": f"kombu@{socket.gethostname()}:{os.getpid()}", "mode": "kombu", "paused": False,
+                "queues": sorted({queue_name(q) for ch in consuming for q in ch._active_queues}),
+                "concurrency": max(ch.qos.prefetch_count for ch in consuming), "started_at": self._started_at,
+                "jobs_done": self.acked, "jobs_failed": self.rejected, "current": held}
+        with contextlib.suppress(JobStoreError, OSError):
+            self.store.publish_worker(info)
+            self._worker_published = True
+
     def _on_readable(self, *args: Any) -> None:
         self._loop_thread = threading.get_ident()
         self._keep_alive()
+        self._publish_worker()
         if self._wakeups is not None:
             self._wakeups.take()
         self._deliver_ready()
@@ -470,6 +515,10 @@ class Transport(virtual.Transport):
 
     def close_connection(self, connection: Any) -> None:
         super().close_connection(connection)
+        if self._worker_published:
+            self._worker_published = False
+            with contextlib.suppress(JobStoreError, OSError):
+                self.store.retract_worker()
         if self._wakeups is not None:
             self._wakeups.close()
             self._wakeups = None

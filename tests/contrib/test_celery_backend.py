@@ -211,12 +211,51 @@ def test_the_worker_leaves_no_job_running_or_waiting_behind(tmp_path: Path, work
     store = JobStore(tmp_path / "store", create=False)
     try:
         while time.monotonic() < deadline:
-            stats = store.statistics()
-            if stats.by_queue.get("celery", {}).get("active", 0) == 0:
+            by_queue = store.statistics().by_queue["celery"]
+            workers = store.workers()  # published about once a second
+            if by_queue["active"] == 0 and [w.jobs_done for w in workers] == [40]:
                 break
             time.sleep(0.1)
-        by_queue = store.statistics().by_queue["celery"]
     finally:
         store.close()
+    # The Celery worker shows as the store's own workers do (fsjobstore workers, the dashboard).
+    assert [(w.mode, "celery" in (w.queues or ()), w.jobs_done) for w in workers] == [("kombu", True, 40)]
     assert by_queue["active"] == 0 and by_queue["pending"] == 0
     assert by_queue["fulfilled"] >= 40
+
+
+def test_a_failure_that_beat_a_success_to_the_job_reads_as_a_failure_never_pending(tmp_path: Path) -> None:
+    backend = _app(tmp_path).backend
+    store = backend.store
+    store.create({"celery": "result", "task_id": "race"}, queue=RESULTS_QUEUE, job_id="race", delay=3600)
+    store.fail("race", "Traceback ...\nKeyError: 'x'")  # as the FAILURE side of the race does
+    meta = backend.get_task_meta("race", cache=False)
+    assert meta["status"] == states.FAILURE and "KeyError" in str(meta["result"])
+
+
+def test_a_final_state_planted_in_a_states_file_is_not_believed(tmp_path: Path) -> None:
+    backend = _app(tmp_path).backend
+    backend.store_result("t9", None, "STARTED")  # makes the folder
+    folder = tmp_path / "store" / "contrib" / "celery" / "states"
+    (folder / "t9.json").write_text('{"status": "SUCCESS", "result": "planted"}')
+    (folder / "t10.json").write_text('{"status": 5}')
+    assert backend.get_task_meta("t9", cache=False)["status"] == states.PENDING
+    assert backend.get_task_meta("t10", cache=False)["status"] == states.PENDING
+
+
+def test_threads_that_wait_for_results_and_end_leave_no_inotify_descriptor_behind(tmp_path: Path) -> None:
+    import gc
+
+    backend = _app(tmp_path).backend
+    for n in range(3):
+        backend.store_result(f"w{n}", n, states.SUCCESS)
+    backend.wait_for("w0", timeout=5)  # this thread's own, kept
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        threads = [threading.Thread(target=backend.wait_for, args=(f"w{n}",), kwargs={"timeout": 5}) for n in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before + 2, "each thread's wake-ups must close with it"

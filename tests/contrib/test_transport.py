@@ -319,3 +319,74 @@ def test_a_reply_to_a_live_queue_is_removed_once_read(tmp_path: Path) -> None:
     while time.monotonic() < deadline and _jobs(tmp_path, "fulfilled"):
         time.sleep(0.1)
     assert _jobs(tmp_path, "fulfilled") == []  # kept 0 s: its queue does not linger in status
+
+
+@pytest.mark.parametrize("planted", ["a link to a folder outside", "a file"])
+def test_a_contrib_folder_replaced_by_a_member_is_moved_aside_and_nothing_is_written_outside(
+        tmp_path: Path, planted: str) -> None:
+    url = _url(tmp_path)
+    JobStore(tmp_path / "store").close()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if planted == "a file":
+        (tmp_path / "store" / "contrib").write_text("junk")
+    else:
+        (tmp_path / "store" / "contrib").symlink_to(outside)
+    ex = kombu.Exchange("ex", type="direct")
+    queue = kombu.Queue("q", exchange=ex, routing_key="q")
+    with kombu.Connection(url) as conn:
+        queue(conn.default_channel).declare()  # a binding: a file under contrib/kombu/bindings/
+        conn.Producer(exchange=ex).publish({"x": 1}, routing_key="q")
+        assert list(outside.iterdir()) == []
+        assert (tmp_path / "store" / "contrib").is_dir() and not (tmp_path / "store" / "contrib").is_symlink()
+        assert [p.name.split(".")[1] for p in (tmp_path / "store").glob("contrib.planted.*")] == ["planted"]
+        got: list[object] = []
+        with conn.Consumer(queue, callbacks=[lambda body, m: (got.append(body), m.ack())]):
+            conn.drain_events(timeout=5)
+    assert got == [{"x": 1}]
+
+
+@pytest.mark.parametrize("request_", [{"opaque": "!!!not base64"}, {"properties": {"body_encoding": "json"}},
+                                      {"properties": {"delivery_info": [1]}, "body": ""},
+                                      {"properties": {}, "body": "", "headers": [1, 2]}, {"opaque": ["x"]}])
+def test_a_planted_job_that_is_not_a_whole_message_is_failed_and_the_next_message_delivered(
+        tmp_path: Path, request_: dict) -> None:
+    url = _url(tmp_path)
+    store = JobStore(tmp_path / "store")
+    planted = store.create(request_, queue="celery", priority=-9)  # ahead of the real one
+    store.close()
+    _publish(url, "celery", {"real": 1})
+    with kombu.Connection(url) as conn:
+        got: list[object] = []
+        with conn.Consumer(kombu.Queue("celery", routing_key="celery"),
+                           callbacks=[lambda body, m: (got.append(body), m.ack())]):
+            conn.drain_events(timeout=5)
+    assert got == [{"real": 1}]
+    store = JobStore(tmp_path / "store")
+    job = store.get(planted.id)
+    store.close()
+    assert job.state is JobState.FAILED and "not a kombu message" in (job.error or "")
+
+
+def test_a_stale_live_binding_does_not_empty_a_queue_that_is_also_bound_for_good(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    with kombu.Connection(url) as conn:
+        kombu.Queue("work", exchange=kombu.Exchange("main", type="direct"), routing_key="work")(
+            conn.default_channel).declare()
+        kombu.Queue("work", exchange=kombu.Exchange("side", type="fanout"), auto_delete=True)(
+            conn.default_channel).declare()
+        conn.Producer(exchange=kombu.Exchange("main", type="direct")).publish({"keep": 1}, routing_key="work")
+        folder = tmp_path / "store" / "contrib" / "kombu" / "bindings"
+        for f in folder.iterdir():
+            if '"live": true' in f.read_text():
+                os.utime(f, (0, 0))  # long dead (or planted so)
+        conn.Producer(exchange=kombu.Exchange("side", type="fanout")).publish({"x": 2})
+    assert [j.request["body"] for j in _jobs(tmp_path, "pending")] == [{"keep": 1}]
+
+
+def test_a_name_crafted_to_look_cut_never_shares_a_queue_with_the_long_name_it_imitates() -> None:
+    long = "q" * 200
+    cut = fk.queue_name(long)
+    assert len(cut) == 64
+    assert fk.queue_name(cut) != cut  # the crafted one is escaped or cut differently
+    assert fk.queue_name(cut) != fk.queue_name(long)
