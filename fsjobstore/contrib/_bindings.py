@@ -115,6 +115,14 @@ class Bindings:
                     self._store.purge(states=("pending", "scheduled"), queue=queue_name(b["queue"]))
         return fresh
 
+    def sweep(self) -> None:
+        """Drop every live binding whose consumer is gone (and its queue's waiting messages), not
+        only those of an exchange being published to: a dead worker's remote-control queue
+        would otherwise hold its broadcasts, and age the store's oldest pending job, until the next."""
+        for b in self.all():
+            if b["live"]:
+                self._alive(b)
+
     def table(self, exchange: str) -> list[tuple[str, str, str]]:
         return [(b["routing_key"], b["pattern"], b["queue"]) for b in self.all()
                 if b["exchange"] == exchange and self._alive(b)]

@@ -41,7 +41,7 @@ from fsjobstore import InvalidRequest, InvalidState, JobExists, JobNotFound, Job
 
 from ._contrib_files import ContribDir
 from ._stores import queue_name, store_for, store_path
-from .kombu import Transport, warn_unknown_options
+from .kombu import Transport, warn_relative, warn_unknown_options
 
 __all__ = ["FSJobStoreBackend", "RESULTS_QUEUE"]
 
@@ -89,6 +89,7 @@ class FSJobStoreBackend(BaseBackend):  # type: ignore[misc]
         super().__init__(app, **kwargs)
         self.url = url or app.conf.result_backend
         self.path = store_path(self.url or "")
+        warn_relative(self.url or "", self.path)
         given = dict(app.conf.get("result_backend_transport_options") or {})
         self._options = {k: v for k, v in given.items() if k in Transport._STORE_OPTIONS}
         warn_unknown_options(given, "result_backend_transport_options")

@@ -26,9 +26,8 @@ How kombu's model maps onto the store (the guide "Celery on a directory" says it
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
+import difflib
 import logging
 import os
 import select
@@ -39,95 +38,22 @@ from queue import Empty
 from typing import Any
 
 from kombu.transport import TRANSPORT_ALIASES, virtual
-from kombu.utils.json import dumps as kombu_dumps
 
 import fsjobstore
 from fsjobstore import JobStore, JobStoreError, LeaseLost, WorkLease
 
 from ._bindings import LIVE_FOR, TOUCH_EVERY, Bindings
+from ._messages import from_request, is_message, to_request
 from ._stores import queue_name, store_for, store_path
 
 __all__ = ["LIVE_FOR", "Channel", "QoS", "StoreUnavailable", "Transport", "is_message", "queue_name", "store_for",
-           "store_path", "warn_unknown_options"]
+           "store_path", "warn_relative", "warn_unknown_options"]
 
 log = logging.getLogger(__name__)
 
 TRANSPORT_ALIASES.setdefault("fsjobstore", "fsjobstore.contrib.kombu:Transport")
 
 _ENDLESS = 1_000_000  # the store's most attempts: a requeue is an attempt (so it is seen, and redelivered)
-
-
-# == messages as jobs ==============================================================================
-_SUMMARY = ("task", "argsrepr", "kwargsrepr")  # Celery's headers, copied first so listings show them
-
-
-def _to_request(message: dict[str, Any]) -> dict[str, Any]:
-    """The job's request for a kombu message: plain JSON, with the body decoded where it is JSON
-    text, and a Celery task's name and arguments first (what a listing cut to one line shows).
-    A message nested deeper than the store takes (a canvas within a canvas) keeps its body
-    encoded; one deeper still in its headers is kept whole as base64 (``opaque``)."""
-    doc: dict[str, Any] = json.loads(kombu_dumps(message))
-    headers: dict[str, Any] = doc["headers"] if isinstance(doc.get("headers"), dict) else {}
-    summary = {k: headers[k] for k in _SUMMARY if isinstance(headers.get(k), str)}
-    props = doc.get("properties") or {}
-    if (doc.get("content-type") == "application/json" and props.get("body_encoding") == "base64"
-            and isinstance(doc.get("body"), str)):
-        try:
-            body = json.loads(base64.b64decode(doc["body"]).decode("utf-8"))
-            json.dumps(body, allow_nan=False)
-        except (ValueError, RecursionError):  # not JSON text, not strict JSON, or nested past Python's stack
-            body = None
-        if body is not None and _depth(body) + 2 <= fsjobstore.MAX_NESTING:
-            doc["body"] = body
-            props["body_encoding"] = "json"  # ours: the body is stored as JSON, and given back as text
-    if _depth(doc) + 1 > fsjobstore.MAX_NESTING:
-        return {**summary, "opaque": base64.b64encode(kombu_dumps(message).encode("utf-8")).decode("ascii")}
-    return {**summary, **doc}
-
-
-def _depth(value: Any) -> int:
-    """How deep ``value`` nests arrays and objects (a scalar: 0)."""
-    deepest, level, stack = 0, 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            deepest = max(deepest, level)
-            stack.extend((v, level + 1) for v in item.values())
-        elif isinstance(item, list):
-            deepest = max(deepest, level)
-            stack.extend((v, level + 1) for v in item)
-    return deepest
-
-
-def is_message(request: Any) -> bool:
-    """Whether a job's request is a kombu message this transport stored."""
-    return isinstance(request, dict) and (isinstance(request.get("properties"), dict)
-                                          or isinstance(request.get("opaque"), str))
-
-
-def _from_request(request: dict[str, Any], token: str, redelivered: bool) -> dict[str, Any]:
-    """The kombu message a job's request holds; ValueError (or another error) for one that does
-    not hold one whole (a job planted in the queue, or torn)."""
-    if isinstance(request.get("opaque"), str):
-        message: dict[str, Any] = json.loads(base64.b64decode(request["opaque"], validate=True))
-    else:
-        message = {k: v for k, v in request.items() if k not in ("expires_at", *_SUMMARY)}
-    if not (isinstance(message, dict) and isinstance(message.get("properties"), dict)
-            and isinstance(message.get("headers", {}), dict)
-            and isinstance(message["properties"].get("delivery_info", {}), dict)
-            and (isinstance(message.get("body"), str) or message["properties"].get("body_encoding") == "json")
-            and "body" in message):
-        raise ValueError("its properties, headers, delivery_info or body are not a kombu message's")
-    props = message["properties"] = dict(message.get("properties") or {})
-    if props.get("body_encoding") == "json":
-        text = json.dumps(message["body"], ensure_ascii=False).encode("utf-8")
-        message["body"], props["body_encoding"] = base64.b64encode(text).decode("ascii"), "base64"
-    # Unique per delivery: a fanout's copies share the publisher's tag, and a channel may get both.
-    props["delivery_tag"] = token
-    message["redelivered"] = redelivered = redelivered or bool(message.get("redelivered"))
-    info = props["delivery_info"] = dict(props.get("delivery_info") or {})
-    info["redelivered"] = redelivered
-    return message
 
 
 # kombu's own transport options (read by kombu, not by the transport), and Redis's that mean
@@ -146,8 +72,19 @@ def warn_unknown_options(given: dict[str, Any], setting: str) -> None:
     """Say once per process which options mean nothing to the store (a typo, a Redis leftover)."""
     for key in sorted(set(given) - set(Transport._STORE_OPTIONS) - _KOMBU_OPTIONS - _warned):
         _warned.add(key)
-        hint = _INSTEAD.get(key, "the store's options are " + ", ".join(Transport._STORE_OPTIONS))
+        close = difflib.get_close_matches(str(key), Transport._STORE_OPTIONS, n=1)
+        hint = _INSTEAD.get(key) or (f"did you mean {close[0]!r}? " if close else "") + \
+            "the store's options are " + ", ".join(Transport._STORE_OPTIONS)
         log.warning("fsjobstore: %s[%r] is ignored: %s", setting, key, hint)
+
+
+def warn_relative(url: str, path: str) -> None:
+    """A relative directory is each process's own: say where it is, and the likely slip."""
+    if not os.path.isabs(path) and path not in _warned:
+        _warned.add(path)
+        log.warning("fsjobstore: %s names %s, relative to this process's working directory; processes started "
+                    "elsewhere use another store. An absolute path has three slashes: fsjobstore:///%s",
+                    url, os.path.abspath(path), path.lstrip("./"))
 
 
 class StoreUnavailable(ConnectionError):
@@ -199,7 +136,7 @@ class Channel(virtual.Channel):
     # -- queues ------------------------------------------------------------------------------------
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         priority = self._get_message_priority(message)
-        request = _to_request(message)
+        request = to_request(message)
         expiration = (message.get("properties") or {}).get("expiration")
         if expiration is not None:  # milliseconds, as AMQP says: the message is dropped unread after it
             with contextlib.suppress(TypeError, ValueError):
@@ -235,7 +172,7 @@ class Channel(virtual.Channel):
                     lease.release()
                 continue
             try:
-                message = _from_request(request, lease.token, lease.attempt > 1)
+                message = from_request(request, lease.token, lease.attempt > 1)
             except Exception as exc:  # a planted or torn message: failed, visibly, not handed to kombu
                 with contextlib.suppress(JobStoreError):
                     lease.fail(f"not a kombu message: {type(exc).__name__}: {exc}", retry=False)
@@ -357,6 +294,7 @@ class Transport(virtual.Transport):
         warn_unknown_options(given, "broker_transport_options")
         url = client.hostname if client.hostname and "://" in client.hostname else (client.virtual_host or "")
         self.path = store_path(url)
+        warn_relative(url, self.path)
         self._store: JobStore | None = None
         self._bindings: Bindings | None = None
         self._wakeups: fsjobstore.Wakeups | None = None
@@ -463,9 +401,11 @@ class Transport(virtual.Transport):
             return
         self._touched = now
         consumed = {q for ch in self.channels for q in ch._active_queues if q in ch.live_queues}
-        if consumed:
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, JobStoreError):
+            if consumed:
                 self.bindings.touch(consumed)
+            if any(ch._active_queues for ch in self.channels):  # a consumer, every 15 s: the dead's go
+                self.bindings.sweep()
 
     def _publish_worker(self) -> None:
         """A consumer shows in ``fsjobstore workers``, the dashboard and ``/metrics`` as the

@@ -299,7 +299,7 @@ def test_an_option_the_store_does_not_know_is_named_in_a_warning(tmp_path: Path,
                                                              "max_retries": 3}) as conn:
         conn.connect()
     text = caplog.text
-    assert "['lease_duraton'] is ignored" in text and "lease_duration" in text
+    assert "['lease_duraton'] is ignored: did you mean 'lease_duration'?" in text
     assert "['visibility_timeout'] is ignored: a held message is heartbeated" in text
     assert "max_retries" not in text  # kombu's own
 
@@ -390,3 +390,28 @@ def test_a_name_crafted_to_look_cut_never_shares_a_queue_with_the_long_name_it_i
     assert len(cut) == 64
     assert fk.queue_name(cut) != cut  # the crafted one is escaped or cut differently
     assert fk.queue_name(cut) != fk.queue_name(long)
+
+
+def test_a_relative_url_is_named_as_the_directory_it_resolves_to_with_the_likely_slip(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with kombu.Connection("fsjobstore://tmp/jobs-rel") as conn:
+        conn.connect()
+    assert f"names {tmp_path}/tmp/jobs-rel, relative to this process's working directory" in caplog.text
+    assert "fsjobstore:///tmp/jobs-rel" in caplog.text
+
+
+def test_a_dead_consumers_live_queue_is_emptied_by_any_consumer_without_waiting_for_a_publish(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    ex = kombu.Exchange("bcast2", type="fanout")
+    with kombu.Connection(url) as conn:
+        kombu.Queue("dead-worker", exchange=ex, auto_delete=True)(conn.default_channel).declare()
+        conn.Producer(exchange=ex).publish({"n": 1})
+    for f in (tmp_path / "store" / "contrib" / "kombu" / "bindings").iterdir():
+        os.utime(f, (0, 0))  # its consumer died long ago
+    assert len(_jobs(tmp_path, "pending")) == 1
+    with kombu.Connection(url) as conn:  # some other consumer, waiting on its own queue
+        consumer = conn.Consumer(kombu.Queue("other", routing_key="other"), callbacks=[lambda body, m: m.ack()])
+        with consumer, pytest.raises(TimeoutError):
+            conn.drain_events(timeout=0.5)
+    assert _jobs(tmp_path, "pending") == []
