@@ -72,7 +72,11 @@ def test_jobs_made_over_three_seconds_are_claimed_by_priority_then_in_order_and_
     # (a bucket just made again for a job put back must live: _buckets); the current one does not.
     time.sleep(SETTLE + 0.1)
     assert worker.pull_work(timeout=0) is None
-    assert pending_buckets(producer.path) == [late_bucket]
+    listed_at = time.time()
+    if listed_at < int(late_bucket.split(".")[1]) + 1 + LINGER:
+        assert pending_buckets(producer.path) == [late_bucket]
+    else:  # a loaded machine took past the late bucket's own linger: it may go too, as it should
+        assert pending_buckets(producer.path) in ([late_bucket], [])
     assert worker.statistics().pending == 0 and worker.statistics().fulfilled == 10
 
 

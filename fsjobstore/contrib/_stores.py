@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import select
 import threading
+import time
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -64,6 +67,29 @@ def store_for(path: str, **options: Any) -> JobStore:
         if store is None:
             store = _STORES[key] = JobStore(real, **options)
         return store
+
+
+def wait_readable(fd: int | None, seconds: float) -> None:
+    """Sleep until ``fd`` is readable or ``seconds`` pass (poll: select() refuses a descriptor
+    numbered 1024 or more, which a process with many open files has)."""
+    if fd is None:
+        time.sleep(max(seconds, 0.0))
+        return
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    with contextlib.suppress(InterruptedError):
+        poller.poll(max(seconds, 0.0) * 1000.0)
+
+
+def close_stores() -> None:
+    """Close this process's stores (``store_for``): for a process that is done with them, and
+    for tests, each of which uses a directory of its own."""
+    with _STORES_LOCK:
+        stores = list(_STORES.values())
+        _STORES.clear()
+    for store in stores:
+        with contextlib.suppress(Exception):
+            store.close()
 
 
 def _forget_parents_stores() -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import select
 import threading
 import time
 import weakref
@@ -40,7 +39,7 @@ from celery.result import result_from_tuple
 from fsjobstore import InvalidRequest, InvalidState, JobExists, JobNotFound, JobState, JobStoreError
 
 from ._contrib_files import ContribDir
-from ._stores import queue_name, store_for, store_path
+from ._stores import queue_name, store_for, store_path, wait_readable
 from .kombu import Transport, warn_relative, warn_unknown_options
 
 __all__ = ["FSJobStoreBackend", "RESULTS_QUEUE"]
@@ -282,10 +281,5 @@ class FSJobStoreBackend(BaseBackend):  # type: ignore[misc]
             if left is not None and left <= 0:
                 raise CeleryTimeoutError("The operation timed out.")
             pause = min(interval, wakeups.interval) if left is None else min(interval, wakeups.interval, left)
-            fd = wakeups.fileno()
-            if fd is None:
-                time.sleep(pause)
-            else:
-                with contextlib.suppress(InterruptedError):
-                    select.select([fd], [], [], pause)
+            wait_readable(wakeups.fileno(), pause)
             wakeups.take()

@@ -30,7 +30,6 @@ import contextlib
 import difflib
 import logging
 import os
-import select
 import socket
 import threading
 import time
@@ -44,10 +43,10 @@ from fsjobstore import JobStore, JobStoreError, LeaseLost, WorkLease
 
 from ._bindings import LIVE_FOR, TOUCH_EVERY, Bindings
 from ._messages import from_request, is_message, to_request
-from ._stores import queue_name, store_for, store_path
+from ._stores import close_stores, queue_name, store_for, store_path, wait_readable
 
-__all__ = ["LIVE_FOR", "Channel", "QoS", "StoreUnavailable", "Transport", "is_message", "queue_name", "store_for",
-           "store_path", "warn_relative", "warn_unknown_options"]
+__all__ = ["LIVE_FOR", "Channel", "QoS", "StoreUnavailable", "Transport", "close_stores", "is_message", "queue_name",
+           "store_for", "store_path", "warn_relative", "warn_unknown_options"]
 
 log = logging.getLogger(__name__)
 
@@ -370,12 +369,7 @@ class Transport(virtual.Transport):
         pause = min(w.interval, w.due_in())
         if left is not None:
             pause = min(pause, left)
-        fd = w.fileno()
-        if fd is None:
-            time.sleep(max(pause, 0.0))
-        else:
-            with contextlib.suppress(InterruptedError):
-                select.select([fd], [], [], max(pause, 0.0))
+        wait_readable(w.fileno(), pause)
         w.take()
 
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:

@@ -415,3 +415,21 @@ def test_a_dead_consumers_live_queue_is_emptied_by_any_consumer_without_waiting_
         with consumer, pytest.raises(TimeoutError):
             conn.drain_events(timeout=0.5)
     assert _jobs(tmp_path, "pending") == []
+
+
+def test_a_consumer_in_a_process_with_a_thousand_files_open_still_waits_on_inotify(tmp_path: Path) -> None:
+    # select() refuses descriptors numbered 1024 or more; a busy worker process has them.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(soft, 4096), hard), hard))
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        with kombu.Connection(_url(tmp_path)) as conn:
+            queue = kombu.Queue("high-fd", routing_key="high-fd")
+            with conn.Consumer(queue, callbacks=[lambda body, m: m.ack()]), pytest.raises(TimeoutError):
+                conn.drain_events(timeout=0.3)  # waits on a descriptor numbered above 1024
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
