@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import hashlib
 import json
+import logging
 import os
 import select
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from fsjobstore import JobStore
+
+log = logging.getLogger(__name__)
 
 _KEEP = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
 
@@ -97,3 +102,41 @@ def _forget_parents_stores() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_parents_stores)
+
+
+# What a URL's options may set: JobStore's own.
+STORE_OPTIONS = ("lease_duration", "heartbeat_interval", "poll_interval", "max_request_bytes", "max_value_bytes",
+                 "durable", "group", "lock_takeover", "doorbell", "retain")
+# kombu's own transport options (read by kombu, not by the transport), and Redis's that mean
+# nothing here, each with what to use instead.
+_KOMBU_OPTIONS = frozenset({"max_retries", "interval_start", "interval_step", "interval_max", "polling_interval",
+                            "confirm_publish", "client_properties", "body_encoding", "deadletter_queue"})
+_INSTEAD = {"visibility_timeout": "a held message is heartbeated; a hung consumer's is taken over after "
+                                  "lease_duration without heartbeats",
+            "queue_order_strategy": "priorities are always honoured (0-9, higher first)",
+            "priority_steps": "priorities are always honoured (0-9, higher first)",
+            "sep": "queue names are escaped, not joined", "global_keyprefix": "use another directory"}
+_warned: set[str] = set()
+
+
+def store_options(given: Mapping[str, Any] | None, setting: str) -> dict[str, Any]:
+    """The options of ``setting`` (kombu's transport options, Celery's) that are the store's own;
+    each of the others that kombu does not read either is named once per process in a warning (a
+    typo, a Redis leftover)."""
+    given = dict(given or {})
+    for key in sorted(set(given) - set(STORE_OPTIONS) - _KOMBU_OPTIONS - _warned):
+        _warned.add(key)
+        close = difflib.get_close_matches(str(key), STORE_OPTIONS, n=1)
+        hint = _INSTEAD.get(key) or (f"did you mean {close[0]!r}? " if close else "") + \
+            "the store's options are " + ", ".join(STORE_OPTIONS)
+        log.warning("fsjobstore: %s[%r] is ignored: %s", setting, key, hint)
+    return {k: v for k, v in given.items() if k in STORE_OPTIONS}
+
+
+def warn_relative(url: str, path: str) -> None:
+    """A relative directory is each process's own: say where it is, and the likely slip."""
+    if not os.path.isabs(path) and path not in _warned:
+        _warned.add(path)
+        log.warning("fsjobstore: %s names %s, relative to this process's working directory; processes started "
+                    "elsewhere use another store. An absolute path has three slashes: fsjobstore:///%s",
+                    url, os.path.abspath(path), path.lstrip("./"))

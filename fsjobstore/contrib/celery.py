@@ -39,8 +39,7 @@ from celery.result import result_from_tuple
 from fsjobstore import InvalidRequest, InvalidState, JobExists, JobNotFound, JobState, JobStoreError
 
 from ._contrib_files import ContribDir
-from ._stores import queue_name, store_for, store_path, wait_readable
-from .kombu import Transport, warn_relative, warn_unknown_options
+from ._stores import queue_name, store_for, store_options, store_path, wait_readable, warn_relative
 
 __all__ = ["FSJobStoreBackend", "RESULTS_QUEUE"]
 
@@ -89,9 +88,8 @@ class FSJobStoreBackend(BaseBackend):  # type: ignore[misc]
         self.url = url or app.conf.result_backend
         self.path = store_path(self.url or "")
         warn_relative(self.url or "", self.path)
-        given = dict(app.conf.get("result_backend_transport_options") or {})
-        self._options = {k: v for k, v in given.items() if k in Transport._STORE_OPTIONS}
-        warn_unknown_options(given, "result_backend_transport_options")
+        self._options = store_options(app.conf.get("result_backend_transport_options"),
+                                      "result_backend_transport_options")
         self._local = threading.local()
         try:
             self.store  # noqa: B018  (opened now: a URL that names no store is a configuration error)
@@ -125,9 +123,13 @@ class FSJobStoreBackend(BaseBackend):  # type: ignore[misc]
             return json.loads(encoded)
         return encoded if isinstance(encoded, bytes) else encoded.encode("utf-8")
 
+    @staticmethod
+    def _payload(value: Any) -> Any:
+        """What ``_value`` stored, as Celery's serializer wrote it (JSON kept as JSON goes back to text)."""
+        return value if isinstance(value, bytes) else json.dumps(value)
+
     def _meta(self, value: Any) -> dict[str, Any]:
-        payload = json.dumps(value) if not isinstance(value, bytes) else value
-        return self.decode_result(payload)  # type: ignore[no-any-return]
+        return self.decode_result(self._payload(value))  # type: ignore[no-any-return]
 
     # -- writing -------------------------------------------------------------------------------------
     def _store_result(self, task_id: Any, result: Any, state: str, traceback: Any = None, request: Any = None,
@@ -231,7 +233,7 @@ class FSJobStoreBackend(BaseBackend):  # type: ignore[misc]
         if job.state is not JobState.FULFILLED:
             return None
         value = job.value
-        meta: dict[str, Any] = self.decode(json.dumps(value) if not isinstance(value, bytes) else value)
+        meta: dict[str, Any] = self.decode(self._payload(value))
         meta["result"] = result_from_tuple(meta["result"], self.app)
         return meta
 

@@ -12,8 +12,9 @@ How kombu's model maps onto the store (the guide "Celery on a directory" says it
   and a JSON body as JSON, so the dashboard and ``fsjobstore get`` show it readably).
 - A delivered, unacknowledged message is a lease the store heartbeats: a consumer that dies, or
   hangs past ``lease_duration``, loses nothing; its messages are taken over and delivered again.
-  ``ack`` fulfils the job; ``reject(requeue=True)`` releases it; ``reject(requeue=False)`` fails it
-  for good (``failed``, error "rejected").
+  ``ack`` fulfils the job; ``reject(requeue=True)`` ends an attempt "requeued" (so the next
+  delivery is ``redelivered``); ``reject(requeue=False)`` fails it for good (``failed``, error
+  "rejected"); a closing channel releases what it holds.
 - Priorities: kombu's 0-9, higher first, as AMQP's (the job's priority is its negative).
 - Bindings are shared by every process on the directory: ``<store>/contrib/kombu/bindings/``
   holds one small file per binding (FORMAT.md, "Files of the contrib layer"). Direct, topic and
@@ -27,7 +28,6 @@ How kombu's model maps onto the store (the guide "Celery on a directory" says it
 from __future__ import annotations
 
 import contextlib
-import difflib
 import logging
 import os
 import socket
@@ -43,47 +43,16 @@ from fsjobstore import JobStore, JobStoreError, LeaseLost, WorkLease
 
 from ._bindings import LIVE_FOR, TOUCH_EVERY, Bindings
 from ._messages import from_request, is_message, to_request
-from ._stores import close_stores, queue_name, store_for, store_path, wait_readable
+from ._stores import close_stores, queue_name, store_for, store_options, store_path, wait_readable, warn_relative
 
 __all__ = ["LIVE_FOR", "Channel", "QoS", "StoreUnavailable", "Transport", "close_stores", "is_message", "queue_name",
-           "store_for", "store_path", "warn_relative", "warn_unknown_options"]
+           "store_for", "store_path"]
 
 log = logging.getLogger(__name__)
 
 TRANSPORT_ALIASES.setdefault("fsjobstore", "fsjobstore.contrib.kombu:Transport")
 
 _ENDLESS = 1_000_000  # the store's most attempts: a requeue is an attempt (so it is seen, and redelivered)
-
-
-# kombu's own transport options (read by kombu, not by the transport), and Redis's that mean
-# nothing here, each with what to use instead.
-_KOMBU_OPTIONS = frozenset({"max_retries", "interval_start", "interval_step", "interval_max", "polling_interval",
-                            "confirm_publish", "client_properties", "body_encoding", "deadletter_queue"})
-_INSTEAD = {"visibility_timeout": "a held message is heartbeated; a hung consumer's is taken over after "
-                                  "lease_duration without heartbeats",
-            "queue_order_strategy": "priorities are always honoured (0-9, higher first)",
-            "priority_steps": "priorities are always honoured (0-9, higher first)",
-            "sep": "queue names are escaped, not joined", "global_keyprefix": "use another directory"}
-_warned: set[str] = set()
-
-
-def warn_unknown_options(given: dict[str, Any], setting: str) -> None:
-    """Say once per process which options mean nothing to the store (a typo, a Redis leftover)."""
-    for key in sorted(set(given) - set(Transport._STORE_OPTIONS) - _KOMBU_OPTIONS - _warned):
-        _warned.add(key)
-        close = difflib.get_close_matches(str(key), Transport._STORE_OPTIONS, n=1)
-        hint = _INSTEAD.get(key) or (f"did you mean {close[0]!r}? " if close else "") + \
-            "the store's options are " + ", ".join(Transport._STORE_OPTIONS)
-        log.warning("fsjobstore: %s[%r] is ignored: %s", setting, key, hint)
-
-
-def warn_relative(url: str, path: str) -> None:
-    """A relative directory is each process's own: say where it is, and the likely slip."""
-    if not os.path.isabs(path) and path not in _warned:
-        _warned.add(path)
-        log.warning("fsjobstore: %s names %s, relative to this process's working directory; processes started "
-                    "elsewhere use another store. An absolute path has three slashes: fsjobstore:///%s",
-                    url, os.path.abspath(path), path.lstrip("./"))
 
 
 class StoreUnavailable(ConnectionError):
@@ -126,10 +95,9 @@ class Channel(virtual.Channel):
         super().__init__(connection, **kwargs)
         self.store: JobStore = connection.store
         self.bindings: Bindings = connection.bindings
-        self._leases: dict[str, WorkLease] = {}
+        self.held: dict[str, tuple[WorkLease, float]] = {}  # tag -> its lease, and when it was delivered
         self.live_queues: set[str] = set()  # declared auto-delete or exclusive by this channel
         self._no_ack: set[str] = set()  # consumed with no_ack: a delivery is its acknowledgement
-        self.delivered_at: dict[str, float] = {}  # tag -> when its message was delivered (wall clock)
         self._getting_no_ack = False
 
     # -- queues ------------------------------------------------------------------------------------
@@ -181,8 +149,7 @@ class Channel(virtual.Channel):
                 with contextlib.suppress(LeaseLost):
                     lease.fulfill(None)
             else:
-                self._leases[lease.token] = lease
-                self.delivered_at[lease.token] = time.time()
+                self.held[lease.token] = (lease, time.time())
             return message
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
@@ -200,10 +167,10 @@ class Channel(virtual.Channel):
             self._getting_no_ack = False
 
     def settle(self, tag: str, how: str) -> None:
-        lease = self._leases.pop(tag, None)
-        self.delivered_at.pop(tag, None)
-        if lease is None:
+        held = self.held.pop(tag, None)
+        if held is None:
             return  # not ours, or settled already
+        lease = held[0]
         try:
             if how == "ack":
                 lease.fulfill(None)
@@ -261,11 +228,13 @@ class Channel(virtual.Channel):
         return self.exchange_types[kind]
 
     def close(self) -> None:
-        super().close()  # gives back what is held (QoS.restore_unacked)
-        for lease in list(self._leases.values()):  # delivered with no_ack: never held by QoS
+        super().close()  # gives back what QoS holds (restore_unacked)
+        # Held by no QoS of this channel: a message kombu handed to another channel to reject,
+        # when no consumer of its queue was left.
+        for lease, _ in list(self.held.values()):
             with contextlib.suppress(JobStoreError):
                 lease.release()
-        self._leases.clear()
+        self.held.clear()
 
 
 class Transport(virtual.Transport):
@@ -283,14 +252,9 @@ class Transport(virtual.Transport):
     implements = virtual.Transport.implements.extend(
         asynchronous=True, exchange_type=frozenset(["direct", "topic", "fanout"]))
 
-    _STORE_OPTIONS = ("lease_duration", "heartbeat_interval", "poll_interval", "max_request_bytes",
-                      "max_value_bytes", "durable", "group", "lock_takeover", "doorbell", "retain")
-
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
-        given = dict(client.transport_options or {})
-        self._options = {k: v for k, v in given.items() if k in self._STORE_OPTIONS}
-        warn_unknown_options(given, "broker_transport_options")
+        self._options = store_options(client.transport_options, "broker_transport_options")
         url = client.hostname if client.hostname and "://" in client.hostname else (client.virtual_host or "")
         self.path = store_path(url)
         warn_relative(url, self.path)
@@ -410,8 +374,8 @@ class Transport(virtual.Transport):
         if not consuming or now - self._published < 1.0:
             return
         self._published = now
-        held = [{"id": lease.id, "queue": lease.queue, "attempt": lease.attempt, "started_at": ch.delivered_at[tag]}
-                for ch in consuming for tag, lease in list(ch._leases.items()) if tag in ch.delivered_at]
+        held = [{"id": lease.id, "queue": lease.queue, "attempt": lease.attempt, "started_at": at}
+                for ch in consuming for lease, at in list(ch.held.values())]
         info = {"name": f"kombu@{socket.gethostname()}:{os.getpid()}", "mode": "kombu", "paused": False,
                 "queues": sorted({queue_name(q) for ch in consuming for q in ch._active_queues}),
                 "concurrency": max(ch.qos.prefetch_count for ch in consuming), "started_at": self._started_at,

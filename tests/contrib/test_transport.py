@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fsjobstore import JobState, JobStore
+from fsjobstore.contrib import _stores
 from fsjobstore.contrib import kombu as fk
 
 
@@ -294,7 +295,7 @@ def test_a_message_nested_deeper_than_the_store_takes_still_goes_through(tmp_pat
 
 def test_an_option_the_store_does_not_know_is_named_in_a_warning(tmp_path: Path,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    fk._warned.clear()
+    _stores._warned.clear()
     with kombu.Connection(_url(tmp_path), transport_options={"lease_duraton": 5, "visibility_timeout": 60,
                                                              "max_retries": 3}) as conn:
         conn.connect()
