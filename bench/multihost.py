@@ -13,6 +13,13 @@ M2 cross-host wake-up: an idle worker on B, one job created through A every 150 
 M3 the idle worker's CPU: user+system seconds of a worker waiting on B for 20 s with nothing to
    do, doorbell on and off, as % of one core. Target: under 2%.
 
+With --replicated, on a replica-3 volume (three bricks, one glusterd: tests/distfs/replica.py)
+mounted three times, the producer on A and a worker on each of A, B and C:
+R1 drain / raw as M1 (goal: at least 0.7x); R2 cross-host wake-up A to B as M2, doorbell on
+   (goal: p50 at most 10 ms);
+R3 the drain with every brick up, with one brick killed, and from the moment it is started again
+   while it heals; then how long the heal took.
+
 Figures are this machine's, from one run; each line names what it measured.
 """
 
@@ -30,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests")]
 
-from distfs import gluster  # noqa: E402
+from distfs import gluster, replica  # noqa: E402
 
 from fsjobstore import JobStore  # noqa: E402
 
@@ -92,14 +99,16 @@ def raw_rate(directory: Path, n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
-def drain(a: Path, b: Path, scratch: Path, jobs: int, name: str = "m1") -> tuple[float, int]:
-    """M1: (jobs/s, jobs drained) by one worker on each mount, in a fresh store ``name``."""
+def drain(a: Path, b: Path | list[Path], scratch: Path, jobs: int, name: str = "m1") -> tuple[float, int]:
+    """M1: (jobs/s, jobs drained) by one worker on each mount (``a``, then ``b``: one mount or
+    several), in a fresh store ``name``, its jobs created through ``a``."""
     with JobStore(a / name, durable=False) as store:
         for i in range(jobs):
             store.create({"i": i})
-    outs = [scratch / f"{name}-a.out", scratch / f"{name}-b.out"]
+    hosts = [a, *(b if isinstance(b, list) else [b])]
+    outs = [scratch / f"{name}-{k}.out" for k in range(len(hosts))]
     started = time.monotonic()
-    procs = [child("drain", a / name, outs[0]), child("drain", b / name, outs[1])]
+    procs = [child("drain", host / name, out) for host, out in zip(hosts, outs, strict=True)]
     for p in procs:
         p.wait(600)
     seconds = time.monotonic() - started
@@ -159,6 +168,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="M1 rounds of raw then drain (default 3)")
     parser.add_argument("--wakeups", type=int, default=100, help="jobs for M2, per doorbell setting (default 100)")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds for M3 (default 20)")
+    parser.add_argument("--replicated", action="store_true",
+                        help="R1-R3 on a replica-3 volume (three bricks, three mounts) instead of M1-M3")
     args = parser.parse_args()
     reason = gluster.available()
     if reason is not None:
@@ -166,6 +177,8 @@ def main() -> int:
         return 2
     scratch = Path(os.environ.get("TMPDIR", "/tmp")) / f"fsjs-multihost-{os.getpid()}"
     scratch.mkdir()
+    if args.replicated:
+        return replicated(args, scratch)
     with gluster.GlusterBed() as bed:
         a, b = bed.mount("a").path / "bench", bed.mount("b").path / "bench"
         a.mkdir()
@@ -194,6 +207,46 @@ def main() -> int:
             cpu = idle_cpu(b, scratch, args.idle, doorbell)
             verdict = f" (target < 2%: {'met' if cpu < 2 else 'NOT met'})" if doorbell == "on" else ""
             print(f"M3 idle worker on B for {args.idle:.0f} s, doorbell {doorbell}: {cpu:.2f}% of a core{verdict}")
+    return 0
+
+
+def replicated(args: argparse.Namespace, scratch: Path) -> int:
+    """R1-R3: the replica-3 volume of tests/distfs/replica.py, mounted three times."""
+    with gluster.GlusterBed() as bed:
+        volume = replica.Replicated(bed)
+        a, b, c = (bed.mount(n, volume=volume.name).path / "bench" for n in "abc")
+        a.mkdir()
+        time.sleep(1.5)
+        ratios = []
+        for k in range(args.rounds):
+            (a / f"raw{k}").mkdir()
+            raw = raw_rate(a / f"raw{k}", args.jobs)
+            rate, done = drain(a, [b, c], scratch, args.jobs, f"r1-{k}")
+            ratios.append(rate / raw)
+            print(f"R1 round {k + 1}: drain, one worker on each of 3 mounts, durable=False: {rate:,.0f} jobs/s "
+                  f"({done} jobs); raw create+write+close+rename through one mount just before: {raw:,.0f}/s; "
+                  f"ratio {rate / raw:.2f}", flush=True)
+        ratio = statistics.median(ratios)
+        print(f"R1 drain / raw, median of {args.rounds} rounds: {ratio:.2f} "
+              f"(goal >= 0.70: {'met' if ratio >= 0.70 else 'NOT met'})", flush=True)
+        ms = wakeups(a, b, scratch, args.wakeups, "on")
+        p50 = statistics.median(ms)
+        print(f"R2 cross-host wake-up (A to B), doorbell on: p50 {p50:.0f} ms, p99 {percentile(ms, 0.99):.0f} ms, "
+              f"max {ms[-1]:.0f} ms over {len(ms)} jobs (goal p50 <= 10 ms: {'met' if p50 <= 10 else 'NOT met'})",
+              flush=True)
+        rate, done = drain(a, [b, c], scratch, args.jobs, "r3-all-up")
+        print(f"R3 drain with every brick up: {rate:,.0f} jobs/s ({done} jobs)", flush=True)
+        volume.kill_brick(2)
+        rate, done = drain(a, [b, c], scratch, args.jobs, "r3-down")
+        print(f"R3 drain with brick 2 down: {rate:,.0f} jobs/s ({done} jobs)", flush=True)
+        volume.start_bricks()
+        healing = time.monotonic()
+        rate, done = drain(a, [b, c], scratch, args.jobs, "r3-healing")
+        state = volume.heal_state()
+        print(f"R3 drain from the moment brick 2 is started again, while it heals: {rate:,.0f} jobs/s ({done} jobs); "
+              f"entries left to heal when it ended: {list(state.pending)}", flush=True)
+        state = volume.wait_healed(600)
+        print(f"R3 healed {time.monotonic() - healing:.0f} s after the brick started again: {state}")
     return 0
 
 

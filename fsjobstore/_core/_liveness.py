@@ -35,6 +35,7 @@ from typing import Literal
 from .._errors import StorageError
 from .._format._layout import Layout
 from .._os import _syscalls as sc
+from .._os._beneath import DISCONNECTED
 from .._os._files import FILE_MODE, GONE, O_CLOEXEC, O_NOFOLLOW, names_file, unlink
 
 log = logging.getLogger("fsjobstore")
@@ -91,6 +92,11 @@ class OwnerLease:
                 if exc.errno in GONE and not sc.lexists(self.path):
                     raise OwnerGone(f"owner {self.owner}'s file was removed: another process judged it gone "
                                     "and took over its claims") from None
+                if exc.errno in DISCONNECTED and _reachable(self.path):
+                    # Our file was opened through a mount whose client died; the volume is mounted
+                    # again, but our descriptor (and the locks it held) died with the old client.
+                    raise OwnerGone(f"owner {self.owner}'s file was opened through a mount that was lost and "
+                                    "mounted again: its locks went with it") from None
                 raise
             # A write to an unlinked file succeeds: check that the name is still ours.
             if not names_file(self.path, sc.fstat(self._fd)):
@@ -120,6 +126,16 @@ class OwnerLease:
             if self._fd is not None:
                 sc.close(self._fd)
         self._fd = None
+
+
+def _reachable(path: str) -> bool:
+    """Whether ``path``'s directory answers now (through the store's root opened again if the
+    mount was: ``_beneath.reconnect``)."""
+    try:
+        sc.lstat(os.path.dirname(path))
+    except OSError:
+        return False
+    return True
 
 
 class OwnerProbe:

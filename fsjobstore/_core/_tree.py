@@ -180,6 +180,40 @@ class Tree(Finding):
         return dst
 
     @staticmethod
+    def fence_final(active: str, fresh: str) -> str | None:
+        """Where a final publish is a link and an unlink (``rename_noreplace`` emulated: network
+        filesystems), move the claimed file to ``fresh`` (a new name in ``active/``, of a token of
+        this owner's) before the commit writes to it; the fresh name, or None if our claim was
+        taken over. RACE: open() and link() go through the client's cached name to whatever file
+        it names now, where a rename is checked by name on the server: on GlusterFS, a link made
+        through a name another host had renamed away an instant before succeeded 10 times in 10
+        (a rename 0 in 10: tests/distfs/test_bed.py), and a holder whose claim was taken over
+        wrote its result into the requeued job and published it, beside the new holder's (the
+        three-host chaos: duplicate commits). A process that dies after this rename leaves a
+        claim of its own owner's, which take-over handles as any."""
+        try:
+            sc.rename(active, fresh)
+        except FileNotFoundError:
+            return None
+        except StorageError as exc:
+            if not exc.applied and fs.gone_after(exc, active):
+                return None
+            raise
+        return fresh
+
+    @staticmethod
+    def unfence_final(fenced: str, claimed: str) -> None:
+        """Give the claimed file its name back after a commit that failed with nothing published,
+        so that the holder's retry or release finds it. A fault here as well leaves it under the
+        fresh name, a claim of a live owner that no lease of this process knows: it is taken over
+        once this process ends, as a dead holder's would be."""
+        if fenced != claimed:
+            try:
+                sc.rename(fenced, claimed)
+            except OSError as exc:
+                log.warning("could not give %s its claimed name back: %s", fenced, exc)
+
+    @staticmethod
     def _rename_final(path: str, dst: str) -> None:
         """``rename_noreplace``, where an EEXIST of its link() is believed only once it lasts.
 

@@ -64,6 +64,9 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
 _DIR_FLAGS = _O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | _O_CLOEXEC
 _NOT_A_DIR = (errno.ELOOP, errno.ENOTDIR, errno.EXDEV)  # a link, a file or FIFO, an escape
+# A FUSE client that died (SIGKILL, a crash) answers every call through its mount, and through
+# every descriptor opened there, with these, for good: even once the volume is mounted again.
+DISCONNECTED = (errno.ENOTCONN, errno.ECONNABORTED)
 _RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x02, 0x04, 0x08
 _SYS_OPENAT2 = 437  # the same number on every Linux architecture (asm-generic)
 _REPAIRS = 8  # rounds of repair before a directory planted over and over is refused
@@ -139,6 +142,7 @@ class Root:
         self.dir_mode = dir_mode
         self.uses = 1
         self.fd = os.open(path, _DIR_FLAGS) if fd is None else os.dup(fd)
+        self.ino = os.fstat(self.fd).st_ino  # the directory this root is, found again by reconnect()
         # The directory's path (absolute, as callers spell it: the module's split() finds it
         # with one dict lookup) -> fd, when looked up, dev, ino, KEPT or BUCKET.
         self.cache: dict[str, tuple[int, float, int, int, int]] = {}
@@ -340,6 +344,39 @@ class Root:
             finally:
                 os.close(fd)
 
+    def reconnect(self) -> bool:
+        """The root's descriptor died with the connection of the mount it was opened through (a
+        network filesystem's client killed and the volume mounted again at the same path): open
+        the root again by its path and drop every cached descriptor. Only the same directory
+        (its inode number, which a GlusterFS or NFS remount keeps) is taken; True if it was."""
+        with self._lock:
+            try:  # (an fstat of an O_PATH descriptor is answered without the filesystem: open)
+                os.close(os.open(".", os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC, dir_fd=self.fd))
+                return False  # the descriptor still answers: the fault is elsewhere
+            except OSError as exc:
+                if exc.errno not in DISCONNECTED:
+                    return False
+            try:
+                fd = os.open(self.path, _DIR_FLAGS)
+            except OSError:
+                return False  # still unmounted, or not reachable: the caller's error stands
+            try:
+                same = os.fstat(fd).st_ino == self.ino
+            except OSError:
+                same = False
+            if not same:
+                os.close(fd)
+                log.warning("%s: the store's directory was mounted again, but another directory is now at "
+                            "that path: not taken", self.path)
+                return False
+            self._retire(self.fd)
+            for entry in self.cache.values():
+                self._retire(entry[0])
+            self.fd, self.cache, self.buckets = fd, {}, []
+            log.warning("%s: the mount's connection was lost and the store's directory is reachable again: "
+                        "its descriptors were opened afresh", self.path)
+            return True
+
     def close(self) -> None:
         fds = [self.fd] + [e[0] for e in self.cache.values()] + [r[0] for r in self.retired]
         self.cache, self.retired = {}, []
@@ -410,6 +447,16 @@ def detach(path: str) -> None:
                 _roots.remove(root)
                 root.close()
             return
+
+
+def reconnect(path: str) -> bool:
+    """A call on ``path`` failed with a lost connection (:data:`DISCONNECTED`): if its root's
+    descriptor died with the mount's client and the directory is reachable again, reopen it
+    (:meth:`Root.reconnect`) and say True (ask again)."""
+    for root in _roots:
+        if path.startswith(root.prefix) or path == root.path:
+            return root.reconnect()
+    return False
 
 
 def drop_bucket(path: str) -> bool:

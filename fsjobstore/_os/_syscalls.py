@@ -87,6 +87,7 @@ def _call(op: str, fn: Callable[..., T], *args: Any) -> T:
         err.op = op
         raise err
     stale = 0
+    reconnected = False
     while True:
         try:
             if _hook is not None:
@@ -99,6 +100,12 @@ def _call(op: str, fn: Callable[..., T], *args: Any) -> T:
                 (op in _RELOOK and isinstance(args[0], str)) or (op == "open" and _read_only(args))
             ):
                 stale += 1
+                continue
+            # ENOTCONN: the mount's client was dead when the call was made, so nothing was done.
+            # (ECONNABORTED, a client that died during it, may have been done: it is raised.)
+            if (exc.errno == errno.ENOTCONN and not reconnected and args and isinstance(args[0], str)
+                    and _beneath.reconnect(args[0])):
+                reconnected = True  # the mount came back: once more, through the directory opened again
                 continue
             raise _translate(op, args, exc) from None
         if _hook is not None:

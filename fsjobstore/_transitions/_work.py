@@ -86,8 +86,7 @@ class Work:
                 sc.rename(src, active)
             except OSError as exc:
                 gate.release(None, held)
-                # ESTALE: on a network filesystem, its bucket was emptied and removed by another
-                # host (_buckets), which took the job. Nothing moved either way.
+                # ESTALE: another host took the job and removed its emptied bucket (_buckets).
                 if exc.errno not in fs.GONE:
                     raise
                 index.lost(name)  # another worker claimed it first
@@ -106,10 +105,9 @@ class Work:
     def claim_from_active(self, active: str, job_id: str, queue: str, token: str,
                           on_compromised: OnCompromised | None, *, give_back: str,
                           held: list[NotifyLock] | None = None) -> WorkClaim | None:
-        """Read a file we just claimed into a lease; None (and the file quarantined) if it is
-        not a job that may run. ``give_back``: where it came from, for a read fault. ``held``
-        (a worker's claim from a queue, not one by id): the slots its queue's limit gave it; the
-        job's own limits are met here, and a job that meets a full one waits (``_limit_gate``)."""
+        """Read a file we just claimed into a lease; None (and the file quarantined) if it is not a job
+        that may run. ``give_back``: where it came from, for a read fault. ``held`` (a worker's claim from
+        a queue): the slots its queue's limit gave it; a job that meets a full limit waits (``_limit_gate``)."""
         tree = self._core.tree
         try:
             parsed, extra_links, data = tree.read_parsed_links(active)
@@ -194,9 +192,8 @@ class Work:
             self._release(claim, active)
             return
         if kind in ("fulfill", "resolve"):
-            # The usual commit, on every job: its line is written straight from the claimed
-            # record's fields, without building the record it reads back as. "resolve" is
-            # JobStore.fulfill by id: work done elsewhere, so no attempt of this store's is counted.
+            # The usual commit: its line written straight from the claimed record's fields. "resolve"
+            # is JobStore.fulfill by id: work done elsewhere, so no attempt of this store's is counted.
             value = result_value(payload, core.settings.max_value_bytes)
             attempts = record.attempts + (kind == "fulfill")
             now = core.wall()
@@ -273,13 +270,15 @@ class Work:
         self._core.pending.note_published(claim.record, "pending")
 
     def _commit_final(self, claim: WorkClaim, active: str, line: bytes, dest: str, finished_at: float) -> None:
-        """A result is final: append it to the claimed file as one line, then move that file into
-        its final directory with one rename that never replaces a result. No temp file is made and
-        nothing is unlinked (both cost far more than a rename on most filesystems). The rename is the
-        fence: once a recoverer has moved our claim, it fails with ENOENT. Durable order: write,
-        fsync the file, rename, fsync the directory."""
+        """A result is final: append it as one line to the claimed file, then move that file to its final
+        directory with one rename that never replaces a result. The rename is the fence (ENOENT once a
+        recoverer moved our claim); where it is a link and an unlink, a rename comes first (Tree.fence_final)."""
         core, job_id = self._core, claim.record.id
         claim.committing = True
+        claimed = active
+        if sc.noreplace_emulated() and not (active := core.tree.fence_final(
+                active, core.layout.active_path(job_id, core.new_token())) or ""):
+            raise self._lost(claim)
         try:
             fs.write_at(active, claim.size, line, durable=core.durable, clean=claim.clean,
                         linked_as=core.layout.id_marker(job_id))
@@ -296,6 +295,7 @@ class Work:
             claim.clean = False
             if fs.gone_after(exc, active):
                 raise self._lost(claim) from None
+            core.tree.unfence_final(active, claimed)
             raise
         try:
             core.tree.publish_final(active, claim.record, dest, finished_at)
@@ -327,6 +327,7 @@ class Work:
                 fs.cut_back(active, claim.size, durable=core.durable)
                 claim.committing = False
                 claim.clean = False
+                core.tree.unfence_final(active, claimed)
                 raise
             self._committed_final(claim, job_id, dest, finished_at)
             raise

@@ -182,8 +182,8 @@ def _tail(path: Path, lines: int = 15) -> str:
 class Mount:
     """One FUSE client of the volume: one "host". pid is the glusterfs client process itself (run with -N)."""
 
-    def __init__(self, bed: GlusterBed, name: str, options: tuple[str, ...]) -> None:
-        self.bed, self.name, self.options = bed, name, options
+    def __init__(self, bed: GlusterBed, name: str, options: tuple[str, ...], volume: str = VOLUME) -> None:
+        self.bed, self.name, self.options, self.volume = bed, name, options, volume
         self.path = bed.run / "mnt" / name
         self.log = bed.run / "log" / f"mount-{name}.log"
         self.stopped = False
@@ -201,7 +201,7 @@ class Mount:
 
     def _start(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        cmd = [_tool("glusterfs"), "-N", f"--volfile-server={self.bed.host}", f"--volfile-id={VOLUME}",
+        cmd = [_tool("glusterfs"), "-N", f"--volfile-server={self.bed.host}", f"--volfile-id={self.volume}",
                f"--log-file={self.log}", *self.options, str(self.path)]
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL, start_new_session=True,
@@ -354,16 +354,26 @@ class GlusterBed:
 
         The CLI runs inside the reaper's mount namespace: on its own it creates /var/lib/glusterd/geo-replication.
         """
+        done = self.in_namespace(_tool("gluster"), "--mode=script", f"--glusterd-sock={self.sock}",
+                                 f"--log-file={self.run / 'log' / 'cli.log'}", f"--timeout={int(timeout)}", *args,
+                                 timeout=timeout)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"gluster {' '.join(args)}: {done.stdout.strip()} {done.stderr.strip()}")
+        return done
+
+    @property
+    def sock(self) -> Path:
+        """glusterd's CLI socket (never the system's /var/run/glusterd.socket)."""
+        return self.run / "rundir" / "glusterd.socket"
+
+    def in_namespace(self, *cmd: str, timeout: float = CMD_TIMEOUT) -> subprocess.CompletedProcess[str]:
+        """Run a command inside the reaper's mount namespace, where glusterd's fixed paths are the run's."""
         assert self._reaper is not None
-        cmd = [_tool("nsenter"), f"--target={self._reaper.pid}", "--mount", "--", _tool("gluster"), "--mode=script",
-               f"--glusterd-sock={self.run / 'rundir' / 'glusterd.socket'}",
-               f"--log-file={self.run / 'log' / 'cli.log'}", f"--timeout={int(timeout)}", *args]
+        cmd = (_tool("nsenter"), f"--target={self._reaper.pid}", "--mount", "--", *cmd)
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 5)
         except subprocess.TimeoutExpired:
             done = subprocess.CompletedProcess(cmd, -1, "", f"timed out after {timeout} s")
-        if check and done.returncode != 0:
-            raise RuntimeError(f"gluster {' '.join(args)}: {done.stdout.strip()} {done.stderr.strip()}")
         return done
 
     @property
@@ -374,11 +384,16 @@ class GlusterBed:
                 return pid if _names_run(pid, self.run) else None
         return None
 
-    def mount(self, name: str, options: tuple[str, ...] = DEFAULT) -> Mount:
+    def mount(self, name: str, options: tuple[str, ...] = DEFAULT, volume: str = VOLUME) -> Mount:
+        """A FUSE client of ``volume`` (the bed's single-brick volume, or one made by replica.py)."""
         if name in self.mounts:
             raise ValueError(f"mount {name!r} exists")
-        mount = self.mounts[name] = Mount(self, name, options)
+        mount = self.mounts[name] = Mount(self, name, options, volume)
         return mount
+
+    def drop_mount(self, name: str) -> None:
+        """Unmount ``name`` and forget it."""
+        self.mounts.pop(name).unmount()
 
     def heal(self) -> None:
         """Bring every mount back to working order after a test stopped or killed its client."""

@@ -7,6 +7,7 @@ files on local disk, so a mount made to hang can only hang the processes meant t
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import statistics
@@ -21,7 +22,7 @@ from internals import owner
 
 from distfs import gluster
 from distfs.gluster import SharedDir
-from fsjobstore import JobNotFound, JobState, JobStore
+from fsjobstore import JobNotFound, JobState, JobStore, LeaseLost, StorageError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROLES = os.path.join(HERE, "roles.py")
@@ -260,3 +261,64 @@ def test_a_job_retried_on_one_host_and_failed_again_at_once_on_the_other_keeps_i
             lease.fail("second")
             again = host_b.get(job.id)
             assert (again.state, again.error) == (JobState.FAILED, "second")
+
+
+# a host's mount lost and mounted again =============================================================
+def test_a_store_whose_mount_was_lost_and_mounted_again_goes_on_working(shared_dir: SharedDir) -> None:
+    # A FUSE client that dies answers ENOTCONN through every descriptor opened on its mount, for
+    # good, even once the volume is mounted again at the same path: the store kept its root's
+    # descriptor and so stayed broken (the three-host chaos: a producer on the remounted host
+    # failed every create until it gave up).
+    JobStore(str(shared_dir.a / "store")).close()
+    store = JobStore(str(shared_dir.b / "store"), lease_duration=2.0)
+    try:
+        store.create({"n": 1})
+        before = owner(store).owner
+        shared_dir.mount_b.kill()
+        with pytest.raises(StorageError) as lost:
+            store.create({"n": 2})
+        assert lost.value.errno == errno.ENOTCONN
+        shared_dir.mount_b.remount()
+        store.create({"n": 3})
+        claimed = store.pull_work(timeout=5)
+        assert claimed is not None and claimed.request == {"n": 1}
+        claimed.fulfill("done")
+        # The owner file's descriptor died with the old client (and its lock): a new identity.
+        wait_until(lambda: owner(store).owner != before, 10)
+        with JobStore(str(shared_dir.a / "store")) as host_a:
+            assert host_a.get(claimed.id).state is JobState.FULFILLED
+            assert host_a.statistics().pending == 1
+    finally:
+        store.close()
+
+
+def test_a_holder_whose_claim_another_host_took_over_commits_nothing_through_its_cached_name(
+        stores: tuple[str, str]) -> None:
+    # open() and link() through a name this host's client still caches reach whatever file that
+    # name was, where a rename is checked by name on the server: a final commit (a link and an
+    # unlink here) of a claim another host had just taken over wrote into the requeued job and
+    # published it, beside the new holder's commit (the three-host chaos, duplicate commits).
+    a, b = stores
+    raced = 0
+    for round_ in range(5):  # a fresh host A each time: the one before lost its identity
+        with JobStore(a, lease_duration=30) as host_a, JobStore(b, lease_duration=30) as host_b:
+            job = host_a.create({"round": round_})
+            lease = host_a.pull_work(timeout=5)
+            assert lease is not None and lease.id == job.id
+            # Another host judged host A gone (its owner file removed, as after a hang of a
+            # lease) and takes the claim over at once ("its process exited"), while A's client
+            # still caches the claimed name (A lists nothing meanwhile).
+            os.unlink(owner(host_a).path)
+            host_b.recover()
+            if any(lease.token in name for name in os.listdir(f"{b}/jobs/active")):
+                lease.release()  # B's client still saw the owner file: no race this round
+                continue
+            raced += 1
+            with pytest.raises(LeaseLost):
+                lease.fulfill("from A")
+            again = host_b.pull_work(timeout=5)
+            assert again is not None and again.id == job.id
+            again.fulfill("from B")
+            done = host_b.get(job.id)
+            assert (done.state, done.value) == (JobState.FULFILLED, "from B")
+    assert raced >= 2

@@ -51,7 +51,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from fsjobstore import JobStore, LeaseLost  # noqa: E402
+from fsjobstore import JobExists, JobStore, LeaseLost  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(HERE))
 from faultkit import job_files, removal_leftovers  # noqa: E402
@@ -64,28 +64,52 @@ def _record(fh: Any, *fields: object) -> None:
 
 # == the processes =============================================================================
 def producer(root: str, history: str, jobs: int, rate: float, retention: bool = False,
-             relations: bool = False, limits: bool = False) -> None:
+             relations: bool = False, limits: bool = False, part: int = 0, parts: int = 1,
+             chosen: bool = False) -> None:
+    """Makes the jobs numbered ``part`` modulo ``parts``; ``chosen``: every seventh with an id of
+    its own (and no unique key, which a chosen id may not have)."""
     with JobStore(root) as store, open(history, "a") as fh:
-        if limits:
+        if limits and part == 0:
             store.set_limit(key="ck-0", concurrency=2)
             store.set_limit(key=RATED, rate=(10, 1.0))  # no cap on concurrency: only starts are limited
         previous = None
-        for n in range(jobs):
+        for n in range(part, jobs, parts):
             retain = 0 if retention and n % 2 else None
             options: dict[str, Any] = {}
             if relations and previous is not None and n % 3 == 0:
                 options["after"] = [previous]
-            if relations and n % 5 == 0:
-                options["unique_key"] = f"key-{n}"
             if limits and concurrency_key(n) is not None:
                 options["concurrency_key"] = concurrency_key(n)
+            job_id = f"chosen-{n}" if chosen and n % 7 == 0 else None
+            if relations and n % 5 == 0 and job_id is None:
+                options["unique_key"] = f"key-{n}"
             for _ in range(2 if "unique_key" in options else 1):
-                _record(fh, "invoke", "create", n)
-                job = store.create({"n": n}, max_attempts=1_000_000, retain=retain, **options)
-                _record(fh, "ok", "create", n, job.id)
-            previous = job.id
+                previous = _create(store, fh, n, job_id, retain=retain, **options)
             if rate:
                 time.sleep(random.expovariate(rate))
+
+
+def _create(store: JobStore, fh: Any, n: int, job_id: str | None, **options: Any) -> str:
+    """Create job ``n``, retrying while the filesystem fails (a host's mount killed under it).
+    A failed create may have stood: with a chosen id the retry then gets JobExists and knows it;
+    without one it may make a second job of ``n``, which is then one more job to be done."""
+    for tries in range(1, 1000):
+        _record(fh, "invoke", "create", n)
+        try:
+            made = store.create({"n": n}, max_attempts=1_000_000, job_id=job_id, **options).id
+        except JobExists:
+            if tries == 1:
+                raise  # the run's ids are fresh: a first try must not find one
+            # RACE: an earlier try that raised had made the job after all: it stands, made once.
+            assert job_id is not None
+            made = job_id
+        except OSError as exc:  # StorageError too: the create may or may not stand
+            _record(fh, "fail", "create", n, type(exc).__name__)
+            time.sleep(0.2)
+            continue
+        _record(fh, "ok", "create", n, made)
+        return made
+    raise RuntimeError(f"job {n}: no create stood in 999 tries")
 
 
 def concurrency_key(n: int) -> str | None:
@@ -134,13 +158,19 @@ def _over_limit(history: list[list[str]]) -> int:
     return worst
 
 
+def _host(root: str) -> str:
+    """The name of the mount a store's path goes through (the chaos's roots differ only there)."""
+    return os.path.basename(os.path.dirname(os.path.dirname(root)))
+
+
 def worker(root: str, history: str, lease: float, work: float) -> None:
     with JobStore(root, lease_duration=lease, backoff=lambda attempt: 0.0) as store, open(history, "a") as fh:
         while not os.path.exists(os.path.join(os.path.dirname(history), "stop")):
             job = store.pull_work(timeout=0.5)
             if job is None:
                 continue
-            _record(fh, "ok", "claim", job.request["n"], job.id, job.token)
+            # The attempt's number and the host (mount) it ran on: what to read when a job runs twice.
+            _record(fh, "ok", "claim", job.request["n"], job.id, job.token, job.attempt, _host(root))
             time.sleep(random.uniform(0, work))  # the "work": kills and stops land in it
             _record(fh, "invoke", "fulfill", job.request["n"], job.id, job.token)
             try:
@@ -301,11 +331,12 @@ def check(root: str, history: list[list[str]], *, retention: bool = False, limit
 def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir: str | None = None,
         max_seconds: float = 3600, runtime: str | None = None, roots: list[str] | None = None,
         extra: Callable[[random.Random | None], object] | None = None, retention: bool = False,
-        relations: bool = False, limits: bool = False) -> dict[str, Any]:
+        relations: bool = False, limits: bool = False, producers: int = 1, chosen: bool = False) -> dict[str, Any]:
     """``runtime``: None for plain pull/fulfil loops, or "processes"/"threads" for workers that
     are ``fsjobstore.Worker`` runs (signals then go to each worker's whole process group).
     ``roots``: the store as each "host" sees it (one path per mount of a shared filesystem):
-    the producer uses the first, workers take turns; histories stay in ``workdir``.
+    producer k of ``producers`` uses root k (modulo their number), workers take turns; histories
+    stay in ``workdir``. ``chosen``: producers give every seventh job an id of their own.
     ``extra``: called at every step with the run's random generator, for chaos of its own
     (stopping or killing a mount's client, say), and with None when the chaos is over, to undo
     what it did; also called while a killed worker is reaped, since a process blocked in a
@@ -324,11 +355,11 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
     me = os.path.abspath(__file__)
     incarnation = 0
 
-    def spawn(role: str, *args: object) -> subprocess.Popen[bytes]:
+    def spawn(role: str, *args: object, where: str | None = None) -> subprocess.Popen[bytes]:
         nonlocal incarnation
         incarnation += 1
         history = os.path.join(base, f"{role}-{incarnation:05d}.history")
-        where = root if role == "producer" else next_root()
+        where = where or next_root()
         if role == "worker" and runtime is not None:
             return subprocess.Popen([sys.executable, me, "rworker", where, history, *map(str, args), runtime],
                                     start_new_session=True)
@@ -347,7 +378,8 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
     expected = max(1.0, kills * 0.275)
     rate = jobs / (expected * 0.5)
     work = min(1.0, max(0.002, 2 * workers * expected / jobs))
-    prod = spawn("producer", jobs, rate, int(retention), int(relations), int(limits))
+    prods = [spawn("producer", jobs, rate / producers, int(retention), int(relations), int(limits), k, producers,
+                   int(chosen), where=paths[k % len(paths)]) for k in range(producers)]
     procs = [spawn("worker", lease, work) for _ in range(workers)]
     def reap(proc: subprocess.Popen[bytes]) -> None:
         while True:
@@ -372,7 +404,7 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
     stopped: dict[int, float] = {}  # index -> when to SIGCONT
     done_kills = done_stops = 0
     started = time.monotonic()
-    while (done_kills < kills or prod.poll() is None) and time.monotonic() - started < max_seconds:
+    while (done_kills < kills or any(p.poll() is None for p in prods)) and time.monotonic() - started < max_seconds:
         time.sleep(rng.uniform(0.05, 0.5))
         if extra is not None:
             extra(rng)
@@ -398,7 +430,8 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
         signal_worker(procs[i], signal.SIGCONT)
     if extra is not None:
         extra(None)
-    prod.wait()
+    for prod in prods:
+        prod.wait()
     # Let the survivors drain what is left, then stop them.
     deadline = time.monotonic() + 120
     with JobStore(root) as store:
@@ -418,7 +451,7 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
     report = check(root, read_history(base), retention=retention, limits=limits)
     report.update(kills=done_kills, stops=done_stops, restarts=restarts, workers=workers,
                   seconds=round(time.monotonic() - started, 1),
-                  producer_exit=prod.returncode, runtime=runtime or "pull loops")
+                  producer_exit=max(abs(p.returncode) for p in prods), runtime=runtime or "pull loops")
     return report
 
 
@@ -426,7 +459,8 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in ("producer", "worker", "rworker"):
         role, root, history, *rest = sys.argv[1:]
         if role == "producer":
-            producer(root, history, int(rest[0]), float(rest[1]), rest[2] == "1", rest[3] == "1", rest[4] == "1")
+            producer(root, history, int(rest[0]), float(rest[1]), rest[2] == "1", rest[3] == "1", rest[4] == "1",
+                     int(rest[5]), int(rest[6]), rest[7] == "1")
         elif role == "worker":
             worker(root, history, float(rest[0]), float(rest[1]))
         else:
@@ -447,9 +481,13 @@ def main() -> None:
     parser.add_argument("--limits", action="store_true",
                         help="a job in four with a concurrency key (a cap of 2 or 1), one in four with a key "
                              "limited by a rate alone")
+    parser.add_argument("--producers", type=int, default=1, help="producers, each making its share of the jobs")
+    parser.add_argument("--chosen", action="store_true",
+                        help="every seventh job has an id of its own, its create retried until it stands")
     args = parser.parse_args()
     report = run(jobs=args.jobs, workers=args.workers, kills=args.kills, lease=args.lease, seed=args.seed,
-                 runtime=args.runtime, retention=args.retention, relations=args.relations, limits=args.limits)
+                 runtime=args.runtime, retention=args.retention, relations=args.relations, limits=args.limits,
+                 producers=args.producers, chosen=args.chosen)
     print(json.dumps(report, indent=2))
     bad = (report["lost"] or report["unexpected"] or report["duplicate_commits"] or report["left_pending_or_active"]
            or report["removal_leftovers"] or report["early_children"] or report["over_limit"])
