@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from internals import pending_file, rescan
 
-from fsjobstore import JobState, JobStore, LeaseLost
+from fsjobstore import JobState, JobStore, LeaseLost, StorageError
 from fsjobstore._core import _tree
 from fsjobstore._format._records import LostJobData, Record
 from fsjobstore._os import _syscalls
@@ -225,3 +225,34 @@ def test_where_the_filesystem_refuses_the_link_the_index_entry_is_an_empty_file(
         entries = [e for b in os.scandir(tmp_path / "s" / "finished") for e in os.scandir(b.path)]
         assert [e.name.rsplit(".", 1)[1] for e in entries] == [job.id]
         assert entries[0].stat(follow_symlinks=False).st_size == 0 and s.statistics().fulfilled == 1
+
+
+def test_without_renameat2_a_commit_whose_unlink_fails_after_its_link_keeps_the_published_result(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # link() published the result, then the unlink of the claimed name failed (a network mount's
+    # client killed between the two): the commit stands, and the result is not cut off the file.
+    monkeypatch.setattr(_syscalls, "_renameat2", None)
+
+    class FailUnlinkOfActive:
+        def before(self, op: str, args: tuple[Any, ...]) -> None:
+            if op == "unlink" and "/jobs/active/" in str(args[0]):
+                raise OSError(errno.ENOTCONN, "Transport endpoint is not connected", args[0])
+
+        def after(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+            pass
+
+    with JobStore(tmp_path / "s") as s:
+        job = s.create("x")
+        lease = s.pull_work()
+        assert lease is not None
+        _syscalls.set_hook(FailUnlinkOfActive())
+        try:
+            with pytest.raises(StorageError):
+                lease.fulfill(b"v")
+        finally:
+            _syscalls.set_hook(None)
+        got = s.get(job.id)
+        assert (got.state, got.value) == (JobState.FULFILLED, b"v")
+        s.recover()  # the claimed name left beside the published file goes; the result stays
+        assert s.get(job.id).value == b"v"

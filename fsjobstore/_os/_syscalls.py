@@ -354,7 +354,15 @@ def rename_noreplace(src: str, dst: str) -> None:
                 raise
             _renameat2 = None  # this filesystem (or kernel) has no RENAME_NOREPLACE
     link(src, dst)
-    unlink(src)
+    try:
+        unlink(src)
+    except StorageError as exc:
+        # The link published the file: the move is done and visible, only the old name is left
+        # (recovery resolves it, as after a crash between the two). Unmarked, a commit took this
+        # for "nothing moved" and cut its result line off the file it had just published (a
+        # final file without its result: the three-host chaos, host C's mount killed mid-commit).
+        exc.applied = True
+        raise
 
 
 def noreplace_emulated() -> bool:

@@ -94,6 +94,20 @@ def differing_copies(volume: replica.Replicated, under: str) -> list[str]:
     return sorted(n for n in names if len({copy.get(n) for copy in seen}) > 1)
 
 
+def quarantined_copies(volume: replica.Replicated, store: str) -> dict[str, list[str]]:
+    """What each brick holds of every job file the store quarantined: a file's lines, cut short,
+    so a stale read on a host (every brick's copy whole) can be told from a lost write."""
+    copies: dict[str, list[str]] = {}
+    for brick in volume.paths:
+        quarantine = brick / store / "quarantine"
+        for name in sorted(os.listdir(quarantine)) if quarantine.is_dir() else []:
+            if name.endswith(".json"):
+                lines = (quarantine / name).read_text(errors="replace").splitlines()
+                copies.setdefault(name, []).append(f"{brick.name}: {len(lines)} line(s), "
+                                                   f"last {lines[-1][:120] if lines else ''!r}")
+    return copies
+
+
 def run(bed: gluster.GlusterBed, *, jobs: int, kills: int, seed: int, brick_kills: int, down: float,
         workdir: str, **kwargs: Any) -> dict[str, Any]:
     volume = replica.Replicated(bed)
@@ -114,6 +128,7 @@ def run(bed: gluster.GlusterBed, *, jobs: int, kills: int, seed: int, brick_kill
         report.update({"host_c_" + k.split("_", 2)[2]: v for k, v in host_c.summary().items()})
         report.update(bricks.finish(timeout=300))
         report["bricks_differ"] = differing_copies(volume, "chaos/store")[:10]
+        report["quarantined"] = quarantined_copies(volume, "chaos/store")
         return report
     finally:
         for mount in mounts:

@@ -51,7 +51,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from fsjobstore import JobExists, JobStore, LeaseLost  # noqa: E402
+from fsjobstore import CorruptJob, JobExists, JobStore, LeaseLost  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(HERE))
 from faultkit import job_files, removal_leftovers  # noqa: E402
@@ -280,7 +280,11 @@ def check(root: str, history: list[list[str]], *, retention: bool = False, limit
         store.recover()
         final = {}
         for name in os.listdir(os.path.join(root, "jobs", "fulfilled")):
-            job = store.get(name[: -len(".json")])
+            try:
+                job = store.get(name[: -len(".json")])
+            except CorruptJob as exc:  # quarantined by the store: not there, so lost below
+                print(f"chaos: {exc}", file=sys.stderr)
+                continue
             final[job.id] = job
         removed = 0
         for job_id, n in created.items():
