@@ -116,6 +116,23 @@ def drain(a: Path, b: Path | list[Path], scratch: Path, jobs: int, name: str = "
     return done / seconds, done
 
 
+def drain_rounds(name: str, a: Path, others: Path | list[Path], scratch: Path, jobs: int, rounds: int,
+                 workers: str) -> float:
+    """M1 or R1: ``rounds`` times the mount's raw rate, then a drain; the median round's ratio.
+    The raw rate moves between runs (297-543/s seen on this machine on one brick), so each round
+    measures it right before its drain."""
+    ratios = []
+    for k in range(rounds):
+        (a / f"raw{k}").mkdir()
+        raw = raw_rate(a / f"raw{k}", jobs)
+        rate, done = drain(a, others, scratch, jobs, f"{name.lower()}-{k}")
+        ratios.append(rate / raw)
+        print(f"{name} round {k + 1}: drain, {workers}, durable=False: {rate:,.0f} jobs/s ({done} jobs); "
+              f"raw create+write+close+rename through one mount just before: {raw:,.0f}/s; ratio {rate / raw:.2f}",
+              flush=True)
+    return statistics.median(ratios)
+
+
 def wakeups(a: Path, b: Path, scratch: Path, count: int, doorbell: str) -> list[float]:
     """M2: milliseconds from a create through A to the worker on B holding the job."""
     store_a, store_b = a / f"m2-{doorbell}", b / f"m2-{doorbell}"
@@ -183,18 +200,7 @@ def main() -> int:
         a, b = bed.mount("a").path / "bench", bed.mount("b").path / "bench"
         a.mkdir()
         time.sleep(1.5)
-        # The mount's raw rate moves between runs (297-543/s seen on this machine), so each round
-        # measures it right before its drain, and the verdict takes the median round's ratio.
-        ratios = []
-        for k in range(args.rounds):
-            (a / f"raw{k}").mkdir()
-            raw = raw_rate(a / f"raw{k}", args.jobs)
-            rate, done = drain(a, b, scratch, args.jobs, f"m1-{k}")
-            ratios.append(rate / raw)
-            print(f"M1 round {k + 1}: drain, one worker on each mount, durable=False: {rate:,.0f} jobs/s "
-                  f"({done} jobs); raw create+write+close+rename through one mount just before: {raw:,.0f}/s; "
-                  f"ratio {rate / raw:.2f}", flush=True)
-        ratio = statistics.median(ratios)
+        ratio = drain_rounds("M1", a, b, scratch, args.jobs, args.rounds, "one worker on each mount")
         print(f"M1 drain / raw, median of {args.rounds} rounds: {ratio:.2f} "
               f"(target >= 0.40: {'met' if ratio >= 0.40 else 'NOT met'})")
         for doorbell in ("on", "off"):
@@ -217,16 +223,7 @@ def replicated(args: argparse.Namespace, scratch: Path) -> int:
         a, b, c = (bed.mount(n, volume=volume.name).path / "bench" for n in "abc")
         a.mkdir()
         time.sleep(1.5)
-        ratios = []
-        for k in range(args.rounds):
-            (a / f"raw{k}").mkdir()
-            raw = raw_rate(a / f"raw{k}", args.jobs)
-            rate, done = drain(a, [b, c], scratch, args.jobs, f"r1-{k}")
-            ratios.append(rate / raw)
-            print(f"R1 round {k + 1}: drain, one worker on each of 3 mounts, durable=False: {rate:,.0f} jobs/s "
-                  f"({done} jobs); raw create+write+close+rename through one mount just before: {raw:,.0f}/s; "
-                  f"ratio {rate / raw:.2f}", flush=True)
-        ratio = statistics.median(ratios)
+        ratio = drain_rounds("R1", a, [b, c], scratch, args.jobs, args.rounds, "one worker on each of 3 mounts")
         print(f"R1 drain / raw, median of {args.rounds} rounds: {ratio:.2f} "
               f"(goal >= 0.70: {'met' if ratio >= 0.70 else 'NOT met'})", flush=True)
         ms = wakeups(a, b, scratch, args.wakeups, "on")
