@@ -101,8 +101,7 @@ def _call(op: str, fn: Callable[..., T], *args: Any) -> T:
             ):
                 stale += 1
                 continue
-            # ENOTCONN: the mount's client was dead when the call was made, so nothing was done.
-            # (ECONNABORTED, a client that died during it, may have been done: it is raised.)
+            # ENOTCONN: the mount's client was dead, so nothing was done (ECONNABORTED may have been).
             if (exc.errno == errno.ENOTCONN and not reconnected and args and isinstance(args[0], str)
                     and _beneath.reconnect(args[0])):
                 reconnected = True  # the mount came back: once more, through the directory opened again
@@ -327,8 +326,7 @@ def _renameat(sfd: int | None, s: str, dfd: int | None, d: str) -> None:
 
 
 def _rename(src: str, dst: str) -> None:
-    # A module function, not a closure made on every call: this is the hot path. A parent that
-    # is not cached (a pending bucket) is opened once by _two and closed after.
+    # A module function, not a closure made on every call (the hot path); _two opens and closes an uncached parent.
     _two(_renameat, src, dst)
 
 
@@ -357,10 +355,8 @@ def rename_noreplace(src: str, dst: str) -> None:
     try:
         unlink(src)
     except StorageError as exc:
-        # The link published the file: the move is done and visible, only the old name is left
-        # (recovery resolves it, as after a crash between the two). Unmarked, a commit took this
-        # for "nothing moved" and cut its result line off the file it had just published (a
-        # final file without its result: the three-host chaos, host C's mount killed mid-commit).
+        # The link published the file (the old name is left, as after a crash between the two):
+        # unmarked, a commit took this for "nothing moved" and cut its result off what it published.
         exc.applied = True
         raise
 
