@@ -185,12 +185,13 @@ class Tree(Finding):
         filesystems), move the claimed file to ``fresh`` (a new name in ``active/``, of a token of
         this owner's) before the commit writes to it; the fresh name, or None if our claim was
         taken over. RACE: open() and link() go through the client's cached name to whatever file
-        it names now, where a rename is checked by name on the server: on GlusterFS, a link made
-        through a name another host had renamed away an instant before succeeded 10 times in 10
-        (a rename 0 in 10: tests/distfs/test_bed.py), and a holder whose claim was taken over
-        wrote its result into the requeued job and published it, beside the new holder's (the
-        three-host chaos: duplicate commits). A process that dies after this rename leaves a
-        claim of its own owner's, which take-over handles as any."""
+        it names now: on GlusterFS, a link made through a name another host had renamed away an
+        instant before succeeded 10 times in 10 (a rename of it 0 in 10, in a probe on the bed),
+        and a holder whose claim was taken over wrote its result into the requeued job and
+        published it, beside the new holder's (the three-host chaos: duplicate commits). This
+        narrows that window, not closes it: once, under load, such a rename went through too
+        (MULTIHOST.md). A process that dies after this rename leaves a claim of its own owner's,
+        which take-over handles as any."""
         try:
             sc.rename(active, fresh)
         except FileNotFoundError:
