@@ -68,10 +68,12 @@ class BrickOutages:
 
     def finish(self, timeout: float) -> dict[str, Any]:
         """Every brick up, then wait for the heal; the bricks' story and the heal's state at the end."""
+        if self.brick is not None and not self.healing_since:
+            self.healing_since = time.monotonic()  # still down: started again just below
         self.volume.start_bricks()
         state = self.volume.wait_healed(timeout)
-        if self.brick is not None and state.healed and "healed_after_s" not in self.events[-1]:
-            self.events[-1].update(healed_after_s=round(time.monotonic() - (self.healing_since or time.monotonic()), 1))
+        if self.brick is not None and state.healed:  # (a heal seen by __call__ set brick to None)
+            self.events[-1].update(healed_after_s=round(time.monotonic() - self.healing_since, 1))
         return {"brick_kills": self.events, "heal_pending_at_end": list(state.pending),
                 "split_brain_at_end": state.split_brain}
 

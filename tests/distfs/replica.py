@@ -60,7 +60,6 @@ class Replicated:
         for key, value in (QUORUM if options is None else options).items():
             bed.gluster("volume", "set", name, key, value)
         bed.gluster("volume", "start", name)
-        self.kills = 0
         self._commands: dict[int, list[str]] = {}  # brick -> its command line, while it is down
 
     def brick_pid(self, i: int) -> int | None:
@@ -82,7 +81,6 @@ class Replicated:
         deadline = time.monotonic() + gluster.CMD_TIMEOUT
         while self.brick_pid(i) == pid and time.monotonic() < deadline:
             time.sleep(0.05)
-        self.kills += 1
 
     def start_bricks(self) -> None:
         """Start again every brick killed here, with the command line glusterd gave it, as a
