@@ -610,6 +610,34 @@ def test_a_holder_hears_of_a_hung_heartbeat_while_it_is_still_hung(open_store: C
         hung.set()
 
 
+def test_a_recovery_pass_longer_than_a_lease_does_not_cost_the_process_its_claims(
+        open_store: Callable[..., JobStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass can take long (hundreds of waiting parents on a network filesystem took minutes):
+    beats go on meanwhile, so the holder neither hears it stalled nor loses its claim."""
+    from fsjobstore._store import _background
+
+    worker = open_store(lease_duration=1.0, heartbeat_interval=0.1)
+    worker.create("x")
+    told: list[str] = []
+    lease = worker.pull_work(on_compromised=lambda exc: told.append(exc.reason))
+    assert lease is not None
+    slow = threading.Event()
+    real_recover = _background.recover
+
+    def long_pass(*args: Any, **kwargs: Any) -> Any:
+        if not slow.is_set():
+            slow.set()
+            time.sleep(2.0)  # two leases
+        return real_recover(*args, **kwargs)
+
+    monkeypatch.setattr(_background, "recover", long_pass)
+    assert slow.wait(5)  # the next periodic pass began, and lasts
+    time.sleep(2.2)
+    lease.fulfill("done")
+    assert told == []
+    assert worker.get(lease.id).state is JobState.FULFILLED
+
+
 def test_a_producer_in_a_heartbeat_only_store_beats_so_others_never_judge_it_gone(tmp_path: Any) -> None:
     root = str(tmp_path / "s")
     settings: dict[str, Any] = {"lock_takeover": False, "lease_duration": 1.0, "heartbeat_interval": 0.2}

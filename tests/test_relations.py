@@ -11,12 +11,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from fsjobstore import InvalidRequest, InvalidState, JobExists, JobNotFound, JobState, JobStore, WaitTimeout
+from fsjobstore._os import _syscalls
 
 
 @pytest.fixture
@@ -186,6 +188,33 @@ def test_a_child_whose_resolution_a_crash_interrupted_is_resolved_by_recovery(st
     assert store.get(b.id).state is JobState.DEFERRED
     assert store.recover().children_resolved == 1
     assert store.get(b.id).state is JobState.PENDING
+
+
+def test_a_recovery_sweep_lists_each_directory_once_however_many_parents_wait(
+        store: JobStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Looked for one by one, every waiting parent cost a listing of active/ and more: on a
+    # network filesystem (a dozen milliseconds a listing) a sweep of hundreds took minutes.
+    parents = [store.create({"n": f"p{i}"}) for i in range(40)]
+    lease = store.pull_work()  # one parent running, one final: the others pending
+    assert lease is not None
+    lease.fulfill("done")
+    running = store.pull_work()
+    assert running is not None
+    children = [store.create({"n": f"c{i}"}, after=[p.id]) for i, p in enumerate(parents)]
+    deps = store._hooks.parents
+    deps._resolve_children_of = lambda parent: None  # type: ignore[attr-defined]  # its resolution cut short
+    try:
+        running.fulfill("done")
+    finally:
+        del deps._resolve_children_of  # type: ignore[attr-defined]
+    listed: list[str] = []
+    real = _syscalls.listdir
+    monkeypatch.setattr(_syscalls, "listdir", lambda path: listed.append(path) or real(path))
+    assert store.recover().children_resolved == 1
+    repeated = {path: n for path, n in Counter(listed).items() if n > 6 and "/deps/" not in path}  # 40 parents
+    assert [store.get(c.id).state for c in children[:2]] == [JobState.PENDING, JobState.PENDING]
+    assert all(store.get(c.id).state is JobState.DEFERRED for c in children[2:])
+    assert repeated == {}, f"listed again and again in one recovery pass: {repeated}"
 
 
 # -- groups -------------------------------------------------------------------------------------------

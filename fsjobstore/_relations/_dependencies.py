@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from .._core._core import Core
 from .._errors import InvalidRequest, InvalidState, JobNotFound, JobStoreError
 from .._format._job import JobState
-from .._format._layout import DEP_RE
+from .._format._layout import DEFERRED_RE, DEP_RE
 from .._format._records import Record
 from .._os import _files as fs
 from .._os import _syscalls as sc
@@ -229,8 +229,12 @@ class Deps:
         also drop deferred copies of jobs that exist elsewhere. How many were resolved."""
         core, lay = self._core, self._core.layout
         resolved = 0
-        for parent in fs.scan_names(lay.deps):
-            if not DEP_RE.match(parent):
+        parents = [p for p in fs.scan_names(lay.deps) if DEP_RE.match(p)]
+        # Most parents are still to run: seen so in one listing per directory, not looked for one
+        # by one (on a network filesystem that took this sweep minutes, past a lease).
+        unfinished = core.tree.seen_unfinished(parents) if parents else set()
+        for parent in parents:
+            if parent in unfinished:
                 continue
             loc = core.tree.locate(parent)
             if loc is not None and not loc.state.is_final:
@@ -240,11 +244,13 @@ class Deps:
                     resolved += 1
             with contextlib.suppress(OSError):
                 sc.rmdir(lay.dep_dir(parent))
-        for name in fs.scan_names(lay.deferred) if deep else ():
-            path = os.path.join(lay.deferred, name)
-            job_id = name.rsplit(".", 2)[-2] if name.endswith(".json") else ""
-            if job_id and any(loc.path != path for loc in core.tree._locations(job_id)):
-                core.drop(path)  # promoted, and its old name came back (a power cut): the copy goes
+        if deep:  # promoted, and its old name came back (a power cut): the copy goes
+            copies = {m["id"]: os.path.join(lay.deferred, name)
+                      for name in fs.scan_names(lay.deferred) if (m := DEFERRED_RE.match(name))}
+            elsewhere = core.tree.seen_unfinished(copies, deferred=False) if copies else set()
+            for job_id, path in copies.items():
+                if job_id in elsewhere or core.tree.is_final(job_id):
+                    core.drop(path)
         return resolved
 
 

@@ -1,12 +1,14 @@
-"""The background thread of a store that pulls: heartbeats, lease checks, periodic recovery.
+"""The background threads of a store that pulls: heartbeats, lease checks, periodic recovery.
 
-One thread per open store, started by its first pull (or, in a heartbeat-only store, as soon
-as the store has an owner identity: a producer there must beat too). Each beat rewrites the owner file (so
-observers see this process alive), then tells every held lease whose claim or lock is gone, or
-every held lease if this process could not beat in time (``stalled``). Every
-``max(heartbeat_interval, lease_duration / 2)`` it also runs a recovery pass. A second thread
-removes final jobs whose retention is over (``_retention``): its own, so a long removal never
-delays a beat; a bounded batch per pass, passes repeated quickly while a backlog is left.
+Started by a store's first pull (or, in a heartbeat-only store, as soon as the store has an owner
+identity: a producer there must beat too). The heartbeat thread only beats: each beat rewrites
+the owner file (so observers see this process alive), then tells every held lease whose claim or
+lock is gone, or every held lease if this process could not beat in time (``stalled``). A
+recovery pass, every ``max(heartbeat_interval, lease_duration / 2)``, has a thread of its own, so
+a long pass (a network filesystem lists a directory in milliseconds, not microseconds) never
+delays a beat: a pass longer than a lease on the heartbeat's thread had this process give up its
+own claims as stalled. A third thread removes final jobs whose retention is over
+(``_retention``): a bounded batch per pass, passes repeated quickly while a backlog is left.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Background:
     def _reset(self) -> None:
         self.thread: threading.Thread | None = None
         self.watchdog: threading.Thread | None = None
+        self.recoverer: threading.Thread | None = None
         self.remover: threading.Thread | None = None
         self.stop_event = threading.Event()
         self._first_pass = threading.Event()
@@ -88,6 +91,9 @@ class Background:
         self.thread.start()
         self.watchdog = threading.Thread(target=self._watch, name=f"fsjobstore-watchdog-{core.pid}", daemon=True)
         self.watchdog.start()
+        self.recoverer = threading.Thread(target=self._recover_loop, name=f"fsjobstore-recovery-{core.pid}",
+                                          daemon=True)
+        self.recoverer.start()
         self.remover = threading.Thread(target=self._remove, name=f"fsjobstore-retention-{core.pid}", daemon=True)
         self.remover.start()
 
@@ -108,18 +114,15 @@ class Background:
             log.exception("recovery failed; will try again")
 
     def _run(self) -> None:
-        core, settings = self._core, self._core.settings
-        interval = max(settings.heartbeat_interval, settings.lease_duration / 2)
+        while not self.stop_event.wait(self._core.settings.heartbeat_interval):
+            self.beat_once()
+
+    def _recover_loop(self) -> None:
+        settings = self._core.settings
         if not self._first_pass.is_set():  # started by keep_beating: the first pass is ours
             self._first_recovery()
-        next_recovery = core.clock() + interval
-        while not self.stop_event.is_set():
-            if core.clock() >= next_recovery:
-                self._recover(deep=False)
-                next_recovery = core.clock() + interval
-            if self.stop_event.wait(settings.heartbeat_interval):
-                return
-            self.beat_once()
+        while not self.stop_event.wait(max(settings.heartbeat_interval, settings.lease_duration / 2)):
+            self._recover(deep=False)
 
     def _remove(self) -> None:
         """Retention passes: every RETENTION_INTERVAL, and while a backlog is left, again after
@@ -191,6 +194,6 @@ class Background:
 
     def stop(self) -> None:
         self.stop_event.set()
-        for thread in (self.thread, self.watchdog, self.remover):
+        for thread in (self.thread, self.watchdog, self.recoverer, self.remover):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=5.0)

@@ -111,9 +111,10 @@ def quarantined_copies(volume: replica.Replicated, store: str) -> dict[str, list
 
 
 def run(bed: gluster.GlusterBed, *, jobs: int, kills: int, seed: int, brick_kills: int, down: float,
-        workdir: str, **kwargs: Any) -> dict[str, Any]:
-    volume = replica.Replicated(bed)
-    mounts = [bed.mount(f"host-{n}", volume=volume.name) for n in "abc"]
+        workdir: str, mount_options: tuple[str, ...] = gluster.DEFAULT,
+        volume_options: dict[str, str] | None = None, **kwargs: Any) -> dict[str, Any]:
+    volume = replica.Replicated(bed, options={**replica.QUORUM, **(volume_options or {})})
+    mounts = [bed.mount(f"host-{n}", mount_options, volume=volume.name) for n in "abc"]
     (mounts[0].path / "chaos").mkdir()
     time.sleep(1.5)
     expected = max(1.0, kills * 0.275)  # chaos.run's own estimate of its length
@@ -157,6 +158,10 @@ def main() -> int:
     parser.add_argument("--brick-kills", type=int, default=2, help="bricks killed in turn during the run (default 2)")
     parser.add_argument("--down", type=float, default=15.0, help="seconds each killed brick stays down (default 15)")
     parser.add_argument("--workdir", help="keep the histories here (default: a temporary directory, removed)")
+    parser.add_argument("--mount", choices=["default", "strict"], default="default",
+                        help="the hosts' mount options: default, or strict (no entry or attribute caching)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a volume option besides the quorum settings (repeatable)")
     parser.add_argument("--no-relations", action="store_true")
     parser.add_argument("--no-limits", action="store_true")
     parser.add_argument("--no-retention", action="store_true")
@@ -169,7 +174,9 @@ def main() -> int:
         work = args.workdir or temp
         os.makedirs(work, exist_ok=True)
         report = run(bed, jobs=args.jobs, kills=args.kills, seed=args.seed, brick_kills=args.brick_kills,
-                     down=args.down, workdir=work, workers=args.workers, lease=args.lease,
+                     down=args.down, workdir=work,
+                     mount_options=gluster.STRICT if args.mount == "strict" else gluster.DEFAULT,
+                     volume_options=dict(kv.split("=", 1) for kv in args.set), workers=args.workers, lease=args.lease,
                      retention=not args.no_retention, relations=not args.no_relations, limits=not args.no_limits)
     print(json.dumps(report, indent=1))
     return 1 if failed(report, args.jobs, args.brick_kills) else 0
