@@ -19,6 +19,9 @@ R1 drain / raw as M1 (goal: at least 0.7x); R2 cross-host wake-up A to B as M2, 
    (goal: p50 at most 10 ms);
 R3 the drain with every brick up, with one brick killed, and from the moment it is started again
    while it heals; then how long the heal took.
+R4 (with --bell-polls 0.025,0.01,0.005) what a shorter doorbell poll buys: for each, the R2
+   wake-up and the CPU of an idle worker on B over --idle seconds, as M3 (target under 2%).
+   The poll is the store's constant (25 ms), set in the bench's own processes only.
 
 Figures are this machine's, from one run; each line names what it measured.
 """
@@ -53,7 +56,17 @@ def role_drain(root: str, out: str) -> None:
         Path(out).write_text(f"{n} {time.monotonic() - started:.6f}\n")
 
 
+def bell_poll() -> None:
+    """R4: this process's doorbell poll (and ring gap) from FSJS_BENCH_BELL_POLL, if set."""
+    poll = os.environ.get("FSJS_BENCH_BELL_POLL")
+    if poll:
+        from fsjobstore._core import _doorbell
+        from fsjobstore._store import _waiting
+        _waiting.DOORBELL_POLL = _doorbell.GAP = float(poll)
+
+
 def role_waiter(root: str, out: str, count: int, doorbell: str) -> None:
+    bell_poll()
     with JobStore(root, durable=False, doorbell=doorbell == "on") as store:
         store.pull_work()
         with open(out, "a") as fh:
@@ -70,6 +83,7 @@ def role_waiter(root: str, out: str, count: int, doorbell: str) -> None:
 
 
 def role_idle(root: str, out: str, seconds: float, doorbell: str) -> None:
+    bell_poll()
     with JobStore(root, durable=False, doorbell=doorbell == "on") as store:
         store.pull_work()
         before = resource.getrusage(resource.RUSAGE_SELF)
@@ -187,6 +201,8 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=20.0, help="seconds for M3 (default 20)")
     parser.add_argument("--replicated", action="store_true",
                         help="R1-R3 on a replica-3 volume (three bricks, three mounts) instead of M1-M3")
+    parser.add_argument("--bell-polls", metavar="S,S,...",
+                        help="with --replicated: R4 only, the wake-up and idle CPU at each doorbell poll")
     args = parser.parse_args()
     reason = gluster.available()
     if reason is not None:
@@ -223,6 +239,8 @@ def replicated(args: argparse.Namespace, scratch: Path) -> int:
         a, b, c = (bed.mount(n, volume=volume.name).path / "bench" for n in "abc")
         a.mkdir()
         time.sleep(1.5)
+        if args.bell_polls:
+            return bell_polls(a, b, scratch, args)
         ratio = drain_rounds("R1", a, [b, c], scratch, args.jobs, args.rounds, "one worker on each of 3 mounts")
         print(f"R1 drain / raw, median of {args.rounds} rounds: {ratio:.2f} "
               f"(goal >= 0.70: {'met' if ratio >= 0.70 else 'NOT met'})", flush=True)
@@ -244,6 +262,21 @@ def replicated(args: argparse.Namespace, scratch: Path) -> int:
               f"entries left to heal when it ended: {list(state.pending)}", flush=True)
         state = volume.wait_healed(600)
         print(f"R3 healed {time.monotonic() - healing:.0f} s after the brick started again: {state}")
+    return 0
+
+
+def bell_polls(a: Path, b: Path, scratch: Path, args: argparse.Namespace) -> int:
+    for poll in args.bell_polls.split(","):
+        os.environ["FSJS_BENCH_BELL_POLL"] = poll
+        bell_poll()  # the producer's ring gap, in this process
+        sub_a, sub_b, sub_scratch = a / f"r4-{poll}", b / f"r4-{poll}", scratch / f"r4-{poll}"
+        sub_a.mkdir()
+        sub_scratch.mkdir()
+        ms = wakeups(sub_a, sub_b, sub_scratch, args.wakeups, "on")
+        cpu = idle_cpu(sub_b, sub_scratch, args.idle, "on")
+        print(f"R4 doorbell poll {float(poll) * 1000:g} ms: wake-up p50 {statistics.median(ms):.0f} ms, "
+              f"p99 {percentile(ms, 0.99):.0f} ms over {len(ms)} jobs; idle worker on B for {args.idle:.0f} s: "
+              f"{cpu:.2f}% of a core", flush=True)
     return 0
 
 

@@ -51,7 +51,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from fsjobstore import CorruptJob, JobExists, JobStore, LeaseLost  # noqa: E402
+from fsjobstore import CorruptJob, JobExists, JobStore, LeaseLost, StorageError  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(HERE))
 from faultkit import job_files, removal_leftovers  # noqa: E402
@@ -309,7 +309,11 @@ def check(root: str, history: list[list[str]], *, retention: bool = False, limit
         over = _over_limit(history) if limits else 0  # without --limits no job has a key
         early = [job_id for job_id, job in final.items() for parent in job.after
                  if job_id in first_claim and first_claim[job_id] < first_fulfil.get(parent, 1 << 63)]
-        stats = store.statistics()
+        try:
+            stats = store.statistics()
+        except StorageError as exc:  # counted as a failure: the store could not say what is left
+            print(f"chaos: statistics failed: {exc}", file=sys.stderr)
+            stats = None
     return {
         "created_ok": len(created),
         "fulfilled": len(final),
@@ -319,12 +323,13 @@ def check(root: str, history: list[list[str]], *, retention: bool = False, limit
         "claims": sum(claims.values()),
         "repeated_executions": sum(n - 1 for n in claims.values() if n > 1),
         "fulfils_refused_lease_lost": fulfil_lost,
-        "left_pending_or_active": stats.pending + stats.active + stats.scheduled + stats.deferred,
+        "left_pending_or_active": -1 if stats is None else
+        stats.pending + stats.active + stats.scheduled + stats.deferred,
         "early_children": len(early),
         "over_limit": over,
         "removed_by_retention": removed,
         "removal_leftovers": len(leftovers),
-        "failed": stats.failed,
+        "failed": -1 if stats is None else stats.failed,
         "examples": {"early_children": early[:5],
                      "lost": lost[:5], "unexpected": unexpected[:5], "duplicates": (duplicates + wrong_value)[:5],
                      "removal_leftovers": leftovers[:5]},
@@ -440,7 +445,12 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
     deadline = time.monotonic() + 120
     with JobStore(root) as store:
         while time.monotonic() < deadline:
-            stats = store.statistics()
+            try:
+                stats = store.statistics()
+            except StorageError as exc:  # a network filesystem's EIO for a directory mid-heal: look again
+                print(f"chaos: statistics failed while draining: {exc}", file=sys.stderr)
+                time.sleep(1.0)
+                continue
             if stats.pending + stats.active + stats.scheduled + stats.deferred == 0:
                 break
             restart_the_dead()
