@@ -352,6 +352,9 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
     hung mount cannot die until the mount comes back."""
     rng = random.Random(seed)
     base = workdir or tempfile.mkdtemp(prefix="fsjs-chaos-")
+    if any(name.endswith(".history") for name in os.listdir(base)):
+        # The histories are appended to: another run's would be checked as this one's.
+        raise SystemExit(f"{base} holds another run's histories: give an empty --workdir")
     paths = roots or [os.path.join(base, "store")]
     root = paths[0]
     JobStore(root).close()
