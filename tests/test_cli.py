@@ -181,6 +181,9 @@ def test_init_refuses_a_directory_that_holds_other_files_with_exit_4_and_leaves_
     assert cli("stats", str(root)).returncode == 3  # reading it: there is no store there
     a_file = root / "cat.jpg"
     assert cli("init", str(a_file)).returncode == 4 and a_file.read_bytes() == b"meow"
+    below = cli("init", str(a_file / "jobs"))  # a path below a file: the file is named, as above
+    assert below.returncode == 4 and f"{a_file} is a file" in below.stderr and "Traceback" not in below.stderr
+    assert cli("stats", str(a_file / "jobs")).returncode == 3
 
 
 def test_get_shows_a_failing_delivery_and_its_error(tmp_path: Path) -> None:

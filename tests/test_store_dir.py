@@ -70,6 +70,14 @@ def test_a_file_in_place_of_the_store_is_refused(tmp_path: Path) -> None:
         JobStore(afile)
 
 
+def test_a_path_below_a_file_is_refused_naming_the_file(tmp_path: Path) -> None:
+    afile = tmp_path / "f"
+    afile.write_text("x")
+    with pytest.raises(StoreNotFound, match=f"{afile} is a file, not a directory"):
+        JobStore(afile / "a" / "jobs")
+    assert afile.read_text() == "x"
+
+
 def test_durability_belongs_to_the_store(tmp_path: Path) -> None:
     root = tmp_path / "s"
     with JobStore(root) as store:

@@ -52,6 +52,17 @@ class StoreConfig:
     retain: float = DEFAULT_RETAIN  # seconds a final job is kept by default (math.inf: forever)
 
 
+def _check_ancestors(root: str) -> None:
+    """A root that is not there yet, below a file (``/etc/passwd/jobs``): say which is the file,
+    where opening the marker would say only "Not a directory". Ancestors may be links to
+    directories."""
+    up = os.path.dirname(os.path.abspath(root))
+    while not os.path.lexists(up) and os.path.dirname(up) != up:
+        up = os.path.dirname(up)
+    if os.path.lexists(up) and not os.path.isdir(up):
+        raise StoreNotFound(f"{up} is a file, not a directory: there can be no store at {root}")
+
+
 def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | None,
                   create: bool, retain: float | None = None, read_only: bool = False) -> StoreConfig:
     """Find (or, where allowed, make) the store at ``layout.root``, check it is ours to use and
@@ -64,6 +75,8 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
     wanted_gid = None if group is None else _resolve_group(group)
     if os.path.lexists(root) and not fs.is_real_dir(root):
         raise StoreNotFound(f"{root} is a file, not a store directory")
+    if not os.path.lexists(root):
+        _check_ancestors(root)
     if os.path.lexists(root) and not _may_use(root):
         raise UntrustedStore(
             f"{root} cannot be read and written by this user (uid {os.geteuid()}): a store used by several "
