@@ -73,11 +73,12 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
             return _open_to_read(layout, group)
     root = layout.root
     wanted_gid = None if group is None else _resolve_group(group)
-    if os.path.lexists(root) and not fs.is_real_dir(root):
+    exists = os.path.lexists(root)
+    if exists and not fs.is_real_dir(root):
         raise StoreNotFound(f"{root} is a file, not a store directory")
-    if not os.path.lexists(root):
+    if not exists:
         _check_ancestors(root)
-    if os.path.lexists(root) and not _may_use(root):
+    if exists and not _may_use(root):
         raise UntrustedStore(
             f"{root} cannot be read and written by this user (uid {os.geteuid()}): a store used by several "
             "users must be created with JobStore(path, group=...), and each user be in that group"
