@@ -55,13 +55,13 @@ class Background:
         self._reset()
 
     def start(self) -> None:
-        """Start the thread, after one recovery pass in the calling thread: a process's first
+        """Start the threads, after one recovery pass in the calling thread: a process's first
         pull must already see the jobs of workers that died before it started (a cron worker
         pulls once, and a background pass would come too late for it)."""
         if self._first_pass.is_set():
             return  # the common case, every pull after the first: no lock taken
         core = self._core
-        core.ensure_owner()  # in a heartbeat-only store this starts the thread itself (keep_beating)
+        core.ensure_owner()  # in a heartbeat-only store this starts the threads itself (keep_beating)
         if not self._claim_thread():
             self._first_pass.wait(60)  # another thread of ours is making the first pass
             return
@@ -69,14 +69,14 @@ class Background:
         self._start_threads()
 
     def keep_beating(self) -> None:
-        """Start the thread without waiting for its first recovery pass, which it makes itself
-        (a create must not wait for one); a later first pull waits for that pass."""
+        """Start the threads without waiting for the first recovery pass, which the recovery thread
+        makes (a create must not wait for one); a later first pull waits for that pass."""
         if self._claim_thread():
             self._start_threads()
 
     def _claim_thread(self) -> bool:
         """Make the heartbeat thread (not yet started) if there is none; True for the one caller
-        that made it, and so starts it."""
+        that made it, and so starts it and the others (_start_threads)."""
         core = self._core
         with core.mutex:
             if self.thread is not None or core.closed:
