@@ -856,3 +856,80 @@ def test_recovery_counts_every_file_it_quarantines_whichever_step_moved_it(store
     assert report.quarantined == len(moved) == 2
     assert sorted(n.split("~")[-1] for n in moved) == sorted(["junk", name])
     assert child.id in name
+
+
+def test_a_ctrl_c_during_a_first_pull_leaves_the_next_pull_to_start_the_background_threads(
+        open_store: Callable[..., JobStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt in the first pull's recovery pass (a REPL user's Ctrl-C) must not
+    leave the store pulling with none of its threads: no beats, no lease checks, no periodic
+    recovery, no retention. Seen here by retention: a job kept for 0.2 s goes."""
+    from fsjobstore._store import _background
+
+    worker = open_store()
+    real_recover = _background.recover
+    interrupted = False
+
+    def ctrl_c_once(*args: Any, **kwargs: Any) -> Any:
+        nonlocal interrupted
+        if not interrupted:
+            interrupted = True
+            raise KeyboardInterrupt
+        return real_recover(*args, **kwargs)
+
+    monkeypatch.setattr(_background, "recover", ctrl_c_once)
+    with pytest.raises(KeyboardInterrupt):
+        worker.pull_work()
+    worker.create("x", retain=0.2)
+    lease = worker.pull_work()
+    assert lease is not None
+    lease.fulfill("done")
+    deadline = time.monotonic() + 10
+    while list(worker.jobs(state="fulfilled")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(worker.jobs(state="fulfilled")) == []  # before: it stayed, with no retention thread to remove it
+
+
+def test_a_pull_waiting_for_another_threads_first_pass_goes_on_when_that_pass_is_cut_short(
+        open_store: Callable[..., JobStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread making the first pass is interrupted: a pull waiting for it makes the pass
+    itself at once, rather than waiting for a pass nobody makes any more."""
+    from fsjobstore._store import _background
+
+    store = open_store()
+    store.create("x")
+    real_recover = _background.recover
+    inside, go_on = threading.Event(), threading.Event()
+    calls = 0
+
+    def first_pass_cut_short(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            inside.set()
+            go_on.wait(10)
+            raise KeyboardInterrupt  # as a Ctrl-C would, in the thread making the pass
+        return real_recover(*args, **kwargs)
+
+    monkeypatch.setattr(_background, "recover", first_pass_cut_short)
+    cut: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            store.pull_work()
+        except KeyboardInterrupt as exc:
+            cut.append(exc)
+
+    maker = threading.Thread(target=first)
+    maker.start()
+    assert inside.wait(10)
+    got: list[WorkLease | None] = []
+    waiter = threading.Thread(target=lambda: got.append(store.pull_work()))
+    waiter.start()
+    time.sleep(0.2)  # the waiter waits for the maker's pass
+    go_on.set()
+    maker.join(10)
+    waiter.join(10)  # before: it waited 60 s for the pass the maker never finished
+    assert not waiter.is_alive() and len(cut) == 1
+    assert calls == 2 and got and got[0] is not None
+    got[0].fulfill("done")
+

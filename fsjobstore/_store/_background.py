@@ -29,6 +29,7 @@ from .._transitions._work import Work
 log = logging.getLogger("fsjobstore")
 
 RETENTION_INTERVAL = 1.0  # seconds between retention passes with nothing left to remove
+FIRST_PASS_WAIT = 60.0  # seconds a pull waits for another thread's first recovery pass
 
 
 class Background:
@@ -46,6 +47,7 @@ class Background:
         self.watchdog: threading.Thread | None = None
         self.recoverer: threading.Thread | None = None
         self.remover: threading.Thread | None = None
+        self._starting = threading.Lock()  # held by the one caller making the first pass (start)
         self.stop_event = threading.Event()
         self._first_pass = threading.Event()
         self._last_beat = self._core.clock()
@@ -57,55 +59,57 @@ class Background:
     def start(self) -> None:
         """Start the threads, after one recovery pass in the calling thread: a process's first
         pull must already see the jobs of workers that died before it started (a cron worker
-        pulls once, and a background pass would come too late for it)."""
+        pulls once, and a background pass would come too late for it).
+
+        One caller makes that pass and starts the threads; the others wait for it on a lock and
+        then find it done. A caller cut short before the threads run (a Ctrl-C in a REPL: a
+        KeyboardInterrupt) leaves it undone, for the next caller to do, never half done: a
+        store whose pulls go on with no heartbeat thread would lose every claim after a lease.
+        A closed store returns at once (its pull then says it is closed)."""
         if self._first_pass.is_set():
             return  # the common case, every pull after the first: no lock taken
         core = self._core
         core.ensure_owner()  # in a heartbeat-only store this starts the threads itself (keep_beating)
-        if not self._claim_thread():
-            self._first_pass.wait(60)  # another thread of ours is making the first pass
-            return
-        self._first_recovery()
-        self._start_threads()
+        if not self._starting.acquire(timeout=FIRST_PASS_WAIT):
+            return  # another thread's first pass hangs (a hung mount): go on, as it will
+        try:
+            if self._first_pass.is_set() or core.closed:
+                return
+            if self.thread is None:
+                # Not deep: the once-per-boot look for files a power cut emptied reads every job
+                # file's size (25 s at a million pending), so the retention thread makes it
+                # (_remove), and a first pull waits only for what can need repair. A worker that
+                # claims an emptied file before that pass meets it quarantines it just the same.
+                self._recover(deep=False)
+                self._start_threads(first_pass_made=True)
+                self._first_pass.set()  # pulls waiting for it go on
+                return
+        finally:
+            self._starting.release()
+        # Started by keep_beating: the recovery thread makes the first pass.
+        while not self._first_pass.wait(0.1):
+            if self.stop_event.is_set():
+                return
 
     def keep_beating(self) -> None:
         """Start the threads without waiting for the first recovery pass, which the recovery thread
         makes (a create must not wait for one); a later first pull waits for that pass."""
-        if self._claim_thread():
-            self._start_threads()
+        with self._starting:
+            if self.thread is None and not self._core.closed:
+                self._start_threads(first_pass_made=False)
 
-    def _claim_thread(self) -> bool:
-        """Make the heartbeat thread (not yet started) if there is none; True for the one caller
-        that made it, and so starts it and the others (_start_threads)."""
-        core = self._core
-        with core.mutex:
-            if self.thread is not None or core.closed:
-                return False
-            self.thread = threading.Thread(target=self._run, name=f"fsjobstore-heartbeat-{core.pid}", daemon=True)
-            return True
-
-    def _start_threads(self) -> None:
+    def _start_threads(self, *, first_pass_made: bool) -> None:
         core = self._core
         self._last_beat = self._last_success = core.clock()
-        assert self.thread is not None
+        self.thread = threading.Thread(target=self._run, name=f"fsjobstore-heartbeat-{core.pid}", daemon=True)
         self.thread.start()
         self.watchdog = threading.Thread(target=self._watch, name=f"fsjobstore-watchdog-{core.pid}", daemon=True)
         self.watchdog.start()
-        self.recoverer = threading.Thread(target=self._recover_loop, name=f"fsjobstore-recovery-{core.pid}",
-                                          daemon=True)
+        self.recoverer = threading.Thread(target=self._recover_loop, args=(first_pass_made,),
+                                          name=f"fsjobstore-recovery-{core.pid}", daemon=True)
         self.recoverer.start()
         self.remover = threading.Thread(target=self._remove, name=f"fsjobstore-retention-{core.pid}", daemon=True)
         self.remover.start()
-
-    def _first_recovery(self) -> None:
-        # Not deep: the once-per-boot look for files a power cut emptied reads every job file's
-        # size (25 s at a million pending), so the retention thread makes it (_remove), and a
-        # first pull waits only for what can need repair. A worker that claims an emptied file
-        # before that pass meets it quarantines it just the same (LostJobData).
-        try:
-            self._recover(deep=False)
-        finally:
-            self._first_pass.set()  # pulls waiting for it go on, whatever happened
 
     def _recover(self, *, deep: bool | None) -> None:
         try:
@@ -117,10 +121,13 @@ class Background:
         while not self.stop_event.wait(self._core.settings.heartbeat_interval):
             self.beat_once()
 
-    def _recover_loop(self) -> None:
+    def _recover_loop(self, first_pass_made: bool) -> None:
         settings = self._core.settings
-        if not self._first_pass.is_set():  # started by keep_beating: the first pass is ours
-            self._first_recovery()
+        if not first_pass_made:  # started by keep_beating: the first pass is ours (not deep: see start)
+            try:
+                self._recover(deep=False)
+            finally:
+                self._first_pass.set()  # pulls waiting for it go on, whatever happened
         while not self.stop_event.wait(max(settings.heartbeat_interval, settings.lease_duration / 2)):
             self._recover(deep=False)
 
@@ -129,9 +136,9 @@ class Background:
         a pause twice as long as the pass took, so removing a backlog takes at most a third of
         the time this process's workers could use (they keep most of their rate meanwhile)."""
         core = self._core
-        self._first_pass.wait(60)  # after the first recovery pass, which finishes cut-short removals
+        self._first_pass.wait(FIRST_PASS_WAIT)  # after the first recovery pass, which finishes cut-short removals
         if not self.stop_event.is_set():
-            boot_pass(core, self.stop_event.is_set)  # once per boot of the host, by one process: see _first_recovery
+            boot_pass(core, self.stop_event.is_set)  # once per boot of the host, by one process: see start
         pause = 0.0
         while not self.stop_event.wait(pause):
             began = core.clock()
