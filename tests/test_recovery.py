@@ -933,3 +933,57 @@ def test_a_pull_waiting_for_another_threads_first_pass_goes_on_when_that_pass_is
     assert calls == 2 and got and got[0] is not None
     got[0].fulfill("done")
 
+
+def test_a_take_over_of_a_hung_recoverer_before_its_commit_does_not_lose_the_job_when_it_wakes(
+        open_store: Callable[..., JobStore]) -> None:
+    """Recoverer H takes a dead worker's claim over, writes the job's next version to its temp
+    file, and hangs (SIGSTOP) before the rename to ``.commit``. T takes H's ``.recover`` entry
+    over. H wakes, finds its entry gone, and removes its temp file, which was never committed.
+    T must not have counted on that file: finishing from it, T lost the job (the worker
+    runtime's chaos, both children of one stopped worker resuming at once)."""
+    worker = open_store(lease_duration=0.5, heartbeat_interval=0.1)
+    job = worker.create("x")
+    assert worker.pull_work() is not None
+    die(worker)
+    hung = open_store(lease_duration=0.5, heartbeat_interval=0.1)
+    taker = open_store(lease_duration=0.5, heartbeat_interval=0.1)
+    h_paused, h_go, t_paused, t_go = (threading.Event() for _ in range(4))
+    threads: dict[str, threading.Thread] = {}
+    h_temp: list[str] = []
+
+    class Hook:
+        def before(self, op: str, args: tuple[Any, ...]) -> None:
+            me = threading.current_thread()
+            if me is threads.get("h") and op == "rename" and str(args[0]).endswith(".recover") \
+                    and str(args[1]).endswith(".commit"):
+                h_temp.extend(os.path.join(hung.path, "tmp", n) for n in os.listdir(os.path.join(hung.path, "tmp"))
+                              if ".commit." in n)
+                h_paused.set()
+                assert h_go.wait(10)
+            elif me is threads.get("t") and h_temp and op in ("rename", "link") and args[0] == h_temp[0]:
+                t_paused.set()  # about to publish H's temp file
+                assert t_go.wait(10)
+
+        def after(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+            pass
+
+    _syscalls.set_hook(Hook())
+    try:
+        threads["h"] = threading.Thread(target=hung.recover)
+        threads["h"].start()
+        assert h_paused.wait(10) and len(h_temp) == 1
+        assert taker.recover().requeued == 0  # T sees H's owner file for the first time: alive
+        time.sleep(1.0)  # two leases without a beat of H's: T judges it hung next time
+        threads["t"] = threading.Thread(target=taker.recover)
+        threads["t"].start()
+        t_paused.wait(5)  # only a taker that uses H's temp file stops here
+        h_go.set()  # H wakes: its rename fails, and it removes its temp file
+        threads["h"].join(10)
+        t_go.set()
+        threads["t"].join(10)
+    finally:
+        _syscalls.set_hook(None)
+    assert not threads["h"].is_alive() and not threads["t"].is_alive()
+    got = taker.get(job.id)  # before: JobNotFound, its only copy dropped
+    assert got.state is JobState.PENDING and got.attempts == 1
+    assert taker.pull_work() is not None

@@ -83,8 +83,11 @@ def _taken_over(core: Core, hooks: Hooks, notifier: Notifier, control: Control, 
                 old_token: str, kind: str, why: str, token: str, counts: dict[str, int], *, cancel: str | None,
                 timed_out: bool, deadline: float | None) -> None:
     tree, lay = core.tree, core.layout
-    if kind in ("commit", "recover") and _finish_commit(core, hooks, notifier, job_id, old_token, mine, kind,
-                                                        counts):
+    # RACE: only a ".commit" entry's temp file is committed. A ".recover" holder (a take-over like
+    # ours) writes its temp file before it renames to ".commit"; woken from a hang, it finds its
+    # entry gone and removes that file, so finishing from it could publish nothing and then drop
+    # the job's only copy. Its claim is judged from the job's file instead, as the holder's was.
+    if kind == "commit" and _finish_commit(core, hooks, notifier, job_id, old_token, mine, counts):
         return
     # RACE: a copy may exist elsewhere only if a previous recoverer published it and died
     # before unlinking its ".recover" entry; the job cannot move into pending meanwhile because
@@ -196,7 +199,7 @@ def _finish_final(core: Core, hooks: Hooks, notifier: Notifier, mine: str, recor
 
 
 def _finish_commit(core: Core, hooks: Hooks, notifier: Notifier, job_id: str, old_token: str, mine: str,
-                   kind: str, counts: dict[str, int]) -> bool:
+                   counts: dict[str, int]) -> bool:
     """Finish a commit of claim ``old_token`` that we took over (``mine``); False when there is
     none to finish and the job is to be judged from its file.
 
@@ -235,7 +238,7 @@ def _finish_commit(core: Core, hooks: Hooks, notifier: Notifier, job_id: str, ol
         if dest in FINAL_STATES:
             notifier.after_final(job_id, record.queue)
         return True
-    if kind == "commit" and not tree.commit_pending(old_token, job_id):
+    if not tree.commit_pending(old_token, job_id):
         core.drop(mine)  # its new version went out; the fence is all that is left of the claim
         counts["duplicates_dropped"] += 1
         return True
