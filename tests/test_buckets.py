@@ -19,7 +19,8 @@ from faultkit import hooked
 from internals import count_listings, keep_emptied_buckets, pending_buckets, pending_file
 
 from fsjobstore import JobNotFound, JobState, JobStore
-from fsjobstore._core._buckets import LINGER
+from fsjobstore._core._buckets import LINGER, NETWORK_KEEP
+from fsjobstore._core._pending import QUIET_FOR
 from fsjobstore._format._layout import generated_id, seq_field
 from fsjobstore._os import _beneath
 from fsjobstore._os._files import SETTLE
@@ -359,3 +360,64 @@ def test_an_emptied_bucket_of_a_past_second_is_removed_only_once_its_own_stat_se
     os.utime(old, (then, then))
     assert s.pull_work(timeout=0) is None
     assert not os.path.exists(old)  # settled, empty and old: removed
+
+
+def _old_bucket(qdir: str, age: float, *, changed_ago: float) -> str:
+    """Make an empty bucket of a second ``age`` s past, last changed ``changed_ago`` s ago."""
+    path = os.path.join(qdir, f"1000000.{int(time.time() - age):011d}")
+    os.makedirs(path)
+    then = time.time() - changed_ago
+    os.utime(path, (then, then))
+    return path
+
+
+def test_on_a_network_filesystem_an_emptied_bucket_stays_until_nothing_changed_it_for_the_keep(
+        open_store: Callable[..., JobStore]) -> None:
+    """A replicated volume's server that was down while a job left a bucket brings the job back
+    at its heal if the bucket was removed and made again meanwhile: there, an emptied bucket goes
+    only once nothing changed it for ``NETWORK_KEEP`` s, longer than an outage and its heal."""
+    clock = FakeWall(1000.0)
+    s = open_store(durable=False, watch=False, poll_interval=0.001, lock_takeover=False, clock=clock)
+    local = open_store(durable=False, watch=False, poll_interval=0.001)
+    qdir = os.path.join(s.path, "jobs", "pending", "default")
+    recent = _old_bucket(qdir, 600, changed_ago=60)  # settled and old: a local store removes it
+    assert s.pull_work(timeout=0) is None
+    assert os.path.isdir(recent)  # kept: emptied a minute ago
+    spent = _old_bucket(qdir, 900, changed_ago=NETWORK_KEEP + 10)
+    clock.advance(QUIET_FOR)  # every kept bucket is looked at again
+    assert s.pull_work(timeout=0) is None
+    assert os.path.isdir(recent) and not os.path.exists(spent)
+    assert local.pull_work(timeout=0) is None
+    assert not os.path.exists(recent)  # the local rule: old, settled and empty is enough
+
+
+def test_a_claimer_on_a_network_filesystem_passes_over_kept_empty_buckets_with_no_call_and_sees_a_job_put_back(
+        open_store: Callable[..., JobStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept empty buckets (up to ``NETWORK_KEEP`` s of them) would cost a stat and a listing each
+    over the network before every claim; while the queue's marker says no older bucket changed
+    they cost nothing, and a job put back into one sets the marker, so it is found at once."""
+    producer = open_store(durable=False, lock_takeover=False)
+    real_ns = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real_ns() - 60 * 10**9)  # a job made a minute ago
+    job = producer.create("x")
+    monkeypatch.setattr(time, "time_ns", real_ns)
+    qdir = os.path.join(producer.path, "jobs", "pending", "default")
+    kept = [_old_bucket(qdir, 120 + i, changed_ago=30) for i in range(40)]
+    holder = open_store(durable=False, watch=False, lock_takeover=False)  # another process: it puts the job back
+    lease = holder.pull_work(timeout=0)
+    assert lease is not None and lease.id == job.id
+    worker = open_store(durable=False, watch=False, poll_interval=0.001, lock_takeover=False)  # every pull lists
+    emptied = pending_buckets(producer.path)
+    assert len(emptied) == 41  # the job's own bucket is kept too
+    then = time.time() - 30
+    for name in [*emptied, ".changed"]:  # settled, the queue's marker too (the old create set it)
+        os.utime(os.path.join(qdir, name), (then, then))
+    assert worker.pull_work(timeout=0) is None  # lists each once and finds it empty
+    with count_listings(qdir, below=True) as listings:
+        assert worker.pull_work(timeout=0) is None
+    assert listings[0] == 1  # the queue's directory only: none of the 41 buckets
+    assert all(os.path.isdir(p) for p in kept)
+    lease.release()  # back into its bucket of a minute ago: the marker is set
+    again = worker.pull_work(timeout=0)
+    assert again is not None and again.id == job.id
+    again.fulfill(b"done")

@@ -15,6 +15,14 @@ promotion, a take-over) can meet a bucket removed under it, and it makes it agai
 (Without that rule, workers polling an empty queue can remove such a bucket again each time it is
 made, and a take-over that takes the failure for another's success drops the job: the chaos test,
 tests/test_chaos.py, finds that.)
+
+On a network filesystem (a store that does not trust locks) an emptied bucket is removed only once
+it has not changed for ``NETWORK_KEEP`` seconds. A replicated volume's server that was down while
+a job left a bucket still holds the job's name there until it heals; a bucket removed and made
+again under the same name before then had the heal bring that job back, to run a second time (the
+three-host chaos, tests/distfs/chaos_three_hosts.py: 3-51 jobs committed twice per run with
+buckets removed after 2 s, none with them kept). A bucket kept empty costs a claimer no call while
+the queue's marker says no older bucket changed (``_pending.QueueIndex``).
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ from .._os import _syscalls as sc
 log = logging.getLogger("fsjobstore")
 
 LINGER = 2.0  # seconds after its second ends before an emptied bucket is removed
+# Seconds an emptied bucket stays unchanged before it is removed on a network filesystem: longer
+# than a server's outage and its heal (23-119 s on the bed). See the module docstring.
+NETWORK_KEEP = 300.0
 # A change to a bucket whose second ended more than this many seconds ago (a job put back, a
 # claim or purge by id) sets the queue's marker (Tree.note_bucket_change): statistics() trusts
 # its counts of such buckets while the marker stays (_stats).
@@ -81,12 +92,17 @@ def is_old(bucket: str, now: float | None = None) -> bool:
     return int(bucket[8:]) + 1 + LINGER <= (time.time() if now is None else now)
 
 
-def remove_if_spent(bdir: str, bucket: str, settled: bool, now: float | None = None) -> bool:
+def remove_if_spent(bdir: str, bucket: str, sig: tuple[tuple[int, int, int], bool], now: float | None = None, *,
+                    keep: float = 0.0) -> bool:
     """Remove a bucket listed empty if it may go (the module's docstring): its second ended
-    ``LINGER`` s ago and its own stat had ``settled`` (``_files.dir_signature``, taken before the
-    listing that found it empty); a bucket made again a moment ago must live until the job put
-    back into it lands. True if it was removed."""
-    return settled and is_old(bucket, now) and remove_if_empty(bdir)
+    ``LINGER`` s ago and its own stat had settled (``sig``: ``_files.dir_signature``, taken before
+    the listing that found it empty), so a bucket made again a moment ago lives until the job put
+    back into it lands; and, with ``keep`` (a network filesystem: ``NETWORK_KEEP``), nothing
+    changed it for that long. True if it was removed."""
+    (mtime_ns, _, _), settled = sig
+    now = time.time() if now is None else now
+    return (settled and is_old(bucket, now) and (not keep or now - mtime_ns / 1e9 >= keep)
+            and remove_if_empty(bdir))
 
 
 def remove_if_empty(bdir: str) -> bool:

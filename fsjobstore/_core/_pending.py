@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from .._errors import InvalidRequest
-from .._format._layout import PENDING_RE, SCHEDULED_RE, Layout, bucket_of_name, pending_rel, prio_value
+from .._format._layout import PENDING_MARKER, PENDING_RE, SCHEDULED_RE, Layout, bucket_of_name, pending_rel, prio_value
 from .._format._records import Record
 from .._format._values import check_queue_name, is_pattern, matches
 from .._os import _files as fs
@@ -48,6 +48,8 @@ DROP_MAX = 256
 _PRIO = 7  # a pending name starts with its 7-digit priority field (_layout.PENDING_RE)
 INDEX_SIZE = 4096  # names of a queue a process keeps between listings
 ENOUGH = 256  # a listing goes on to the next bucket only while it holds fewer names than this
+QUIET_SLACK = 5.0  # seconds past its second before a kept empty bucket may be passed over (_quiet_buckets)
+QUIET_FOR = 60.0  # seconds between listings that look at every kept empty bucket again
 
 
 def _valid(rel: str) -> bool:
@@ -59,8 +61,17 @@ def _valid(rel: str) -> bool:
 class QueueIndex:
     def __init__(self, directory: str, limit: int, rescan_interval: float,
                  clock: Callable[[], float], on_bad_name: Callable[[str], None],
-                 settle: Callable[[str, list[str]], int] = lambda d, n: 0) -> None:
+                 settle: Callable[[str, list[str]], int] = lambda d, n: 0, keep: float = 0.0) -> None:
+        """``keep``: seconds an emptied bucket stays unchanged before it is removed (a network
+        filesystem's rule, ``_buckets.NETWORK_KEEP``; 0: the local rules alone)."""
         self.directory = directory
+        self._keep = keep
+        self._marker = f"{directory}/{PENDING_MARKER}"
+        # Kept emptied buckets of past seconds (keep > 0 only), passed over with no call while the
+        # queue's marker keeps the stat it had when they were listed empty (_quiet_buckets).
+        self._quiet: set[str] = set()
+        self._quiet_marker: tuple[int, int, int] | None = None
+        self._quiet_until = float("-inf")
         self._limit = limit
         self._rescan = rescan_interval
         self._clock = clock
@@ -89,6 +100,7 @@ class QueueIndex:
         past a bucket's end, ``ENOUGH``): a bounded slice of the backlog however deep it is
         (``_buckets``). Emptied buckets of past seconds are removed on the way."""
         sig, settled = fs.dir_signature(self.directory)  # before the listing it vouches for
+        quiet, marker = self._quiet_buckets()  # the marker's stat too: before the listings
         emptied: list[tuple[str, tuple[int, int, int]]] = []
         buckets, others = _buckets.list_queue(self.directory)
         if others:
@@ -107,11 +119,19 @@ class QueueIndex:
                 # busy creators), and listing it would make this one claim the slowest by 5-10 ms.
                 truncated = True
                 break
+            if bucket in quiet:
+                continue  # kept empty, and no older bucket changed since: no call
             bdir = os.path.join(self.directory, bucket)
             bsig, bsettled = fs.dir_signature(bdir)
             names = _buckets.names_in(bdir)
             if not names:
-                if not _buckets.remove_if_spent(bdir, bucket, bsettled, now):
+                if _buckets.remove_if_spent(bdir, bucket, (bsig, bsettled), now, keep=self._keep):
+                    continue
+                if marker is not None and bsettled and _buckets.is_old(bucket, now - QUIET_SLACK):
+                    # RACE: anything put into it from now on sets the marker (Tree.note_bucket_change),
+                    # whose stat we took before this listing: the next listing then looks again.
+                    quiet.add(bucket)
+                else:
                     emptied.append((bucket, bsig))  # kept: still empty while its stat is the same
                     settled = settled and bsettled
                 continue
@@ -131,10 +151,34 @@ class QueueIndex:
             self._set_front(valid[: self._limit], truncated=len(valid) > self._limit)
         self._listed_at = self._clock()
         if settled and not self._names and not self._truncated:
-            self._empty_sig = (sig, *(s for _, s in emptied))
-            self._empty_buckets = [b for b, _ in emptied]
+            # The quiet buckets are vouched for by the marker's stat: it joins the stats kept.
+            self._empty_sig = (sig, *(s for _, s in emptied), *(() if marker is None else (marker,)))
+            self._empty_buckets = [b for b, _ in emptied] + ([PENDING_MARKER] if marker is not None else [])
         else:
             self._empty_sig = None
+
+    def _quiet_buckets(self) -> tuple[set[str], tuple[int, int, int] | None]:
+        """The kept empty buckets a listing may pass over, and the marker's stat that vouches for
+        them (None: no bucket may be passed over this time, nor recorded as quiet).
+
+        Only a network filesystem keeps emptied buckets (``keep``), up to ``NETWORK_KEEP`` s:
+        hundreds, each a stat and a listing over the network, before the first job. Every change
+        to a bucket of a past second but a create (a release, a retry, a take-over, a promotion)
+        sets the queue's marker (``Tree.note_bucket_change``), and creates go to the current
+        second; so while the marker keeps its settled stat, a bucket of a second ``QUIET_SLACK``
+        s past that was empty is empty still. Every ``QUIET_FOR`` s every bucket is looked at
+        again: that corrects a process that died between a change and its marker, and another
+        host's clock more than ``QUIET_SLACK`` s behind."""
+        if not self._keep:
+            return set(), None
+        msig, msettled = fs.dir_signature(self._marker)
+        now = self._clock()
+        if not msettled:  # a stat that may still change within its own timestamp's grain
+            self._quiet, self._quiet_marker = set(), None
+            return set(), None
+        if msig != self._quiet_marker or now >= self._quiet_until:
+            self._quiet, self._quiet_marker, self._quiet_until = set(), msig, now + QUIET_FOR
+        return self._quiet, msig
 
     def _set_front(self, front: list[str], *, truncated: bool) -> None:
         self._truncated = truncated
@@ -315,7 +359,7 @@ class Pending:
                 self._tree.quarantine(os.path.join(directory, name), "unrecognised name in a pending queue")
 
             index = QueueIndex(directory, INDEX_SIZE, rescan_interval=self._poll, clock=self._clock,
-                               on_bad_name=bad_name, settle=self._tree.settle_flat)
+                               on_bad_name=bad_name, settle=self._tree.settle_flat, keep=self._tree.bucket_keep)
             self._indexes[queue] = index
         return index
 

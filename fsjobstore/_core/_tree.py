@@ -59,6 +59,12 @@ class Tree(Finding):
         self.lagging = lagging
         self.emptiable = emptiable
 
+    @property
+    def bucket_keep(self) -> float:
+        """Seconds an emptied pending bucket must stay unchanged before it is removed: on a
+        network filesystem ``_buckets.NETWORK_KEEP`` (see ``_buckets``), else 0 (no such rule)."""
+        return _buckets.NETWORK_KEEP if self.lagging else 0.0
+
     def bell(self, kind: str) -> None:
         if self._ring is not None:
             self._ring(kind)

@@ -221,21 +221,21 @@ def _pending(core: Core, sel: Selection) -> Iterator[_Candidate]:
         last = None
         for bucket, name in _buckets.walk(qdir):  # run order: the oldest of a priority first
             if last is not None and bucket != last:
-                _drop_if_emptied(qdir, last)
+                _drop_if_emptied(qdir, last, core.tree.bucket_keep)
             last = bucket
             m = PENDING_RE.match(name)
             if m and _created_before(m["seq"], sel.cutoff):
                 yield _Candidate(f"{qdir}/{bucket}/{name}", m["id"], q, JobState.PENDING)
         if last is not None:
-            _drop_if_emptied(qdir, last)
+            _drop_if_emptied(qdir, last, core.tree.bucket_keep)
     yield from _flat(lay.waiting, WAITING_RE, JobState.PENDING, sel)  # parked by a limit (_limit_gate)
 
 
-def _drop_if_emptied(qdir: str, bucket: str) -> None:
+def _drop_if_emptied(qdir: str, bucket: str, keep: float) -> None:
     """A bucket the purge emptied goes now, not at a claimer's next listing: a purged queue may
-    have no worker."""
+    have no worker (on a network filesystem, as any emptied bucket, once ``keep`` s unchanged)."""
     bdir = f"{qdir}/{bucket}"
-    _buckets.remove_if_spent(bdir, bucket, fs.dir_signature(bdir)[1])
+    _buckets.remove_if_spent(bdir, bucket, fs.dir_signature(bdir), keep=keep)
 
 
 def _scheduled(core: Core, sel: Selection) -> Iterator[_Candidate]:
