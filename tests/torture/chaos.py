@@ -444,8 +444,11 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
         extra(None)
     for prod in prods:
         prod.wait()
-    # Let the survivors drain what is left, then stop them.
+    # Let the survivors drain what is left, then stop them: for as long as what is left goes down
+    # (a chain of children, each made after the one before, drains one job at a time: with three
+    # producers one of them makes every job of the chain), until 120 s pass with no progress.
     deadline = time.monotonic() + 120
+    fewest = None
     with JobStore(root) as store:
         while time.monotonic() < deadline:
             try:
@@ -454,8 +457,11 @@ def run(*, jobs: int, workers: int, kills: int, lease: float, seed: int, workdir
                 print(f"chaos: statistics failed while draining: {exc}", file=sys.stderr)
                 time.sleep(1.0)
                 continue
-            if stats.pending + stats.active + stats.scheduled + stats.deferred == 0:
+            left = stats.pending + stats.active + stats.scheduled + stats.deferred
+            if left == 0:
                 break
+            if fewest is None or left < fewest:
+                fewest, deadline = left, time.monotonic() + 120
             restart_the_dead()
             time.sleep(0.2)
     open(os.path.join(base, "stop"), "w").close()
