@@ -10,8 +10,9 @@ The worker runtime (``Worker``, ``JobContext``, ``Deliverer``, ``RunSummary``, f
 reads a job (``fsjobstore get``) should not pay for it.
 """
 
-import os as _os
 import sys as _sys
+from os import _exit as _exit_now
+from os import write as _write  # not `import os as _os`: the subpackage fsjobstore._os takes that name
 
 
 def _cli_interrupted(kind: type[BaseException], value: BaseException, tb: object,
@@ -19,8 +20,8 @@ def _cli_interrupted(kind: type[BaseException], value: BaseException, tb: object
     """The command line's Ctrl-C, however early: ``fsjobstore`` imports this package before any
     of its own code can catch anything, and a traceback must never reach a CLI user."""
     if issubclass(kind, KeyboardInterrupt):
-        _os.write(2, b"fsjobstore: interrupted\n")
-        _os._exit(130)  # an exception raised in an excepthook is only printed
+        _write(2, b"fsjobstore: interrupted\n")
+        _exit_now(130)  # an exception raised in an excepthook is only printed
     _default(kind, value, tb)  # type: ignore[operator]
 
 
@@ -30,8 +31,8 @@ def _cli_loading_sigint(signum: int, frame: object) -> None:
     ("Exception ignored in ..."), and ``fsjobstore wait`` then waited forever. It stays for the
     command itself (every store operation is safe to end at any instant, as under SIGKILL), except
     where the command installs its own (worker, notify) or puts Python's back (verify: ``_cli.main``)."""
-    _os.write(2, b"fsjobstore: interrupted\n")
-    _os._exit(130)
+    _write(2, b"fsjobstore: interrupted\n")
+    _exit_now(130)
 
 
 if _sys.argv[0].endswith("/fsjobstore") or _sys.orig_argv[1:3] == ["-m", "fsjobstore"]:

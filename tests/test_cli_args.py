@@ -173,6 +173,21 @@ def test_get_never_imports_the_worker_runtime(tmp_path: Path) -> None:
     assert done.stdout.splitlines()[-1] == "[]"
 
 
+def test_a_ctrl_c_to_the_installed_command_once_it_runs_ends_with_one_line_and_exit_130(tmp_path: Path) -> None:
+    """Through ``python -m fsjobstore`` (as the ``fsjobstore`` script), whose package installs the
+    loading-time SIGINT handler, and long after loading: the handler once met the package's own
+    ``_os`` subpackage where it wanted the os module, and said AttributeError with exit 1."""
+    root = str(tmp_path / "s")
+    with JobStore(root) as store:
+        job_id = store.create(1).id
+    proc = subprocess.Popen([sys.executable, "-m", "fsjobstore", "wait", root, job_id, "--timeout", "30"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)  # well into the wait
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert (proc.returncode, err) == (130, "fsjobstore: interrupted\n")
+
+
 @pytest.mark.parametrize("delay", [0, 0.02, 0.05, 0.1, 0.2, 0.4])
 def test_a_ctrl_c_to_a_starting_worker_is_130_while_it_loads_and_a_graceful_stop_once_it_runs(
         tmp_path: Path, delay: float) -> None:
