@@ -987,3 +987,37 @@ def test_a_take_over_of_a_hung_recoverer_before_its_commit_does_not_lose_the_job
     got = taker.get(job.id)  # before: JobNotFound, its only copy dropped
     assert got.state is JobState.PENDING and got.attempts == 1
     assert taker.pull_work() is not None
+
+
+def test_a_ctrl_c_while_a_first_pull_starts_the_threads_leaves_them_all_running_and_the_next_pull_goes_on(
+        open_store: Callable[..., JobStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGINT that lands between two threads' starts (0.5-3 ms into a REPL's first pull: 4 of 10
+    tries in a user's trial) left the next pull waiting for ever for a recovery thread that was
+    never started. The Ctrl-C now comes once every thread runs."""
+    import signal
+
+    store = open_store()
+    store.create("x")
+    real_thread = threading.Thread
+
+    class CtrlCAfterTheWatchdog(real_thread):  # type: ignore[misc,valid-type]
+        def start(self) -> None:
+            super().start()
+            if self.name.startswith("fsjobstore-watchdog"):
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(10_000):  # the handler runs at the next check: here, mid-start
+                    pass
+
+    monkeypatch.setattr(threading, "Thread", CtrlCAfterTheWatchdog)
+    with pytest.raises(KeyboardInterrupt):
+        store.pull_work()
+    monkeypatch.setattr(threading, "Thread", real_thread)
+    got: list[WorkLease | None] = []
+    puller = threading.Thread(target=lambda: got.append(store.pull_work(timeout=1)), daemon=True)
+    puller.start()
+    puller.join(10)
+    assert not puller.is_alive()  # before: it waited for ever
+    assert got and got[0] is not None
+    names = {t.name.rsplit("-", 1)[0] for t in threading.enumerate()}
+    assert {"fsjobstore-heartbeat", "fsjobstore-watchdog", "fsjobstore-recovery", "fsjobstore-retention"} <= names
+    got[0].fulfill("done")

@@ -13,8 +13,12 @@ own claims as stalled. A third thread removes final jobs whose retention is over
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import threading
+from collections.abc import Iterator
+from types import FrameType
 
 from .._core._control import Control
 from .._core._core import Core
@@ -30,6 +34,31 @@ log = logging.getLogger("fsjobstore")
 
 RETENTION_INTERVAL = 1.0  # seconds between retention passes with nothing left to remove
 FIRST_PASS_WAIT = 60.0  # seconds a pull waits for another thread's first recovery pass
+
+
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT, whose KeyboardInterrupt only the main thread ever gets) until the
+    block is done, then hand it to the handler that was there: the threads start and the first
+    pass is marked made together, or not at all. One that landed between two threads' starts left
+    the next pull waiting for ever for a recovery thread that was never started."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[tuple[int, FrameType | None]] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        held.append((signum, frame))
+
+    previous = signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held and callable(previous):
+            previous(*held[0])  # Python's own: KeyboardInterrupt, now that all is started
+        elif held and previous == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)
 
 
 class Background:
@@ -62,10 +91,12 @@ class Background:
         pulls once, and a background pass would come too late for it).
 
         One caller makes that pass and starts the threads; the others wait for it on a lock and
-        then find it done. A caller cut short before the threads run (a Ctrl-C in a REPL: a
-        KeyboardInterrupt) leaves it undone, for the next caller to do, never half done: a
-        store whose pulls go on with no heartbeat thread would lose every claim after a lease.
-        A closed store returns at once (its pull then says it is closed)."""
+        then find it done. A caller cut short during the pass (a Ctrl-C in a REPL: a
+        KeyboardInterrupt) leaves it undone, for the next caller to do; a Ctrl-C while the
+        threads start comes once they all run (_ctrl_c_held). Never half done: a store whose
+        pulls go on with no heartbeat thread would lose every claim after a lease, and one with
+        no recovery thread had the next pull wait for ever. A closed store returns at once (its
+        pull then says it is closed)."""
         if self._first_pass.is_set():
             return  # the common case, every pull after the first: no lock taken
         core = self._core
@@ -81,8 +112,9 @@ class Background:
                 # (_remove), and a first pull waits only for what can need repair. A worker that
                 # claims an emptied file before that pass meets it quarantines it just the same.
                 self._recover(deep=False)
-                self._start_threads(first_pass_made=True)
-                self._first_pass.set()  # pulls waiting for it go on
+                with _ctrl_c_held():
+                    self._start_threads(first_pass_made=True)
+                    self._first_pass.set()  # pulls waiting for it go on
                 return
         finally:
             self._starting.release()
@@ -94,7 +126,7 @@ class Background:
     def keep_beating(self) -> None:
         """Start the threads without waiting for the first recovery pass, which the recovery thread
         makes (a create must not wait for one); a later first pull waits for that pass."""
-        with self._starting:
+        with self._starting, _ctrl_c_held():
             if self.thread is None and not self._core.closed:
                 self._start_threads(first_pass_made=False)
 
