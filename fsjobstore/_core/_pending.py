@@ -85,13 +85,14 @@ class QueueIndex:
         self._truncated = False
         self._ceiling = ""  # when truncated: the largest name we kept
         self._listed_at = float("-inf")
-        # The stats of the directory and of the emptied buckets it still holds, taken before a
+        # The stats of the directory and of the emptied buckets it still holds (and, on a network
+        # filesystem, of the queue's marker, which vouches for the quiet ones), taken before a
         # listing that found them empty once they had settled (_files.SETTLE): while they are
         # the same, the queue is still empty, and a claim that passes over it costs a stat or
         # two instead of a listing (a worker of 16 queues, 15 of them empty, did 15 listings
-        # per claim).
+        # per claim). _empty_names: those names below the queue's directory, in _empty_sig[1:]'s order.
         self._empty_sig: tuple[tuple[int, int, int], ...] | None = None
-        self._empty_buckets: list[str] = []
+        self._empty_names: list[str] = []
         self._mutex = threading.Lock()
         self._checked: str | None = None  # the head _drop_bad_head last found valid (by identity)
 
@@ -153,7 +154,7 @@ class QueueIndex:
         if settled and not self._names and not self._truncated:
             # The quiet buckets are vouched for by the marker's stat: it joins the stats kept.
             self._empty_sig = (sig, *(s for _, s in emptied), *(() if marker is None else (marker,)))
-            self._empty_buckets = [b for b, _ in emptied] + ([PENDING_MARKER] if marker is not None else [])
+            self._empty_names = [b for b, _ in emptied] + ([PENDING_MARKER] if marker is not None else [])
         else:
             self._empty_sig = None
 
@@ -268,9 +269,10 @@ class QueueIndex:
         if sig is None or fs.dir_signature(self.directory)[0] != sig[0]:
             return False
         # The emptied buckets it still holds (of the last few seconds, not removed yet): a
-        # create into one of them changes its stat, not the queue directory's.
-        return all(fs.dir_signature(os.path.join(self.directory, b))[0] == s
-                   for b, s in zip(self._empty_buckets, sig[1:], strict=True))
+        # create into one of them changes its stat, not the queue directory's. The marker: a
+        # job put back into a quiet bucket changes its stat.
+        return all(fs.dir_signature(os.path.join(self.directory, name))[0] == s
+                   for name, s in zip(self._empty_names, sig[1:], strict=True))
 
     def invalidate(self) -> None:
         with self._mutex:
