@@ -99,3 +99,34 @@ def test_a_short_chaos_run_with_unique_and_concurrency_keys_and_dependencies_los
     assert report["early_children"] == 0 and report["left_pending_or_active"] == 0, report
     assert report["over_limit"] == 0, report
     assert report["fulfilled"] == report["created_ok"], report
+
+
+def _overlapping_ck1_runs(second_ends: str) -> list[list[str]]:
+    """Two jobs of ``ck-1`` (limit 1: jobs 5 and 13) claimed by two processes whose runs overlap;
+    the second's fulfil ends as ``second_ends`` says ("ok", "lost", "storage")."""
+    assert chaos.concurrency_key(5) == chaos.concurrency_key(13) == "ck-1" and chaos.LIMITS["ck-1"] == 1
+    history = [["100", "1", "ok", "claim", "5", "j5", "t5"], ["110", "2", "ok", "claim", "13", "j13", "t13"],
+               ["120", "1", "invoke", "fulfill", "5", "j5", "t5"], ["121", "1", "ok", "fulfill", "5", "j5", "t5"],
+               ["130", "2", "invoke", "fulfill", "13", "j13", "t13"]]
+    if second_ends == "ok":
+        history.append(["131", "2", "ok", "fulfill", "13", "j13", "t13"])
+    elif second_ends == "lost":
+        history.append(["131", "2", "fail", "fulfill", "13", "j13", "t13", "taken-over"])
+    else:
+        history.append(["131", "2", "fail", "fulfill", "13", "j13", "t13", "storage-107"])
+    return history
+
+
+def test_the_chaos_checker_counts_two_runs_of_a_one_at_a_time_key_as_one_over_and_names_them() -> None:
+    over, seen = chaos._over_limit(_overlapping_ck1_runs("ok"), committed={"t5", "t13"})
+    assert over == 1 and [s.split(",")[0] for s in seen] == ["job 13", "job 5"], seen
+
+
+def test_the_chaos_checker_passes_over_a_run_whose_commit_was_refused_or_failed_with_its_mount() -> None:
+    # An expired holder's slot goes to another job on a store that does not trust locks: by design.
+    assert chaos._over_limit(_overlapping_ck1_runs("lost"), committed={"t5"})[0] == 0
+    assert chaos._over_limit(_overlapping_ck1_runs("storage"), committed={"t5"})[0] == 0
+
+
+def test_the_chaos_checker_counts_a_run_whose_commit_stood_though_its_mount_failed_under_it() -> None:
+    assert chaos._over_limit(_overlapping_ck1_runs("storage"), committed={"t5", "t13"})[0] == 1

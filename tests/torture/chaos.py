@@ -125,10 +125,13 @@ LIMITS = {"ck-0": 2, "ck-1": 1}
 RATED = "ck-rate"
 
 
-def _over_limit(history: list[list[str]]) -> int:
-    """How far the jobs of a concurrency key that ran at once went past its limit (0: never)."""
+def _over_limit(history: list[list[str]], committed: set[str]) -> tuple[int, list[str]]:
+    """How far the jobs of a concurrency key that ran at once went past its limit (0: never), and
+    the attempts running at the worst moment ("job n, token, how its fulfil ended"). ``committed``:
+    the tokens whose fulfil stands (each final job's value is its committer's token)."""
     began: dict[tuple[str, str], tuple[int, int]] = {}  # (pid, token) -> (n, claim time)
-    ran: dict[tuple[str, str], tuple[str, int, int]] = {}  # (pid, token) -> (key, claim, fulfil invoked)
+    ran: dict[tuple[str, str], tuple[str, int, int, int]] = {}  # (pid, token) -> (key, n, claim, fulfil invoked)
+    ended: dict[tuple[str, str], str] = {}
     for fields in history:
         if fields[3] not in ("claim", "fulfill"):
             continue
@@ -139,23 +142,30 @@ def _over_limit(history: list[list[str]]) -> int:
             n, at = began.pop(attempt)
             key = concurrency_key(n)
             if key in LIMITS:
-                ran[attempt] = (key, at, int(fields[0]))
-        elif fields[3] == "fulfill" and fields[2] == "fail":
-            # Refused (LeaseLost): the holder outlived its lease (stopped, or its mount hung), and
-            # on a store that does not trust locks an expired holder's slot goes to another job
-            # (FORMAT.md, "Limits"): by design, not a run past the limit.
+                ran[attempt] = (key, n, at, int(fields[0]))
+        elif fields[3] == "fulfill" and fields[2] == "ok":
+            ended[attempt] = "committed"
+        elif fields[3] == "fulfill" and fields[2] == "fail" and fields[6] not in committed:
+            # Refused (LeaseLost), or the mount failed under a commit that did not stand
+            # (StorageError): the holder outlived its lease (stopped, or its mount hung or went
+            # away), and on a store that does not trust locks an expired holder's slot goes to
+            # another job (FORMAT.md, "Limits"): by design, not a run past the limit.
             ran.pop(attempt, None)
-    spans: defaultdict[str, list[tuple[int, int]]] = defaultdict(list)
-    for key, at, end in ran.values():
-        spans[key].append((at, end))
-    worst = 0
+    spans: defaultdict[str, list[tuple[int, int, str]]] = defaultdict(list)
+    for attempt, (key, n, at, end) in ran.items():
+        spans[key].append((at, end, f"job {n}, token {attempt[1]}, {ended.get(attempt, 'no end recorded')}"))
+    worst, seen = 0, []
     for key, got in spans.items():
-        events = sorted([(a, 1) for a, _ in got] + [(b, -1) for _, b in got])
-        running = 0
-        for _, step in events:
-            running += step
-            worst = max(worst, running - LIMITS[key])
-    return worst
+        events = sorted([(a, 1, what) for a, _, what in got] + [(b, -1, what) for _, b, what in got])
+        running: set[str] = set()
+        for _, step, what in events:
+            if step > 0:
+                running.add(what)
+            else:
+                running.discard(what)
+            if len(running) - LIMITS[key] > worst:
+                worst, seen = len(running) - LIMITS[key], sorted(running)
+    return worst, seen
 
 
 def _host(root: str) -> str:
@@ -178,6 +188,9 @@ def worker(root: str, history: str, lease: float, work: float) -> None:
             except LeaseLost as exc:
                 _record(fh, "fail", "fulfill", job.request["n"], job.id, job.token, exc.reason)
                 continue
+            except StorageError as exc:  # the mount failed under it: the commit may or may not stand
+                _record(fh, "fail", "fulfill", job.request["n"], job.id, job.token, f"storage-{exc.errno}")
+                raise
             _record(fh, "ok", "fulfill", job.request["n"], job.id, job.token)
 
 
@@ -260,7 +273,7 @@ def check(root: str, history: list[list[str]], *, retention: bool = False, limit
     created: dict[str, int] = {}
     claims: Counter[str] = Counter()
     fulfil_ok: defaultdict[str, list[str]] = defaultdict(list)
-    fulfil_lost = 0
+    fulfil_lost = fulfil_storage = 0
     for fields in history:
         kind, op = fields[2], fields[3]
         if op == "create" and kind == "invoke":
@@ -273,6 +286,8 @@ def check(root: str, history: list[list[str]], *, retention: bool = False, limit
             fulfil_invoked.add(fields[5])
         elif op == "fulfill" and kind == "ok":
             fulfil_ok[fields[5]].append(fields[6])
+        elif op == "fulfill" and kind == "fail" and fields[7].startswith("storage-"):
+            fulfil_storage += 1
         elif op == "fulfill" and kind == "fail":
             fulfil_lost += 1
     lost, unexpected, duplicates, wrong_value = [], [], [], []
@@ -306,7 +321,8 @@ def check(root: str, history: list[list[str]], *, retention: bool = False, limit
                 duplicates.append(job_id)
             if oks and job.value != oks[0]:
                 wrong_value.append(job_id)
-        over = _over_limit(history) if limits else 0  # without --limits no job has a key
+        committed = {job.value for job in final.values() if isinstance(job.value, str)}
+        over, over_seen = _over_limit(history, committed) if limits else (0, [])  # without --limits no job has a key
         early = [job_id for job_id, job in final.items() for parent in job.after
                  if job_id in first_claim and first_claim[job_id] < first_fulfil.get(parent, 1 << 63)]
         try:
@@ -323,6 +339,7 @@ def check(root: str, history: list[list[str]], *, retention: bool = False, limit
         "claims": sum(claims.values()),
         "repeated_executions": sum(n - 1 for n in claims.values() if n > 1),
         "fulfils_refused_lease_lost": fulfil_lost,
+        "fulfils_failed_storage": fulfil_storage,
         "left_pending_or_active": -1 if stats is None else
         stats.pending + stats.active + stats.scheduled + stats.deferred,
         "early_children": len(early),
@@ -330,7 +347,7 @@ def check(root: str, history: list[list[str]], *, retention: bool = False, limit
         "removed_by_retention": removed,
         "removal_leftovers": len(leftovers),
         "failed": -1 if stats is None else stats.failed,
-        "examples": {"early_children": early[:5],
+        "examples": {"early_children": early[:5], "over_limit": over_seen,
                      "lost": lost[:5], "unexpected": unexpected[:5], "duplicates": (duplicates + wrong_value)[:5],
                      "removal_leftovers": leftovers[:5]},
     }
