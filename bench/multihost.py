@@ -22,6 +22,9 @@ R3 the drain with every brick up, with one brick killed, and from the moment it 
 R4 (with --bell-polls 0.025,0.01,0.005) what a shorter doorbell poll buys: for each, the R2
    wake-up and the CPU of an idle worker on B over --idle seconds, as M3 (target under 2%).
    The poll is the store's constant (25 ms), set in the bench's own processes only.
+R1 floor (with --floor) what R1's ratio can reach at all: bare workers, no fsjobstore, one on each
+   mount, making only the calls a job needs in the store's design, level by level (role_floor),
+   against the raw rate and the store's drain, interleaved in each of --rounds rounds.
 
 Figures are this machine's, from one run; each line names what it measured.
 """
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import stat
 import statistics
 import subprocess
 import sys
@@ -54,6 +58,51 @@ def role_drain(root: str, out: str) -> None:
             lease.fulfill(b"")
             n += 1
         Path(out).write_text(f"{n} {time.monotonic() - started:.6f}\n")
+
+
+FLOOR_LEVELS = ("bare", "fenced", "format", "looks")
+
+
+def role_floor(root: str, out: str, level: str, part: int, parts: int) -> None:
+    """R1's floor: what a drained job costs at least in the store's design, in bare calls with no
+    fsjobstore. ``level`` (each adds to the one before): "bare", the claim's rename, the claimed
+    file read (open, fstat, read, close), the result appended (open, fstat, write, close) and a
+    publish that refuses to replace (link and unlink: GlusterFS has no renameat2); "fenced", the
+    fence's rename before the result; "format", the finished index's entry (an empty file: what
+    FORMAT.md asks of a commit on a network filesystem); "looks", the store's three looks at a
+    commit that find nothing (a cancel request, notification targets, waiting children). Worker
+    ``part`` of ``parts`` starts at its share of the listing, so workers rarely meet on a name."""
+    depth = FLOOR_LEVELS.index(level)
+    pending, active, done = f"{root}/pending", f"{root}/active", f"{root}/done"
+    me, n = os.getpid(), 0
+    started = time.monotonic()
+    names = sorted(os.listdir(pending))
+    start = len(names) * part // parts
+    for name in names[start:] + names[:start]:
+        mine = f"{active}/{name}.{me}"
+        try:
+            os.rename(f"{pending}/{name}", mine)
+        except FileNotFoundError:
+            continue  # another worker's claim
+        fd = os.open(mine, os.O_RDONLY | os.O_NOFOLLOW)
+        size = os.fstat(fd).st_size
+        os.read(fd, size + 1)
+        os.close(fd)
+        if depth >= 3:
+            for look in ("cancel", "targets", "deps"):
+                os.path.lexists(f"{root}/{look}-{name}")
+        if depth >= 1:
+            os.rename(mine, f"{mine}.commit")
+            mine = f"{mine}.commit"
+        fd = os.open(mine, os.O_WRONLY | os.O_NOFOLLOW)
+        os.pwrite(fd, b'{"result":"fulfilled"}\n', os.fstat(fd).st_size)
+        os.close(fd)
+        if depth >= 2:
+            os.mknod(f"{done}/{name}.entry", 0o600 | stat.S_IFREG)
+        os.link(mine, f"{done}/{name}")
+        os.unlink(mine)
+        n += 1
+    Path(out).write_text(f"{n} {time.monotonic() - started:.6f}\n")
 
 
 def bell_poll() -> None:
@@ -130,6 +179,44 @@ def drain(a: Path, b: Path | list[Path], scratch: Path, jobs: int, name: str = "
     return done / seconds, done
 
 
+def floor_drain(a: Path, others: list[Path], scratch: Path, jobs: int, name: str, level: str) -> float:
+    """R1's floor (``role_floor``): jobs/s, one bare worker on each mount, the job files made
+    through ``a`` as the raw rate makes them."""
+    (a / name).mkdir()
+    for sub in ("pending", "active", "done"):
+        (a / name / sub).mkdir()
+    for i in range(jobs):
+        tmp = a / name / f"{i}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, b'{"format":3,"id":"%d","request":{"i":%d}}\n' % (i, i))
+        os.close(fd)
+        os.rename(tmp, a / name / "pending" / f"{i}.json")
+    hosts = [a, *others]
+    outs = [scratch / f"{name}-{k}.out" for k in range(len(hosts))]
+    started = time.monotonic()
+    procs = [child("floor", host / name, out, level, k, len(hosts))
+             for k, (host, out) in enumerate(zip(hosts, outs, strict=True))]
+    for p in procs:
+        p.wait(600)
+    seconds = time.monotonic() - started
+    done = sum(int(o.read_text().split()[0]) for o in outs)
+    if done != jobs:
+        raise SystemExit(f"the floor's workers drained {done} of {jobs} jobs")
+    return done / seconds
+
+
+def floor_rounds(a: Path, others: list[Path], scratch: Path, jobs: int, rounds: int) -> None:
+    """R1's floor at each level against the raw rate and the store's drain, interleaved in each round."""
+    for k in range(rounds):
+        (a / f"floor-raw{k}").mkdir()
+        raw = raw_rate(a / f"floor-raw{k}", jobs)
+        levels = {level: floor_drain(a, others, scratch, jobs, f"floor-{level}{k}", level) for level in FLOOR_LEVELS}
+        rate, _ = drain(a, others, scratch, jobs, f"floor-store{k}")
+        shown = "; ".join(f"{level} {got:,.0f}/s = {got / raw:.2f}x" for level, got in levels.items())
+        print(f"R1 floor round {k + 1}: raw {raw:,.0f}/s; {shown}; the store {rate:,.0f}/s = {rate / raw:.2f}x",
+              flush=True)
+
+
 def drain_rounds(name: str, a: Path, others: Path | list[Path], scratch: Path, jobs: int, rounds: int,
                  workers: str) -> float:
     """M1 or R1: ``rounds`` times the mount's raw rate, then a drain; the median round's ratio.
@@ -193,6 +280,8 @@ def main() -> int:
             role_waiter(args[0], args[1], int(args[2]), args[3])
         elif name == "idle":
             role_idle(args[0], args[1], float(args[2]), args[3])
+        elif name == "floor":
+            role_floor(args[0], args[1], args[2], int(args[3]), int(args[4]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2000, help="jobs for M1 (default 2000)")
@@ -203,6 +292,9 @@ def main() -> int:
                         help="R1-R3 on a replica-3 volume (three bricks, three mounts) instead of M1-M3")
     parser.add_argument("--bell-polls", metavar="S,S,...",
                         help="with --replicated: R4 only, the wake-up and idle CPU at each doorbell poll")
+    parser.add_argument("--floor", action="store_true",
+                        help="with --replicated: R1's floor only, the bare calls a drained job needs at least, "
+                             "against the raw rate and the store's drain")
     args = parser.parse_args()
     reason = gluster.available()
     if reason is not None:
@@ -241,6 +333,9 @@ def replicated(args: argparse.Namespace, scratch: Path) -> int:
         time.sleep(1.5)
         if args.bell_polls:
             return bell_polls(a, b, scratch, args)
+        if args.floor:
+            floor_rounds(a, [b, c], scratch, args.jobs, args.rounds)
+            return 0
         ratio = drain_rounds("R1", a, [b, c], scratch, args.jobs, args.rounds, "one worker on each of 3 mounts")
         print(f"R1 drain / raw, median of {args.rounds} rounds: {ratio:.2f} "
               f"(goal >= 0.70: {'met' if ratio >= 0.70 else 'NOT met'})", flush=True)

@@ -29,6 +29,15 @@ def test_an_empty_path_is_refused_not_taken_as_the_current_directory(tmp_path: P
     assert os.listdir(tmp_path) == []
 
 
+def test_a_path_of_the_wrong_type_is_refused_with_an_error_that_names_it(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for path in (123, None, ["jobs"]):
+        with pytest.raises(InvalidRequest, match=r"store path must be a str or os.PathLike \(a directory\), got "):
+            JobStore(path)  # type: ignore[arg-type]
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_directory_with_other_things_in_it_never_becomes_a_store(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()

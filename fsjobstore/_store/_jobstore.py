@@ -180,7 +180,10 @@ class JobStore:
         self.default_timeout = check_timeout(default_timeout, "default_timeout")
         if durable is not None and not isinstance(durable, bool):
             raise InvalidRequest(f"durable must be True, False or None, got {durable!r}")
-        raw = os.fspath(path)
+        try:
+            raw = os.fspath(path)
+        except TypeError:
+            raise InvalidRequest(f"the store path must be a str or os.PathLike (a directory), got {path!r}") from None
         if not isinstance(raw, str) or not raw.strip():
             raise InvalidRequest(f"the store path must be a non-empty string, got {raw!r}")
         # The caller chose this path, so a symlink to the store is resolved once; inside the

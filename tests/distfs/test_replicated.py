@@ -1,19 +1,33 @@
 """fsjobstore on a replicated GlusterFS volume (three bricks, replica 3, three mounts as three
-hosts): jobs made and run while a brick is down and after it heals, and verify between the hosts.
-The chaos with brick kills is tests/distfs/chaos_three_hosts.py (MULTIHOST.md, "One server down")."""
+hosts): a short chaos run with one brick killed and healed (the long one, with two, is
+tests/distfs/chaos_three_hosts.py: MULTIHOST.md, "One server down"), jobs made and run while a
+brick is down and after it heals, and verify between the hosts."""
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
 from distfs import gluster, replica
-from distfs.chaos_three_hosts import differing_copies
+from distfs.chaos_three_hosts import differing_copies, failed, run
 from fsjobstore import JobStore
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.mark.timeout(900)  # a client that hangs after the brick's restart (MULTIHOST.md, "Still open") fails it
+def test_a_short_chaos_run_on_three_hosts_loses_nothing_while_a_brick_dies_and_heals(
+        gluster_bed: gluster.GlusterBed, tmp_path: Path) -> None:
+    report = run(gluster_bed, jobs=300, kills=30, seed=7, brick_kills=1, down=10.0, workdir=str(tmp_path),
+                 workers=4, lease=2.0, retention=True, relations=True, limits=True)
+    print(json.dumps(report))
+    assert len(report["brick_kills"]) == 1 and "healed_after_s" in report["brick_kills"][0], report
+    assert (report["lost"], report["unexpected"], report["duplicate_commits"]) == (0, 0, 0), report
+    assert (report["early_children"], report["over_limit"], report["left_pending_or_active"]) == (0, 0, 0), report
+    assert not failed(report, 300, 1), report
 
 
 def test_jobs_made_and_run_on_three_hosts_while_a_brick_is_down_are_all_there_once_it_has_healed(
