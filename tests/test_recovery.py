@@ -6,6 +6,7 @@ way the kernel does it when a process dies: its flock is released and its files 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -1021,3 +1022,26 @@ def test_a_ctrl_c_while_a_first_pull_starts_the_threads_leaves_them_all_running_
     names = {t.name.rsplit("-", 1)[0] for t in threading.enumerate()}
     assert {"fsjobstore-heartbeat", "fsjobstore-watchdog", "fsjobstore-recovery", "fsjobstore-retention"} <= names
     got[0].fulfill("done")
+
+
+def test_a_fault_in_one_recovery_step_keeps_no_other_step_from_its_work_and_the_pass_raises_it(
+        pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # As on a network filesystem while a brick heals: one file answers ESTALE or ENOTCONN.
+    from fsjobstore import StorageError
+    from fsjobstore._transitions import _recovery
+
+    worker, rescuer = pair
+    job = worker.create("x")
+    assert worker.pull_work() is not None
+    die(worker)
+
+    def stale(*_: object, **__: object) -> int:
+        raise StorageError(errno.ESTALE, "Stale file handle", "tmp/x")
+    monkeypatch.setattr(_recovery, "finish_unfinished", stale)  # the pass's second step
+    monkeypatch.setattr(_recovery, "_sweep_bells", stale)
+    with caplog.at_level(logging.WARNING, logger="fsjobstore"), pytest.raises(StorageError, match="Stale"):
+        rescuer.recover()
+    assert rescuer.get(job.id).state is JobState.PENDING  # the dead holder's claim was taken all the same
+    assert "the bells step failed too" in caplog.text
+    monkeypatch.undo()
+    assert rescuer.recover().requeued == 0  # and a pass with no fault raises nothing

@@ -20,6 +20,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from .._core import _worker_registry as registry
 from .._core._control import Control
@@ -48,6 +49,7 @@ from ._removal import finish_gone, finish_unfinished
 from ._takeover import quarantine_job, take_over
 
 log = logging.getLogger("fsjobstore")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,31 +103,58 @@ def recover(core: Core, hooks: Hooks, notifier: Notifier, control: Control, *,
     counts = new_counts()
     quarantined_before = made_here()
     me = core.owner_id()
-    counts["duplicates_dropped"] += core.sweep_litter()
-    counts["removed"] += finish_unfinished(core, hooks)
+    steps = _Steps()
+    counts["duplicates_dropped"] += steps.run("litter", core.sweep_litter, default=0)
+    counts["removed"] += steps.run("unfinished removals", finish_unfinished, core, hooks, default=0)
     # What the store promises decides, not what this process does: a process that fsyncs in a
     # store that does not still meets the files others wrote without fsync.
     emptiable = not core.settings.store_durable
     if emptiable and deep is not False:  # None: deep once per boot (_power_loss.deep_pass)
-        deep_pass(core, counts, explicit=deep is True)
-    overdue = _sweep_deadlines(core, hooks, notifier, control, me, counts)
-    _sweep_active(core, hooks, notifier, control, me, overdue, counts)
-    _sweep_tmp(core, hooks, me, counts)
-    _sweep_leases(core, me, counts)
-    _sweep_bells(core, me, counts)
-    counts["workers_removed"] += registry.sweep(core, me)
-    _sweep_targets(core, notifier, counts)
-    _sweep_cancels(core, control)
+        steps.run("power-loss pass", deep_pass, core, counts, explicit=deep is True, default=None)
+    # Without the deadlines' step, no live holder's overdue claim is taken this pass: the next does.
+    no_deadlines: dict[tuple[str, str], float] = {}
+    overdue = steps.run("deadlines", _sweep_deadlines, core, hooks, notifier, control, me, counts,
+                        default=no_deadlines)
+    steps.run("claims", _sweep_active, core, hooks, notifier, control, me, overdue, counts, default=None)
+    steps.run("temp files", _sweep_tmp, core, hooks, me, counts, default=None)
+    steps.run("locks", _sweep_leases, core, me, counts, default=None)
+    steps.run("bells", _sweep_bells, core, me, counts, default=None)
+    counts["workers_removed"] += steps.run("workers", registry.sweep, core, me, default=0)
+    steps.run("notification targets", _sweep_targets, core, notifier, counts, default=None)
+    steps.run("cancel requests", _sweep_cancels, core, control, default=None)
     # The features' sweeps (a group's maker that died, children of parents that ended, jobs
     # parked by a limit with room now): each adds to its count of the report.
     sweep = Sweep(deep=deep is not False, gone=lambda owner: owner != me and _gone(core, owner),
                   publish=lambda record: _publish_member(core, hooks, record))
-    for name, n in hooks.sweep(sweep):
-        counts[name] += n
+    for name, feature_sweep in hooks.sweeps:
+        counts[name] += steps.run(name, feature_sweep, sweep, default=0)
+    if steps.first is not None:
+        raise steps.first
     # Every file this pass moved aside, whichever step did it (a deferred job's file by the
     # dependency sweep, a second copy met by a take-over): the count and the warnings agree.
     counts["quarantined"] = made_here() - quarantined_before
     return RecoveryReport(**counts, lost_ids=tuple(counts.lost_ids))
+
+
+class _Steps:
+    """The steps of one pass, each tried whatever the others met: a fault in one (ESTALE or
+    ENOTCONN on one file while a network filesystem heals, a file planted where a step looks)
+    must not keep the others from their work. Every step is safe on its own (each claims what it
+    repairs with a rename first), so a step that failed is simply made again by the next pass.
+    The first error is raised once every step was tried; any later one is logged."""
+
+    def __init__(self) -> None:
+        self.first: Exception | None = None
+
+    def run(self, name: str, step: Callable[..., T], *args: Any, default: T, **kwargs: Any) -> T:
+        try:
+            return step(*args, **kwargs)
+        except Exception as exc:
+            if self.first is None:
+                self.first = exc
+            else:
+                log.warning("recovery: the %s step failed too, the pass goes on: %s", name, exc)
+            return default
 
 
 def boot_pass(core: Core, stop: Callable[[], bool]) -> int:
