@@ -1,7 +1,10 @@
-"""fsjobstore across two "hosts": the loopback GlusterFS bed's two mounts (tests/distfs/gluster.py).
+"""fsjobstore across "hosts": the loopback GlusterFS bed's mounts (tests/distfs/gluster.py), two of
+one brick, or with --replicated three of a replica-3 volume. Needs root, FUSE and the bed's packages.
 
-    bash tests/distfs/install.sh && python bench/multihost.py          # about 4 minutes; needs root and FUSE
+    bash tests/distfs/install.sh && python bench/multihost.py          # about 4 minutes
     python bench/multihost.py --jobs 400 --rounds 1 --wakeups 40       # a quicker run
+    python bench/multihost.py --replicated                             # R1-R3, about 8 minutes
+    python bench/multihost.py --replicated --floor --jobs 1000 --rounds 5   # R1's floor, about 9 minutes
 
 M1 drain across two mounts: jobs created through mount A, drained by one worker process on A and
    one on B (durable=False, empty results), against the mount's raw rate for what a job costs at
@@ -23,8 +26,9 @@ R4 (with --bell-polls 0.025,0.01,0.005) what a shorter doorbell poll buys: for e
    wake-up and the CPU of an idle worker on B over --idle seconds, as M3 (target under 2%).
    The poll is the store's constant (25 ms), set in the bench's own processes only.
 R1 floor (with --floor) what R1's ratio can reach at all: bare workers, no fsjobstore, one on each
-   mount, making only the calls a job needs in the store's design, level by level (role_floor),
-   against the raw rate and the store's drain, interleaved in each of --rounds rounds.
+   mount, making only the calls a job needs in the store's design, level by level (role_floor:
+   bare, fenced, format, looks), against the raw rate and the store's drain, in each of --rounds
+   rounds, the drains' order turned by one each round; then each one's median ratio.
 
 Figures are this machine's, from one run; each line names what it measured.
 """
@@ -206,15 +210,27 @@ def floor_drain(a: Path, others: list[Path], scratch: Path, jobs: int, name: str
 
 
 def floor_rounds(a: Path, others: list[Path], scratch: Path, jobs: int, rounds: int) -> None:
-    """R1's floor at each level against the raw rate and the store's drain, interleaved in each round."""
+    """R1's floor at each level against the raw rate and the store's drain, in each round. The
+    drains' order turns by one each round (round 1: bare first, the store last; round 2: fenced
+    first, bare last; ...), so none always runs on the busiest volume; the raw rate comes first."""
+    order = [*FLOOR_LEVELS, "store"]
+    got: dict[str, list[float]] = {name: [] for name in order}
     for k in range(rounds):
         (a / f"floor-raw{k}").mkdir()
         raw = raw_rate(a / f"floor-raw{k}", jobs)
-        levels = {level: floor_drain(a, others, scratch, jobs, f"floor-{level}{k}", level) for level in FLOOR_LEVELS}
-        rate, _ = drain(a, others, scratch, jobs, f"floor-store{k}")
-        shown = "; ".join(f"{level} {got:,.0f}/s = {got / raw:.2f}x" for level, got in levels.items())
-        print(f"R1 floor round {k + 1}: raw {raw:,.0f}/s; {shown}; the store {rate:,.0f}/s = {rate / raw:.2f}x",
-              flush=True)
+        turn = order[k % len(order):] + order[:k % len(order)]
+        rates = {}
+        for name in turn:
+            if name == "store":
+                rates[name] = drain(a, others, scratch, jobs, f"floor-store{k}")[0]
+            else:
+                rates[name] = floor_drain(a, others, scratch, jobs, f"floor-{name}{k}", name)
+            got[name].append(rates[name] / raw)
+        shown = "; ".join(f"{name} {rates[name]:,.0f}/s = {rates[name] / raw:.2f}x" for name in turn)
+        print(f"R1 floor round {k + 1}: raw {raw:,.0f}/s; in this order: {shown}", flush=True)
+    print("R1 floor, median ratio to raw over the rounds: "
+          + "; ".join(f"{name} {statistics.median(ratios):.2f}x" for name, ratios in got.items())
+          + " (goal >= 0.70)", flush=True)
 
 
 def drain_rounds(name: str, a: Path, others: Path | list[Path], scratch: Path, jobs: int, rounds: int,
@@ -284,8 +300,9 @@ def main() -> int:
             role_floor(args[0], args[1], args[2], int(args[3]), int(args[4]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=2000, help="jobs for M1 (default 2000)")
-    parser.add_argument("--rounds", type=int, default=3, help="M1 rounds of raw then drain (default 3)")
+    parser.add_argument("--jobs", type=int, default=2000, help="jobs per drain for M1, R1, R3 and R1's floor "
+                                                               "(default 2000)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of M1, R1 or R1's floor (default 3)")
     parser.add_argument("--wakeups", type=int, default=100, help="jobs for M2, per doorbell setting (default 100)")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds for M3 (default 20)")
     parser.add_argument("--replicated", action="store_true",
@@ -293,8 +310,9 @@ def main() -> int:
     parser.add_argument("--bell-polls", metavar="S,S,...",
                         help="with --replicated: R4 only, the wake-up and idle CPU at each doorbell poll")
     parser.add_argument("--floor", action="store_true",
-                        help="with --replicated: R1's floor only, the bare calls a drained job needs at least, "
-                             "against the raw rate and the store's drain")
+                        help="with --replicated: R1's floor only: bare workers making only the calls a job needs "
+                             "in the store's design (levels bare, fenced, format, looks), against the raw rate and "
+                             "the store's drain")
     args = parser.parse_args()
     reason = gluster.available()
     if reason is not None:

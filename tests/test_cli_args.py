@@ -476,3 +476,11 @@ def test_positionals_typed_after_options_are_the_commands_in_the_order_typed(tmp
     assert_usage_error(cli("create", root, "--queue", "slow", '{"a": 1}', "--bogus"), "create",
                        "unrecognized arguments: --bogus")
     assert_usage_error(cli("get", root, "--json", "x", "y"), "get", "expected DIR ID")
+
+
+def test_an_option_of_the_command_typed_before_it_is_shown_where_it_goes(tmp_path: Path) -> None:
+    root = str(tmp_path / "s")
+    JobStore(root).close()
+    assert_usage_error(cli("--json", "stats", root), "stats", "--json goes after the command: fsjobstore stats --json")
+    assert_usage_error(cli("--bogus", "stats", root), "stats", "unrecognized arguments: --bogus")  # no command has it
+    assert cli("stats", "--json", root).returncode == 0

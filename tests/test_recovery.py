@@ -1026,7 +1026,7 @@ def test_a_ctrl_c_while_a_first_pull_starts_the_threads_leaves_them_all_running_
 
 def test_a_fault_in_one_recovery_step_keeps_no_other_step_from_its_work_and_the_pass_raises_it(
         pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    # As on a network filesystem while a brick heals: one file answers ESTALE or ENOTCONN.
+    # As on a network filesystem while a brick heals: one file answers ESTALE.
     from fsjobstore import StorageError
     from fsjobstore._transitions import _recovery
 
@@ -1045,3 +1045,22 @@ def test_a_fault_in_one_recovery_step_keeps_no_other_step_from_its_work_and_the_
     assert "the bells step failed too" in caplog.text
     monkeypatch.undo()
     assert rescuer.recover().requeued == 0  # and a pass with no fault raises nothing
+
+
+def test_a_recovery_pass_that_meets_a_lost_mount_ends_there(
+        pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    # ENOTCONN: the mount's connection is gone, so every later step would fail the same way.
+    from fsjobstore import StorageError
+    from fsjobstore._transitions import _recovery
+
+    worker, rescuer = pair
+    job = worker.create("x")
+    assert worker.pull_work() is not None
+    die(worker)
+
+    def lost(*_: object, **__: object) -> int:
+        raise StorageError(errno.ENOTCONN, "Transport endpoint is not connected", "tmp")
+    monkeypatch.setattr(_recovery, "finish_unfinished", lost)
+    with pytest.raises(StorageError, match="not connected"):
+        rescuer.recover()
+    assert rescuer.get(job.id).state is JobState.ACTIVE  # no later step was tried

@@ -35,6 +35,10 @@ def test_a_path_of_the_wrong_type_is_refused_with_an_error_that_names_it(tmp_pat
     for path in (123, None, ["jobs"]):
         with pytest.raises(InvalidRequest, match=r"store path must be a str or os.PathLike \(a directory\), got "):
             JobStore(path)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match="store path must be a str, not bytes"):
+        JobStore(b"jobs")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match="create must be True or False, got 'yes'"):
+        JobStore("jobs", create="yes")  # type: ignore[arg-type]
     assert os.listdir(tmp_path) == []
 
 

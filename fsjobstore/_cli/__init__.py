@@ -106,6 +106,11 @@ def _main(argv: Sequence[str] | None) -> int:
         args.args = [*args.args, *(e for e in extra if not e.startswith("-"))]
         extra = [e for e in extra if e.startswith("-")]
     if extra:  # argparse would blame the top-level parser: show the usage of the command that was typed
+        typed = list(sys.argv[1:] if argv is None else argv)
+        before = typed[:typed.index(args.command)] if args.command in typed else []
+        misplaced = [e for e in extra if e in before and e.split("=", 1)[0] in sub._option_string_actions]
+        if misplaced:  # `fsjobstore --json stats DIR`: the command has it, typed before the command
+            sub.error(f"{misplaced[0]} goes after the command: fsjobstore {args.command} {misplaced[0]} ...")
         sub.error(f"unrecognized arguments: {' '.join(extra)}")
     bind(args, sub)
     if not logging.getLogger().handlers:

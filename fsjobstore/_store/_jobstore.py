@@ -184,7 +184,9 @@ class JobStore:
             raw = os.fspath(path)
         except TypeError:
             raise InvalidRequest(f"the store path must be a str or os.PathLike (a directory), got {path!r}") from None
-        if not isinstance(raw, str) or not raw.strip():
+        if isinstance(raw, bytes):
+            raise InvalidRequest(f"the store path must be a str, not bytes: got {raw!r}")
+        if not raw.strip():
             raise InvalidRequest(f"the store path must be a non-empty string, got {raw!r}")
         # The caller chose this path, so a symlink to the store is resolved once; inside the
         # store, symlinked directories are refused (see _fsops.check_trusted).
@@ -193,6 +195,8 @@ class JobStore:
         own_retain = retain_seconds(retain)
         if not isinstance(read_only, bool):
             raise InvalidRequest(f"read_only must be True or False, got {read_only!r}")
+        if not isinstance(create, bool):
+            raise InvalidRequest(f"create must be True or False, got {create!r}")
         self.read_only = read_only
         config = open_skeleton(layout, durable=durable, group=group, create=create and not read_only,
                                retain=own_retain, read_only=read_only)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 from collections.abc import Callable
@@ -137,11 +138,12 @@ def recover(core: Core, hooks: Hooks, notifier: Notifier, control: Control, *,
 
 
 class _Steps:
-    """The steps of one pass, each tried whatever the others met: a fault in one (ESTALE or
-    ENOTCONN on one file while a network filesystem heals, a file planted where a step looks)
-    must not keep the others from their work. Every step is safe on its own (each claims what it
-    repairs with a rename first), so a step that failed is simply made again by the next pass.
-    The first error is raised once every step was tried; any later one is logged."""
+    """The steps of one pass, each tried whatever the others met: a fault in one (ESTALE or EIO
+    on one file while a network filesystem heals, a file planted where a step looks) must not
+    keep the others from their work. Every step is safe on its own (each claims what it repairs
+    with a rename first), so a step that failed is simply made again by the next pass. The first
+    error is raised once every step was tried; any later one is logged. ENOTCONN ends the pass at
+    once: the mount's connection is lost, so every step would fail the same way."""
 
     def __init__(self) -> None:
         self.first: Exception | None = None
@@ -150,6 +152,8 @@ class _Steps:
         try:
             return step(*args, **kwargs)
         except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.ENOTCONN:
+                raise
             if self.first is None:
                 self.first = exc
             else:
