@@ -1024,24 +1024,35 @@ def test_a_ctrl_c_while_a_first_pull_starts_the_threads_leaves_them_all_running_
     got[0].fulfill("done")
 
 
+def _a_dead_holders_claim(pair: tuple[JobStore, JobStore]) -> tuple[JobStore, str]:
+    """The first store claims a job and dies; the second (to recover) and the job's id."""
+    worker, rescuer = pair
+    job = worker.create("x")
+    assert worker.pull_work() is not None
+    die(worker)
+    return rescuer, job.id
+
+
+def _failing_with(code: int) -> Callable[..., int]:
+    from fsjobstore import StorageError
+
+    def step(*_: object, **__: object) -> int:
+        raise StorageError(code, os.strerror(code), "tmp")
+    return step
+
+
 def test_a_fault_in_one_recovery_step_keeps_no_other_step_from_its_work_and_the_pass_raises_it(
         pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     # As on a network filesystem while a brick heals: one file answers ESTALE.
     from fsjobstore import StorageError
     from fsjobstore._transitions import _recovery
 
-    worker, rescuer = pair
-    job = worker.create("x")
-    assert worker.pull_work() is not None
-    die(worker)
-
-    def stale(*_: object, **__: object) -> int:
-        raise StorageError(errno.ESTALE, "Stale file handle", "tmp/x")
-    monkeypatch.setattr(_recovery, "finish_unfinished", stale)  # the pass's second step
-    monkeypatch.setattr(_recovery, "_sweep_bells", stale)
-    with caplog.at_level(logging.WARNING, logger="fsjobstore"), pytest.raises(StorageError, match="Stale"):
+    rescuer, job_id = _a_dead_holders_claim(pair)
+    monkeypatch.setattr(_recovery, "finish_unfinished", _failing_with(errno.ESTALE))  # the pass's second step
+    monkeypatch.setattr(_recovery, "_sweep_bells", _failing_with(errno.EIO))
+    with caplog.at_level(logging.WARNING, logger="fsjobstore"), pytest.raises(StorageError, match=r"(?i)stale"):
         rescuer.recover()
-    assert rescuer.get(job.id).state is JobState.PENDING  # the dead holder's claim was taken all the same
+    assert rescuer.get(job_id).state is JobState.PENDING  # the dead holder's claim was taken all the same
     assert "the bells step failed too" in caplog.text
     monkeypatch.undo()
     assert rescuer.recover().requeued == 0  # and a pass with no fault raises nothing
@@ -1053,14 +1064,8 @@ def test_a_recovery_pass_that_meets_a_lost_mount_ends_there(
     from fsjobstore import StorageError
     from fsjobstore._transitions import _recovery
 
-    worker, rescuer = pair
-    job = worker.create("x")
-    assert worker.pull_work() is not None
-    die(worker)
-
-    def lost(*_: object, **__: object) -> int:
-        raise StorageError(errno.ENOTCONN, "Transport endpoint is not connected", "tmp")
-    monkeypatch.setattr(_recovery, "finish_unfinished", lost)
-    with pytest.raises(StorageError, match="not connected"):
+    rescuer, job_id = _a_dead_holders_claim(pair)
+    monkeypatch.setattr(_recovery, "finish_unfinished", _failing_with(errno.ENOTCONN))
+    with pytest.raises(StorageError, match=r"(?i)not connected"):
         rescuer.recover()
-    assert rescuer.get(job.id).state is JobState.ACTIVE  # no later step was tried
+    assert rescuer.get(job_id).state is JobState.ACTIVE  # no later step was tried
