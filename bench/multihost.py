@@ -22,7 +22,7 @@ R1 drain / raw as M1 (goal: at least 0.7x); R2 cross-host wake-up A to B as M2, 
    (goal: p50 at most 10 ms);
 R3 the drain with every brick up, with one brick killed, and from the moment it is started again
    while it heals; then how long the heal took.
-R4 (with --bell-polls 0.025,0.01,0.005) what a shorter doorbell poll buys: for each, the R2
+R4 (with --bell-polls 0.025,0.01,0.005,0.0025) what a shorter doorbell poll buys: for each, the R2
    wake-up and the CPU of an idle worker on B over --idle seconds, as M3 (target under 2%).
    The poll is the store's constant (25 ms), set in the bench's own processes only.
 R1 floor (with --floor) what R1's ratio can reach at all: bare workers, no fsjobstore, one on each
@@ -67,46 +67,55 @@ def role_drain(root: str, out: str) -> None:
 FLOOR_LEVELS = ("bare", "fenced", "format", "looks")
 
 
-def role_floor(root: str, out: str, level: str, part: int, parts: int) -> None:
+def role_floor(root: str, out: str, level: str, part: int, parts: int, jobs: int) -> None:
     """R1's floor: what a drained job costs at least in the store's design, in bare calls with no
-    fsjobstore. ``level`` (each adds to the one before): "bare", the claim's rename, the claimed
-    file read (open, fstat, read, close), the result appended (open, fstat, write, close) and a
-    publish that refuses to replace (link and unlink: GlusterFS has no renameat2); "fenced", the
-    fence's rename before the result; "format", the finished index's entry (an empty file: what
-    FORMAT.md asks of a commit on a network filesystem); "looks", the store's three looks at a
-    commit that find nothing (a cancel request, notification targets, waiting children). Worker
-    ``part`` of ``parts`` starts at its share of the listing, so workers rarely meet on a name."""
-    depth = FLOOR_LEVELS.index(level)
-    pending, active, done = f"{root}/pending", f"{root}/active", f"{root}/done"
+    fsjobstore, made as cheaply as they can be. ``level`` (each adds to the one before): "bare",
+    the claim's rename, one descriptor opened on the claimed file (open, fstat, read, then the
+    result written through it at the file's end, close) and a publish that refuses to replace
+    (link and unlink: GlusterFS has no renameat2); "fenced", the fence's rename before the result;
+    "format", the finished index's entry (an empty file: what FORMAT.md asks of a commit on a
+    network filesystem); "looks", the store's three looks at a commit that find nothing (a cancel
+    request, notification targets, waiting children; not the paused-queue look). Worker ``part``
+    of ``parts`` takes only its own share (jobs ``i`` with ``i % parts == part``), so no claim is
+    ever lost to another; it lists again while its mount's listing lags behind the creates."""
+    depth, pending = FLOOR_LEVELS.index(level), f"{root}/pending"
     me, n = os.getpid(), 0
+    mine_left = {f"{i}.json" for i in range(part, jobs, parts)}
     started = time.monotonic()
-    names = sorted(os.listdir(pending))
-    start = len(names) * part // parts
-    for name in names[start:] + names[:start]:
+    while mine_left and time.monotonic() - started < 300:
+        names = sorted(mine_left.intersection(os.listdir(pending)))
+        if not names:
+            time.sleep(0.01)
+            continue
+        mine_left.difference_update(names)
+        n += _floor_jobs(root, names, me, depth)
+    Path(out).write_text(f"{n} {time.monotonic() - started:.6f}\n")
+
+
+def _floor_jobs(root: str, names: list[str], me: int, depth: int) -> int:
+    """``role_floor``'s calls for each of ``names``, to ``depth``; how many were done."""
+    pending, active, done = f"{root}/pending", f"{root}/active", f"{root}/done"
+    n = 0
+    for name in names:
         mine = f"{active}/{name}.{me}"
-        try:
-            os.rename(f"{pending}/{name}", mine)
-        except FileNotFoundError:
-            continue  # another worker's claim
-        fd = os.open(mine, os.O_RDONLY | os.O_NOFOLLOW)
+        os.rename(f"{pending}/{name}", mine)
+        fd = os.open(mine, os.O_RDWR | os.O_NOFOLLOW)
         size = os.fstat(fd).st_size
         os.read(fd, size + 1)
-        os.close(fd)
         if depth >= 3:
             for look in ("cancel", "targets", "deps"):
                 os.path.lexists(f"{root}/{look}-{name}")
         if depth >= 1:
             os.rename(mine, f"{mine}.commit")
             mine = f"{mine}.commit"
-        fd = os.open(mine, os.O_WRONLY | os.O_NOFOLLOW)
-        os.pwrite(fd, b'{"result":"fulfilled"}\n', os.fstat(fd).st_size)
+        os.pwrite(fd, b'{"result":"fulfilled"}\n', size)
         os.close(fd)
         if depth >= 2:
             os.mknod(f"{done}/{name}.entry", 0o600 | stat.S_IFREG)
         os.link(mine, f"{done}/{name}")
         os.unlink(mine)
         n += 1
-    Path(out).write_text(f"{n} {time.monotonic() - started:.6f}\n")
+    return n
 
 
 def bell_poll() -> None:
@@ -198,7 +207,7 @@ def floor_drain(a: Path, others: list[Path], scratch: Path, jobs: int, name: str
     hosts = [a, *others]
     outs = [scratch / f"{name}-{k}.out" for k in range(len(hosts))]
     started = time.monotonic()
-    procs = [child("floor", host / name, out, level, k, len(hosts))
+    procs = [child("floor", host / name, out, level, k, len(hosts), jobs)
              for k, (host, out) in enumerate(zip(hosts, outs, strict=True))]
     for p in procs:
         p.wait(600)
@@ -297,7 +306,7 @@ def main() -> int:
         elif name == "idle":
             role_idle(args[0], args[1], float(args[2]), args[3])
         elif name == "floor":
-            role_floor(args[0], args[1], args[2], int(args[3]), int(args[4]))
+            role_floor(args[0], args[1], args[2], int(args[3]), int(args[4]), int(args[5]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2000, help="jobs per drain for M1, R1, R3 and R1's floor "
