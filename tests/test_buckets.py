@@ -8,6 +8,8 @@ sleep across second boundaries.
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -421,3 +423,37 @@ def test_a_claimer_on_a_network_filesystem_passes_over_kept_empty_buckets_with_n
     again = worker.pull_work(timeout=0)
     assert again is not None and again.id == job.id
     again.fulfill(b"done")
+
+
+class _Unreadable:
+    """Every call on a path under ``top`` fails with EIO, as GlusterFS answers for a directory in
+    split-brain."""
+
+    def __init__(self, top: str) -> None:
+        self.top = top
+
+    def before(self, op: str, args: tuple[Any, ...]) -> None:
+        if args and isinstance(args[0], str) and args[0].startswith(self.top):
+            raise OSError(errno.EIO, "Input/output error", args[0])
+
+    def after(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+        pass
+
+
+def test_a_pending_bucket_the_filesystem_will_not_read_holds_back_its_own_jobs_and_no_others(
+        open_store: Callable[..., JobStore], caplog: pytest.LogCaptureFixture) -> None:
+    store = open_store(durable=False, watch=False)
+    stuck = store.create("first")
+    bad = os.path.dirname(pending_file(store.path, stuck.id))
+    _next_second()
+    later = store.create("second")
+    assert os.path.dirname(pending_file(store.path, later.id)) != bad
+    with hooked(_Unreadable(bad)), caplog.at_level(logging.WARNING, logger="fsjobstore"):
+        lease = store.pull_work(timeout=0)
+        assert lease is not None and lease.id == later.id  # the queue goes on past it
+        lease.fulfill(None)
+        assert store.pull_work(timeout=0) is None
+        assert store.pull_work(timeout=0) is None
+    assert caplog.text.count("this pending bucket cannot be read") == 1, caplog.text  # said once a minute
+    lease = store.pull_work(timeout=0)  # readable again: its job runs
+    assert lease is not None and lease.id == stuck.id

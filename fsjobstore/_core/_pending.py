@@ -15,13 +15,15 @@ rename then fails with ENOENT and we move on), and the directory stays the truth
 from __future__ import annotations
 
 import bisect
+import errno
+import logging
 import os
 import random
 import threading
 import time
 from collections.abc import Callable
 
-from .._errors import InvalidRequest
+from .._errors import InvalidRequest, StorageError
 from .._format._layout import PENDING_MARKER, PENDING_RE, SCHEDULED_RE, Layout, bucket_of_name, pending_rel, prio_value
 from .._format._records import Record
 from .._format._values import check_queue_name, is_pattern, matches
@@ -50,6 +52,9 @@ INDEX_SIZE = 4096  # names of a queue a process keeps between listings
 ENOUGH = 256  # a listing goes on to the next bucket only while it holds fewer names than this
 QUIET_SLACK = 5.0  # seconds past its second before a kept empty bucket may be passed over (_quiet_buckets)
 QUIET_FOR = 60.0  # seconds between listings that look at every kept empty bucket again
+UNREADABLE_SAID_EVERY = 60.0  # seconds between warnings of one bucket that cannot be read
+
+log = logging.getLogger("fsjobstore")
 
 
 def _valid(rel: str) -> bool:
@@ -81,6 +86,7 @@ class QueueIndex:
         # the names of the buckets before it, so these sort as their jobs run.
         self._names: list[str] = []
         self._losses = 0  # races lost in a row
+        self._unreadable_said: dict[str, float] = {}  # bucket -> when its EIO was last logged
         self._known: set[str] = set()
         self._truncated = False
         self._ceiling = ""  # when truncated: the largest name we kept
@@ -123,8 +129,18 @@ class QueueIndex:
             if bucket in quiet:
                 continue  # kept empty, and no older bucket changed since: no call
             bdir = os.path.join(self.directory, bucket)
-            bsig, bsettled = fs.dir_signature(bdir)
-            names = _buckets.names_in(bdir)
+            try:
+                bsig, bsettled = fs.dir_signature(bdir)
+                names = _buckets.names_in(bdir)
+            except StorageError as exc:
+                if exc.errno != errno.EIO:
+                    raise
+                # One bucket the filesystem will not read (on GlusterFS: a directory in
+                # split-brain) must not stop the queue: its jobs wait, the others run, and the
+                # queue is never taken for empty meanwhile, so every listing looks at it again.
+                self._unreadable(bdir, exc)
+                settled = False
+                continue
             if not names:
                 if _buckets.remove_if_spent(bdir, bucket, (bsig, bsettled), now, keep=self._keep):
                     continue
@@ -157,6 +173,14 @@ class QueueIndex:
             self._empty_names = [b for b, _ in emptied] + ([PENDING_MARKER] if marker is not None else [])
         else:
             self._empty_sig = None
+
+    def _unreadable(self, bdir: str, exc: OSError) -> None:
+        now = self._clock()
+        if now >= self._unreadable_said.get(bdir, float("-inf")) + UNREADABLE_SAID_EVERY:
+            self._unreadable_said[bdir] = now
+            log.warning("%s: this pending bucket cannot be read (%s); its jobs are passed over until it can "
+                        "(on GlusterFS, a directory in split-brain: gluster volume heal VOLUME info split-brain)",
+                        bdir, os.strerror(exc.errno or 0))
 
     def _quiet_buckets(self) -> tuple[set[str], tuple[int, int, int] | None]:
         """The kept empty buckets a listing may pass over, and the marker's stat that vouches for

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -126,8 +127,12 @@ def run(bed: gluster.GlusterBed, *, jobs: int, kills: int, seed: int, brick_kill
         host_c(rng)
 
     try:
-        report = chaos.run(workdir=workdir, roots=[str(m.path / "chaos" / "store") for m in mounts], extra=extra,
-                           jobs=jobs, kills=kills, seed=seed, producers=3, chosen=True, **kwargs)
+        try:
+            report = chaos.run(workdir=workdir, roots=[str(m.path / "chaos" / "store") for m in mounts],
+                               extra=extra, jobs=jobs, kills=kills, seed=seed, producers=3, chosen=True, **kwargs)
+        except OSError as exc:  # the checker's own calls failed: what the bricks hold, before they go
+            print(f"chaos: {exc}\n{bricks_story(volume, exc.filename, [m.path for m in mounts])}", file=sys.stderr)
+            raise
         report.update({"host_c_" + k.split("_", 2)[2]: v for k, v in host_c.summary().items()})
         report.update(bricks.finish(timeout=300))
         report["bricks_differ"] = differing_copies(volume, "chaos/store")[:10]
@@ -137,6 +142,22 @@ def run(bed: gluster.GlusterBed, *, jobs: int, kills: int, seed: int, brick_kill
         for mount in mounts:
             bed.drop_mount(mount.name)
         volume.remove()
+
+
+def bricks_story(volume: replica.Replicated, path: object, mounts: list[Path]) -> str:
+    """For a name the volume failed on: the heal's state, and each brick's copy of that name
+    (its GlusterFS attributes: a gfid or pending marker that differs shows a split-brain)."""
+    lines = [f"heal state: {volume.heal_state()}"]
+    rel = next((os.path.relpath(str(path), m) for m in mounts if isinstance(path, str)
+                and str(path).startswith(f"{m}/")), None)
+    for brick in volume.paths if rel is not None else []:
+        try:
+            done = subprocess.run(["getfattr", "-h", "-d", "-m", ".", "-e", "hex", str(brick / rel)],
+                                  capture_output=True, text=True, check=False, timeout=30)
+            lines.append(f"{brick.name}/{rel}: {(done.stdout or done.stderr).strip()}")
+        except (OSError, subprocess.SubprocessError) as exc:  # getfattr missing (Debian's attr package)
+            lines.append(f"{brick.name}/{rel}: getfattr failed: {exc}")
+    return "\n".join(lines)
 
 
 def failed(report: dict[str, Any], jobs: int, brick_kills: int) -> bool:
