@@ -27,7 +27,7 @@ children waiting, a cached read of the declared limits).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -134,7 +134,3 @@ class Hooks:
     def gone(self, job_id: str, record: Record | None) -> None:
         for hook in self.removed:
             hook(job_id, record)
-
-    def sweep(self, context: Sweep) -> Iterable[tuple[str, int]]:
-        for name, sweep in self.sweeps:
-            yield name, sweep(context)
