@@ -43,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -181,15 +182,22 @@ def drain(a: Path, b: Path | list[Path], scratch: Path, jobs: int, name: str = "
     with JobStore(a / name, durable=False) as store:
         for i in range(jobs):
             store.create({"i": i})
-    hosts = [a, *(b if isinstance(b, list) else [b])]
+    seconds, done = timed_children("drain", [a, *(b if isinstance(b, list) else [b])], name, scratch)
+    return done / seconds, done
+
+
+def timed_children(role: str, hosts: list[Path], name: str, scratch: Path,
+                   extra: Callable[[int], tuple[object, ...]] = lambda k: ()) -> tuple[float, int]:
+    """One ``role`` child on each of ``hosts``, all at once, on ``name`` there (then its out file in
+    ``scratch`` and ``extra(k)`` for the k-th): seconds until the last ended, and the jobs they say
+    they did."""
     outs = [scratch / f"{name}-{k}.out" for k in range(len(hosts))]
     started = time.monotonic()
-    procs = [child("drain", host / name, out) for host, out in zip(hosts, outs, strict=True)]
+    procs = [child(role, host / name, out, *extra(k)) for k, (host, out) in enumerate(zip(hosts, outs, strict=True))]
     for p in procs:
         p.wait(600)
     seconds = time.monotonic() - started
-    done = sum(int(o.read_text().split()[0]) for o in outs)
-    return done / seconds, done
+    return seconds, sum(int(o.read_text().split()[0]) for o in outs)
 
 
 def floor_drain(a: Path, others: list[Path], scratch: Path, jobs: int, name: str, level: str) -> float:
@@ -205,14 +213,7 @@ def floor_drain(a: Path, others: list[Path], scratch: Path, jobs: int, name: str
         os.close(fd)
         os.rename(tmp, a / name / "pending" / f"{i}.json")
     hosts = [a, *others]
-    outs = [scratch / f"{name}-{k}.out" for k in range(len(hosts))]
-    started = time.monotonic()
-    procs = [child("floor", host / name, out, level, k, len(hosts), jobs)
-             for k, (host, out) in enumerate(zip(hosts, outs, strict=True))]
-    for p in procs:
-        p.wait(600)
-    seconds = time.monotonic() - started
-    done = sum(int(o.read_text().split()[0]) for o in outs)
+    seconds, done = timed_children("floor", hosts, name, scratch, lambda k: (level, k, len(hosts), jobs))
     if done != jobs:
         raise SystemExit(f"the floor's workers drained {done} of {jobs} jobs")
     return done / seconds
