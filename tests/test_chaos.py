@@ -130,3 +130,18 @@ def test_the_chaos_checker_passes_over_a_run_whose_commit_was_refused_or_failed_
 
 def test_the_chaos_checker_counts_a_run_whose_commit_stood_though_its_mount_failed_under_it() -> None:
     assert chaos._over_limit(_overlapping_ck1_runs("storage"), committed={"t5", "t13"})[0] == 1
+
+
+def test_the_chaos_checker_frees_the_slot_of_a_run_whose_job_was_taken_over_though_it_never_said_how_it_ended(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # t5 is stopped past its lease; the store takes job 5 over (t5b) while job 13 holds the key's
+    # other slot; t5 wakes, calls fulfil and is killed before it can record the refusal.
+    history = [["100", "1", "ok", "claim", "5", "j5", "t5"], ["110", "2", "ok", "claim", "13", "j13", "t13"],
+               ["120", "3", "ok", "claim", "5", "j5", "t5b"], ["125", "1", "invoke", "fulfill", "5", "j5", "t5"],
+               ["130", "3", "invoke", "fulfill", "5", "j5", "t5b"], ["131", "3", "ok", "fulfill", "5", "j5", "t5b"],
+               ["140", "2", "invoke", "fulfill", "13", "j13", "t13"], ["141", "2", "ok", "fulfill", "13", "j13", "t13"]]
+    monkeypatch.setitem(chaos.LIMITS, "ck-1", 2)
+    assert chaos._over_limit(history, committed={"t5b", "t13"})[0] == 0
+    # Had t5's commit stood, the store let three jobs of a two-slot key run at once.
+    over, seen = chaos._over_limit(history, committed={"t5", "t5b", "t13"})
+    assert over == 1 and len(seen) == 3, seen

@@ -132,12 +132,14 @@ def _over_limit(history: list[list[str]], committed: set[str]) -> tuple[int, lis
     began: dict[tuple[str, str], tuple[int, int]] = {}  # (pid, token) -> (n, claim time)
     ran: dict[tuple[str, str], tuple[str, int, int, int]] = {}  # (pid, token) -> (key, n, claim, fulfil invoked)
     ended: dict[tuple[str, str], str] = {}
+    claimed: defaultdict[int, list[tuple[int, str]]] = defaultdict(list)  # n -> (claim time, token)
     for fields in history:
         if fields[3] not in ("claim", "fulfill"):
             continue
         attempt = (fields[1], fields[6])
         if fields[3] == "claim":
             began[attempt] = (int(fields[4]), int(fields[0]))
+            claimed[int(fields[4])].append((int(fields[0]), fields[6]))
         elif fields[3] == "fulfill" and fields[2] == "invoke" and attempt in began:
             n, at = began.pop(attempt)
             key = concurrency_key(n)
@@ -153,6 +155,11 @@ def _over_limit(history: list[list[str]], committed: set[str]) -> tuple[int, lis
             ran.pop(attempt, None)
     spans: defaultdict[str, list[tuple[int, int, str]]] = defaultdict(list)
     for attempt, (key, n, at, end) in ran.items():
+        if attempt[1] not in committed:
+            # Another attempt claimed the same job while this one ran: the store took it over
+            # because this holder's heartbeat had stopped (a stopped worker, a hung mount), so from
+            # then on its slot was free. Its fulfil did not stand, whether or not it lived to say so.
+            end = min([end] + [t for t, token in claimed[n] if at < t and token != attempt[1]])
         spans[key].append((at, end, f"job {n}, token {attempt[1]}, {ended.get(attempt, 'no end recorded')}"))
     worst, seen = 0, []
     for key, got in spans.items():
