@@ -11,6 +11,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -1058,14 +1059,15 @@ def test_a_fault_in_one_recovery_step_keeps_no_other_step_from_its_work_and_the_
     assert rescuer.recover().requeued == 0  # and a pass with no fault raises nothing
 
 
+@pytest.mark.parametrize("code", [errno.ENOTCONN, errno.ECONNABORTED], ids=["ENOTCONN", "ECONNABORTED"])
 def test_a_recovery_pass_that_meets_a_lost_mount_ends_there(
-        pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch) -> None:
-    # ENOTCONN: the mount's connection is gone, so every later step would fail the same way.
+        pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    # A dead FUSE client answers either: every later step would fail the same way.
     from fsjobstore import StorageError
     from fsjobstore._transitions import _recovery
 
     rescuer, job_id = _a_dead_holders_claim(pair)
-    monkeypatch.setattr(_recovery, "finish_unfinished", _failing_with(errno.ENOTCONN))
-    with pytest.raises(StorageError, match=r"(?i)not connected"):
+    monkeypatch.setattr(_recovery, "finish_unfinished", _failing_with(code))
+    with pytest.raises(StorageError, match=re.escape(errno.errorcode[code])):
         rescuer.recover()
     assert rescuer.get(job_id).state is JobState.ACTIVE  # no later step was tried

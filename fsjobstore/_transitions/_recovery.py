@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import logging
 import os
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from .._format._layout import (
 from .._format._records import Record
 from .._os import _files as fs
 from .._os import _syscalls as sc
+from .._os._beneath import DISCONNECTED
 from ._create import publish_new
 from ._notify import Notifier
 from ._power_loss import deep_pass
@@ -142,8 +142,8 @@ class _Steps:
     on one file while a network filesystem heals, a file planted where a step looks) must not
     keep the others from their work. Every step is safe on its own (each claims what it repairs
     with a rename first), so a step that failed is simply made again by the next pass. The first
-    error is raised once every step was tried; any later one is logged. ENOTCONN ends the pass at
-    once: the mount's connection is lost, so every step would fail the same way."""
+    error is raised once every step was tried; any later one is logged. A lost connection
+    (ENOTCONN, ECONNABORTED) ends the pass at once: every step would fail the same way."""
 
     def __init__(self) -> None:
         self.first: Exception | None = None
@@ -152,7 +152,7 @@ class _Steps:
         try:
             return step(*args, **kwargs)
         except Exception as exc:
-            if isinstance(exc, OSError) and exc.errno == errno.ENOTCONN:
+            if isinstance(exc, OSError) and exc.errno in DISCONNECTED:
                 raise
             if self.first is None:
                 self.first = exc
