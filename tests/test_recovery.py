@@ -1059,6 +1059,33 @@ def test_a_fault_in_one_recovery_step_keeps_no_other_step_from_its_work_and_the_
     assert rescuer.recover().requeued == 0  # and a pass with no fault raises nothing
 
 
+def test_a_fault_on_one_dead_holders_claim_keeps_the_pass_from_no_other_claim_and_the_next_pass_takes_it(
+        pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    # As on a network filesystem while a brick heals: one claimed file answers EIO for a while.
+    from fsjobstore import StorageError
+    from fsjobstore._transitions import _recovery
+
+    worker, rescuer = pair
+    ids = [worker.create(f"x{i}").id for i in range(3)]
+    assert all(worker.pull_work() is not None for _ in ids)
+    die(worker)
+    real, faults = _recovery.take_over, []
+
+    def the_first_meets_eio(*args: object, **kwargs: object) -> None:
+        if not faults:
+            faults.append(args[5])  # the job's id
+            raise StorageError(errno.EIO, os.strerror(errno.EIO), "active")
+        real(*args, **kwargs)  # type: ignore[arg-type]
+    monkeypatch.setattr(_recovery, "take_over", the_first_meets_eio)
+    with pytest.raises(StorageError, match=r"(?i)input/output"):
+        rescuer.recover()
+    states = {job_id: rescuer.get(job_id).state for job_id in ids}
+    assert states == {job_id: JobState.ACTIVE if job_id == faults[0] else JobState.PENDING for job_id in ids}
+    monkeypatch.undo()
+    assert rescuer.recover().requeued == 1
+    assert {rescuer.get(job_id).state for job_id in ids} == {JobState.PENDING}
+
+
 @pytest.mark.parametrize("code", [errno.ENOTCONN, errno.ECONNABORTED], ids=["ENOTCONN", "ECONNABORTED"])
 def test_a_recovery_pass_that_meets_a_lost_mount_ends_there(
         pair: tuple[JobStore, JobStore], monkeypatch: pytest.MonkeyPatch, code: int) -> None:

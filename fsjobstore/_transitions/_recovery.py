@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -114,15 +114,15 @@ def recover(core: Core, hooks: Hooks, notifier: Notifier, control: Control, *,
         steps.run("power-loss pass", deep_pass, core, counts, explicit=deep is True, default=None)
     # Without the deadlines' step, no live holder's overdue claim is taken this pass: the next does.
     no_deadlines: dict[tuple[str, str], float] = {}
-    overdue = steps.run("deadlines", _sweep_deadlines, core, hooks, notifier, control, me, counts,
+    overdue = steps.run("deadlines", _sweep_deadlines, core, hooks, notifier, control, me, counts, steps,
                         default=no_deadlines)
-    steps.run("claims", _sweep_active, core, hooks, notifier, control, me, overdue, counts, default=None)
-    steps.run("temp files", _sweep_tmp, core, hooks, me, counts, default=None)
-    steps.run("locks", _sweep_leases, core, me, counts, default=None)
+    steps.run("claims", _sweep_active, core, hooks, notifier, control, me, overdue, counts, steps, default=None)
+    steps.run("temp files", _sweep_tmp, core, hooks, me, counts, steps, default=None)
+    steps.run("locks", _sweep_leases, core, me, counts, steps, default=None)
     steps.run("bells", _sweep_bells, core, me, counts, default=None)
     counts["workers_removed"] += steps.run("workers", registry.sweep, core, me, default=0)
-    steps.run("notification targets", _sweep_targets, core, notifier, counts, default=None)
-    steps.run("cancel requests", _sweep_cancels, core, control, default=None)
+    steps.run("notification targets", _sweep_targets, core, notifier, counts, steps, default=None)
+    steps.run("cancel requests", _sweep_cancels, core, control, steps, default=None)
     # The features' sweeps (a group's maker that died, children of parents that ended, jobs
     # parked by a limit with room now): each adds to its count of the report.
     sweep = Sweep(deep=deep is not False, gone=lambda owner: owner != me and _gone(core, owner),
@@ -138,27 +138,37 @@ def recover(core: Core, hooks: Hooks, notifier: Notifier, control: Control, *,
 
 
 class _Steps:
-    """The steps of one pass, each tried whatever the others met: a fault in one (ESTALE or EIO
-    on one file while a network filesystem heals, a file planted where a step looks) must not
-    keep the others from their work. Every step is safe on its own (each claims what it repairs
-    with a rename first), so a step that failed is simply made again by the next pass. The first
-    error is raised once every step was tried; any later one is logged. A lost connection
-    (ENOTCONN, ECONNABORTED) ends the pass at once: every step would fail the same way."""
+    """The steps of one pass, each tried whatever the others met, and within a step each file:
+    a fault on one (ESTALE or EIO on one file while a network filesystem heals, a file planted
+    where a step looks) must not keep the others from their work. Every repair is safe on its own
+    (each claims what it repairs with a rename first), so one that failed is simply made again by
+    the next pass. The first error is raised once every step was tried; any later one is logged.
+    A lost connection (ENOTCONN, ECONNABORTED) ends the pass at once: every repair would fail the
+    same way."""
 
     def __init__(self) -> None:
         self.first: Exception | None = None
 
     def run(self, name: str, step: Callable[..., T], *args: Any, default: T, **kwargs: Any) -> T:
-        try:
+        """A whole step; ``default`` is what it returns if it failed."""
+        with self.each(name):
             return step(*args, **kwargs)
+        return default
+
+    @contextlib.contextmanager
+    def each(self, name: str, what: str = "") -> Iterator[None]:
+        """One repair of step ``name`` (``what``: on which file, for the log), or the whole step;
+        a fault in it is kept or logged, and the step goes on to its next file."""
+        try:
+            yield
         except Exception as exc:
             if isinstance(exc, OSError) and exc.errno in DISCONNECTED:
                 raise
             if self.first is None:
                 self.first = exc
             else:
-                log.warning("recovery: the %s step failed too, the pass goes on: %s", name, exc)
-            return default
+                log.warning("recovery: the %s step failed too%s, the pass goes on: %s", name,
+                            f" (on {what})" if what else "", exc)
 
 
 def boot_pass(core: Core, stop: Callable[[], bool]) -> int:
@@ -191,7 +201,7 @@ def _gone(core: Core, owner: str) -> bool:
 
 # == claims =========================================================================================
 def _sweep_deadlines(core: Core, hooks: Hooks, notifier: Notifier, control: Control, me: str,
-                     counts: dict[str, int]) -> dict[tuple[str, str], float]:
+                     counts: dict[str, int], steps: _Steps) -> dict[tuple[str, str], float]:
     """Take over attempts that ran past their time limit by more than a lease, whoever holds
     them, alive or not: their holder's commit is fenced. Forget deadlines whose claim ended.
     Returns the (job, token) pairs whose deadline has passed at all, with that deadline."""
@@ -209,42 +219,50 @@ def _sweep_deadlines(core: Core, hooks: Hooks, notifier: Notifier, control: Cont
         if due + grace > now or token_owner(token) == me:
             continue  # its own runtime ends it first; our own threads are watched by our runtime
         before = counts["requeued"] + counts["failed"]
-        take_over(core, hooks, notifier, control, os.path.join(core.layout.active, names[0]), job_id, token,
-                  names[0].rsplit(".", 1)[1], f"it ran {now - due:.0f} s past its time limit", counts,
-                  timed_out=True, deadline=due)
+        with steps.each("deadlines", names[0]):
+            take_over(core, hooks, notifier, control, os.path.join(core.layout.active, names[0]), job_id, token,
+                      names[0].rsplit(".", 1)[1], f"it ran {now - due:.0f} s past its time limit", counts,
+                      timed_out=True, deadline=due)
         counts["timed_out"] += counts["requeued"] + counts["failed"] - before
     return passed
 
 
 def _sweep_active(core: Core, hooks: Hooks, notifier: Notifier, control: Control, me: str,
-                  overdue: dict[tuple[str, str], float], counts: dict[str, int]) -> None:
+                  overdue: dict[tuple[str, str], float], counts: dict[str, int], steps: _Steps) -> None:
+    for name in fs.scan_names(core.tree.layout.active):
+        with steps.each("claims", name):
+            _take_if_gone(core, hooks, notifier, control, me, overdue, counts, name)
+
+
+def _take_if_gone(core: Core, hooks: Hooks, notifier: Notifier, control: Control, me: str,
+                  overdue: dict[tuple[str, str], float], counts: dict[str, int], name: str) -> None:
+    """One claim of ``active/``: taken over if its holder is gone."""
     tree = core.tree
-    for name in fs.scan_names(tree.layout.active):
-        m = ACTIVE_RE.match(name)
-        path = os.path.join(tree.layout.active, name)
-        if not m:
-            tree.quarantine(path, "unrecognised name in jobs/active")
-            continue
-        owner = token_owner(m["token"])
-        if owner == me:
-            continue  # our own threads hold it; we are alive by definition
-        status = core.probe.status(owner)
-        if status == "alive":
-            continue
-        why = "its process exited" if status == "dead" else "its heartbeat stopped"
-        # Past its deadline, a dead holder was most likely killed for it by its worker runtime
-        # (processes mode): a time-out, told as the thread runtime tells one.
-        deadline = overdue.get((m["id"], m["token"]))
-        timed_out = deadline is not None
-        before = counts["requeued"] + counts["failed"]
-        take_over(core, hooks, notifier, control, path, m["id"], m["token"], m["kind"], why, counts,
-                  timed_out=timed_out, deadline=deadline)
-        if timed_out:
-            counts["timed_out"] += counts["requeued"] + counts["failed"] - before
+    m = ACTIVE_RE.match(name)
+    path = os.path.join(tree.layout.active, name)
+    if not m:
+        tree.quarantine(path, "unrecognised name in jobs/active")
+        return
+    owner = token_owner(m["token"])
+    if owner == me:
+        return  # our own threads hold it; we are alive by definition
+    status = core.probe.status(owner)
+    if status == "alive":
+        return
+    why = "its process exited" if status == "dead" else "its heartbeat stopped"
+    # Past its deadline, a dead holder was most likely killed for it by its worker runtime
+    # (processes mode): a time-out, told as the thread runtime tells one.
+    deadline = overdue.get((m["id"], m["token"]))
+    timed_out = deadline is not None
+    before = counts["requeued"] + counts["failed"]
+    take_over(core, hooks, notifier, control, path, m["id"], m["token"], m["kind"], why, counts,
+              timed_out=timed_out, deadline=deadline)
+    if timed_out:
+        counts["timed_out"] += counts["requeued"] + counts["failed"] - before
 
 
 # == what gone processes left =======================================================================
-def _sweep_tmp(core: Core, hooks: Hooks, me: str, counts: dict[str, int]) -> None:
+def _sweep_tmp(core: Core, hooks: Hooks, me: str, counts: dict[str, int], steps: _Steps) -> None:
     tree = core.tree
     claimed: set[str] | None = None  # ids with an entry in active/, listed once if needed
     for name in fs.scan_names(tree.layout.tmp):
@@ -258,11 +276,13 @@ def _sweep_tmp(core: Core, hooks: Hooks, me: str, counts: dict[str, int]) -> Non
         if owner == me or not _gone(core, owner):
             continue
         if m["purpose"] == "newid":
-            _finish_create(core, path, counts)
+            with steps.each("temp files", name):
+                _finish_create(core, path, counts)
         elif m["purpose"] == "gone" and FINAL_RE.match(m["rest"]):
             # A removal whose remover died after its fence: finish it, never publish it back.
-            finish_gone(core, hooks, path, m["rest"][: -len(".json")])
-            counts["removed"] += 1
+            with steps.each("temp files", name):
+                finish_gone(core, hooks, path, m["rest"][: -len(".json")])
+                counts["removed"] += 1
         elif m["purpose"] == "commit" and m["rest"].split(".", 1)[0] in (
                 claimed := _claimed_ids(core) if claimed is None else claimed):
             # RACE: a ".commit" of its claim (or a take-over of one, renamed) may still be
@@ -317,33 +337,38 @@ def _unlink_if_same_file(path: str, st: os.stat_result) -> None:
         fs.unlink(path)
 
 
-def _sweep_leases(core: Core, me: str, counts: dict[str, int]) -> None:
+def _sweep_leases(core: Core, me: str, counts: dict[str, int], steps: _Steps) -> None:
+    for name in fs.scan_names(core.layout.leases):
+        if not name.startswith("."):  # an owner being born (see OwnerLease): never judged
+            with steps.each("locks", name):
+                _sweep_lease(core, me, counts, name)
+
+
+def _sweep_lease(core: Core, me: str, counts: dict[str, int], name: str) -> None:
+    """One file of ``leases/``: removed if its owner or holder is gone."""
     tree = core.tree
-    for name in fs.scan_names(tree.layout.leases):
-        if name.startswith("."):
-            continue  # an owner being born (see OwnerLease); never judged
-        path = os.path.join(tree.layout.leases, name)
-        if not fs.is_regular(path):
-            tree.quarantine(path, "not a regular file in leases")
-            continue
-        m = OWNER_RE.match(name)
-        if m:
-            if m["owner"] != me and _gone(core, m["owner"]) and fs.unlink(path):
-                core.probe.forget(m["owner"])
-                counts["locks_removed"] += 1
-            continue
-        if NOTIFY_LOCK_RE.match(name):
-            # A free lock proves its holder died only where locks are trusted; heartbeat-only
-            # stores wait for the holder's heartbeat to stop instead.
-            lock = NotifyLock.try_acquire(path, me, tree.perms.file_mode) if core.probe.trust_locks else None
-            if lock is not None:
-                lock.release()
-                counts["locks_removed"] += 1
-                continue
-            if break_if_expired(path, me, core.probe):
-                counts["locks_removed"] += 1
-            continue
-        tree.quarantine(path, "unrecognised name in leases")
+    path = os.path.join(tree.layout.leases, name)
+    if not fs.is_regular(path):
+        tree.quarantine(path, "not a regular file in leases")
+        return
+    m = OWNER_RE.match(name)
+    if m:
+        if m["owner"] != me and _gone(core, m["owner"]) and fs.unlink(path):
+            core.probe.forget(m["owner"])
+            counts["locks_removed"] += 1
+        return
+    if NOTIFY_LOCK_RE.match(name):
+        # A free lock proves its holder died only where locks are trusted; heartbeat-only
+        # stores wait for the holder's heartbeat to stop instead.
+        lock = NotifyLock.try_acquire(path, me, tree.perms.file_mode) if core.probe.trust_locks else None
+        if lock is not None:
+            lock.release()
+            counts["locks_removed"] += 1
+            return
+        if break_if_expired(path, me, core.probe):
+            counts["locks_removed"] += 1
+        return
+    tree.quarantine(path, "unrecognised name in leases")
 
 
 def _sweep_bells(core: Core, me: str, counts: dict[str, int]) -> None:
@@ -353,35 +378,41 @@ def _sweep_bells(core: Core, me: str, counts: dict[str, int]) -> None:
             counts["temp_files_removed"] += fs.unlink(os.path.join(core.layout.doorbell, name))
 
 
-def _sweep_targets(core: Core, notifier: Notifier, counts: dict[str, int]) -> None:
+def _sweep_targets(core: Core, notifier: Notifier, counts: dict[str, int], steps: _Steps) -> None:
     """A crash between publishing a final job and indexing its notification leaves targets
     that nobody would deliver: index them again."""
+    for job_id in fs.scan_names(core.layout.targets):
+        with steps.each("notification targets", job_id):
+            _restore_targets(core, notifier, counts, job_id)
+
+
+def _restore_targets(core: Core, notifier: Notifier, counts: dict[str, int], job_id: str) -> None:
     tree, lay = core.tree, core.layout
-    for job_id in fs.scan_names(lay.targets):
-        tdir = lay.target_dir(job_id)
-        if not FINAL_RE.match(job_id + ".json") or not fs.is_real_dir(tdir):
-            tree.quarantine(tdir, "unrecognised entry in targets")
-            continue
-        # Most target directories belong to jobs still running: two stats rule them out, so a
-        # periodic sweep stays cheap when many jobs have targets waiting.
-        if not tree.is_final(job_id) or sc.lexists(lay.notify_path(job_id)):
-            continue
-        names = fs.scan_names(tdir)
-        for name in names:
-            if not TARGET_RE.match(name):
-                tree.quarantine(os.path.join(tdir, name), "unrecognised target name")
-        if not any(TARGET_RE.match(n) for n in names):
-            with contextlib.suppress(OSError):
-                sc.rmdir(tdir)
-            continue
-        notifier.after_final(job_id)
-        counts["notifications_restored"] += 1
+    tdir = lay.target_dir(job_id)
+    if not FINAL_RE.match(job_id + ".json") or not fs.is_real_dir(tdir):
+        tree.quarantine(tdir, "unrecognised entry in targets")
+        return
+    # Most target directories belong to jobs still running: two stats rule them out, so a
+    # periodic sweep stays cheap when many jobs have targets waiting.
+    if not tree.is_final(job_id) or sc.lexists(lay.notify_path(job_id)):
+        return
+    names = fs.scan_names(tdir)
+    for name in names:
+        if not TARGET_RE.match(name):
+            tree.quarantine(os.path.join(tdir, name), "unrecognised target name")
+    if not any(TARGET_RE.match(n) for n in names):
+        with contextlib.suppress(OSError):
+            sc.rmdir(tdir)
+        return
+    notifier.after_final(job_id)
+    counts["notifications_restored"] += 1
 
 
-def _sweep_cancels(core: Core, control: Control) -> None:
+def _sweep_cancels(core: Core, control: Control, steps: _Steps) -> None:
     """Forget cancel requests of jobs that ended (or never existed): a request that came too
     late, or whose job ended while its canceller died between request and check."""
     for job_id in control.cancel_requests():
-        loc = core.tree.locate(job_id)
-        if loc is None or loc.state.is_final:
-            control.clear_cancel(job_id)
+        with steps.each("cancel requests", job_id):
+            loc = core.tree.locate(job_id)
+            if loc is None or loc.state.is_final:
+                control.clear_cancel(job_id)
