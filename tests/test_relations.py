@@ -3,6 +3,7 @@ process and across processes (FORMAT.md, "Unique keys", "Dependencies", "Groups"
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 import os
@@ -17,7 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from fsjobstore import InvalidRequest, InvalidState, JobExists, JobNotFound, JobState, JobStore, WaitTimeout
+from fsjobstore import (
+    InvalidRequest,
+    InvalidState,
+    JobExists,
+    JobNotFound,
+    JobState,
+    JobStore,
+    StorageError,
+    WaitTimeout,
+)
 from fsjobstore._os import _syscalls
 
 
@@ -215,6 +225,37 @@ def test_a_recovery_sweep_lists_each_directory_once_however_many_parents_wait(
     assert [store.get(c.id).state for c in children[:2]] == [JobState.PENDING, JobState.PENDING]
     assert all(store.get(c.id).state is JobState.DEFERRED for c in children[2:])
     assert repeated == {}, f"listed again and again in one recovery pass: {repeated}"
+
+
+def test_a_fault_on_one_parents_children_keeps_the_dependency_sweep_from_no_other_parents_children(
+        store: JobStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As on a network filesystem while a brick heals: one child's file answers EIO for a while.
+    parents = [store.create({"n": f"p{i}"}) for i in range(3)]
+    children = [store.create({"n": f"c{i}"}, after=[p.id]) for i, p in enumerate(parents)]
+    deps = store._hooks.parents
+    deps._resolve_children_of = lambda parent: None  # type: ignore[attr-defined]  # its resolution cut short
+    try:
+        for _ in parents:
+            lease = store.pull_work()
+            assert lease is not None
+            lease.fulfill("done")
+    finally:
+        del deps._resolve_children_of  # type: ignore[attr-defined]
+    real, faults = deps.resolve, []
+
+    def the_first_meets_eio(child: str) -> object:
+        if not faults:
+            faults.append(child)
+            raise StorageError(errno.EIO, os.strerror(errno.EIO), "deferred")
+        return real(child)
+    monkeypatch.setattr(deps, "resolve", the_first_meets_eio)
+    with pytest.raises(StorageError, match=r"(?i)input/output"):
+        store.recover()
+    assert {c.id: store.get(c.id).state for c in children} == {
+        c.id: JobState.DEFERRED if c.id == faults[0] else JobState.PENDING for c in children}
+    monkeypatch.undo()
+    assert store.recover().children_resolved == 1
+    assert {store.get(c.id).state for c in children} == {JobState.PENDING}
 
 
 # -- groups -------------------------------------------------------------------------------------------

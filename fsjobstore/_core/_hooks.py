@@ -28,6 +28,7 @@ children waiting, a cached read of the declared limits).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -104,12 +105,15 @@ class Ended:
 @dataclass(frozen=True, slots=True)
 class Sweep:
     """What a recovery pass hands each feature's sweep: whether it is ``deep`` (after a reboot,
-    or asked for), whether an owner is ``gone`` (what it left may be finished or undone), and how
-    to ``publish`` a job a dead maker left half-made (a group's member)."""
+    or asked for), whether an owner is ``gone`` (what it left may be finished or undone), how
+    to ``publish`` a job a dead maker left half-made (a group's member), and ``each``, the guard
+    of one repair (``with sweep.each(what):``): a fault inside it is kept for the pass to raise
+    once every step was tried, and the sweep goes on to its next file."""
 
     deep: bool
     gone: Callable[[str], bool]
     publish: Callable[[Record], None]
+    each: Callable[[str], AbstractContextManager[None]]
 
 
 @dataclass(frozen=True, slots=True)

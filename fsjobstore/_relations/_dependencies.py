@@ -33,6 +33,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 
 from .._core._core import Core
 from .._errors import InvalidRequest, InvalidState, JobNotFound, JobStoreError
@@ -224,9 +225,10 @@ class Deps:
                 sc.rmdir(lay.dep_dir(parent))  # ENOTEMPTY: others still wait for it
 
     # -- sweeps (recovery) ------------------------------------------------------------------------
-    def sweep(self, *, deep: bool) -> int:
+    def sweep(self, *, deep: bool, each: Callable[[str], AbstractContextManager[None]]) -> int:
         """Resolve the children of parents that are final or gone; ``deep`` (after a reboot):
-        also drop deferred copies of jobs that exist elsewhere. How many were resolved."""
+        also drop deferred copies of jobs that exist elsewhere. How many were resolved. ``each``
+        guards the repairs of one parent (``Sweep.each``)."""
         core, lay = self._core, self._core.layout
         resolved = 0
         parents = [p for p in fs.scan_names(lay.deps) if DEP_RE.match(p)]
@@ -236,21 +238,23 @@ class Deps:
         for parent in parents:
             if parent in unfinished:
                 continue
-            loc = core.tree.locate(parent)
-            if loc is not None and not loc.state.is_final:
-                continue
-            for child in fs.scan_names(lay.dep_dir(parent)):
-                if DEP_RE.match(child) and self.resolve(child) is not None:
-                    resolved += 1
-            with contextlib.suppress(OSError):
-                sc.rmdir(lay.dep_dir(parent))
+            with each(parent):
+                loc = core.tree.locate(parent)
+                if loc is not None and not loc.state.is_final:
+                    continue
+                for child in fs.scan_names(lay.dep_dir(parent)):
+                    if DEP_RE.match(child) and self.resolve(child) is not None:
+                        resolved += 1
+                with contextlib.suppress(OSError):
+                    sc.rmdir(lay.dep_dir(parent))
         if deep:  # promoted, and its old name came back (a power cut): the copy goes
             copies = {m["id"]: os.path.join(lay.deferred, name)
                       for name in fs.scan_names(lay.deferred) if (m := DEFERRED_RE.match(name))}
             elsewhere = core.tree.seen_unfinished(copies, deferred=False) if copies else set()
             for job_id, path in copies.items():
-                if job_id in elsewhere or core.tree.is_final(job_id):
-                    core.drop(path)
+                with each(job_id):
+                    if job_id in elsewhere or core.tree.is_final(job_id):
+                        core.drop(path)
         return resolved
 
 

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from .._core._core import Core
@@ -116,9 +117,11 @@ def read(core: Core, gid: str) -> list[Record]:
     return records
 
 
-def sweep(core: Core, publish: Callable[[Record], object], gone: Callable[[str], bool]) -> int:
+def sweep(core: Core, publish: Callable[[Record], object], gone: Callable[[str], bool],
+          each: Callable[[str], AbstractContextManager[None]]) -> int:
     """Finish the groups whose makers died after their manifest (recovery); remove the markers
-    of those that died before it. How many members were published."""
+    of those that died before it. How many members were published. ``each`` guards the repairs
+    of one group (``Sweep.each``)."""
     lay = core.layout
     published = 0
     for name in fs.scan_names(lay.groups):
@@ -127,23 +130,29 @@ def sweep(core: Core, publish: Callable[[Record], object], gone: Callable[[str],
         parts = name[1:-len(".open")].rsplit(".", 1)
         if len(parts) != 2 or not gone(parts[1]):
             continue
-        gid = parts[0]
-        try:
-            records = read(core, gid)
-        except JobNotFound:
-            records = []  # died before its manifest: nothing of it was published
-        for record in records:
-            if core.tree.locate(record.id) is None:
-                try:
-                    publish(record)
-                    published += 1
-                except JobExists:
-                    pass
-                except StorageError as exc:
-                    log.warning("group %s: member %s could not be published now: %s", gid, record.id, exc)
-                    break
-        else:
-            fs.unlink_quietly(os.path.join(lay.groups, name))
+        with each(parts[0]):
+            published += _finish_group(core, publish, parts[0], name)
+    return published
+
+
+def _finish_group(core: Core, publish: Callable[[Record], object], gid: str, marker: str) -> int:
+    """Publish what is missing of group ``gid``, whose maker died, then drop its ``marker``."""
+    try:
+        records = read(core, gid)
+    except JobNotFound:
+        records = []  # died before its manifest: nothing of it was published
+    published = 0
+    for record in records:
+        if core.tree.locate(record.id) is None:
+            try:
+                publish(record)
+                published += 1
+            except JobExists:
+                pass
+            except StorageError as exc:
+                log.warning("group %s: member %s could not be published now: %s", gid, record.id, exc)
+                return published
+    fs.unlink_quietly(os.path.join(core.layout.groups, marker))
     return published
 
 

@@ -32,6 +32,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 
 from .._core._core import Core
@@ -266,10 +267,15 @@ class Gate:
         for _, limit in ready:
             self.promote(limit)
 
-    def sweep(self) -> int:
+    def sweep(self, each: Callable[[str], AbstractContextManager[None]]) -> int:
         """Promote what every line has room for (a recovery pass): lines whose parker and holders
-        are gone, or whose holders' slots were judged expired. Returns how many moved."""
-        return sum(self.promote(limit) for limit in self._line_limits().values())
+        are gone, or whose holders' slots were judged expired. Returns how many moved. ``each``
+        guards one line's promotion (``Sweep.each``)."""
+        moved = 0
+        for limit in self._line_limits().values():
+            with each(limit.name):
+                moved += self.promote(limit)
+        return moved
 
     def watch_lines(self) -> None:
         """An idle puller's look at the lines (at most once a second a process): promote what

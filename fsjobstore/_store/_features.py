@@ -39,13 +39,13 @@ def attach(core: Core, counters: Counters, cancel: Callable[[str, str], object])
         _ticks.note_removed(core, job_id)  # recorded before the id is freed: the tick is never made twice
 
     def finish_groups(sweep: Sweep) -> int:
-        return _groups.sweep(core, sweep.publish, sweep.gone)
+        return _groups.sweep(core, sweep.publish, sweep.gone, sweep.each)
 
     def resolve_children(sweep: Sweep) -> int:
-        return deps.sweep(deep=sweep.deep)
+        return deps.sweep(deep=sweep.deep, each=sweep.each)
 
     def promote_waiting(sweep: Sweep) -> int:
-        return gate.sweep()
+        return gate.sweep(sweep.each)
 
     hooks = Hooks(
         keys=UniqueKeys(core),

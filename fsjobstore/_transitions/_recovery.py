@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -125,9 +126,10 @@ def recover(core: Core, hooks: Hooks, notifier: Notifier, control: Control, *,
     steps.run("cancel requests", _sweep_cancels, core, control, steps, default=None)
     # The features' sweeps (a group's maker that died, children of parents that ended, jobs
     # parked by a limit with room now): each adds to its count of the report.
-    sweep = Sweep(deep=deep is not False, gone=lambda owner: owner != me and _gone(core, owner),
-                  publish=lambda record: _publish_member(core, hooks, record))
     for name, feature_sweep in hooks.sweeps:
+        sweep = Sweep(deep=deep is not False, gone=lambda owner: owner != me and _gone(core, owner),
+                      publish=lambda record: _publish_member(core, hooks, record),
+                      each=functools.partial(steps.each, name))
         counts[name] += steps.run(name, feature_sweep, sweep, default=0)
     if steps.first is not None:
         raise steps.first
