@@ -56,6 +56,35 @@ def test_a_handler_that_raises_systemexit_or_keyboardinterrupt_fails_its_attempt
     assert summary.stopped_by == "burst"  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("status", [0, 1])
+def test_a_child_that_ends_its_process_mid_job_loses_that_attempt_and_the_worker_goes_on_with_a_new_child(
+    open_store: object, tmp_path: Path, status: int
+) -> None:
+    # Even with status 0: a child that exits while it holds a job did not stop as it was told.
+    # Taken for a clean stop, it was never replaced, and a worker with no child left ended
+    # (exit 0, "stopped by burst") with the job left active.
+    store = open_store(backoff=lambda attempt: 0.0, lease_duration=5.0)  # type: ignore[operator]
+    log = tmp_path / "ran.log"
+    job = store.create({"status": status, "log": str(log)}, queue="ends", max_attempts=2)
+    later = [store.create({"n": i, "log": str(log)}, queue="echo") for i in range(3)]
+    worker = Worker(store, tasks.HOSTILE, concurrency=1, mode="processes", queues=["ends", "echo"])
+    summaries: list[object] = []
+    runner = threading.Thread(target=lambda: summaries.append(worker.run()), daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 30
+    while runner.is_alive() and time.monotonic() < deadline and not (
+            store.get(job.id).state is JobState.FAILED
+            and all(store.get(j.id).state is JobState.FULFILLED for j in later)):
+        time.sleep(0.05)
+    worker.stop()
+    runner.join(30)
+    assert summaries and summaries[0].stopped_by == "stop", summaries  # type: ignore[attr-defined]
+    got = store.get(job.id)
+    assert got.state is JobState.FAILED and got.attempts == 2, got
+    assert sum(line.startswith(f"ran {job.id}") for line in _lines(log)) == 2
+    assert [store.get(j.id).state for j in later] == [JobState.FULFILLED] * 3  # a new child took them
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_stored_traceback_starts_at_the_handler_not_at_the_runtime(open_store: object, mode: str) -> None:
     store = open_store(backoff=lambda attempt: 0.0)  # type: ignore[operator]

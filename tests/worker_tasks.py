@@ -108,4 +108,12 @@ def forks(job: JobContext) -> Any:
     return "forked"
 
 
-HOSTILE = {"exits": exits, "interrupts": interrupts, "forks": forks, "echo": echo}
+def ends_its_process(job: JobContext) -> Any:
+    """Ends its whole process at once with the status it was asked for (``os._exit``: what a C
+    library calling ``exit()`` does): in a child of the processes runtime, a crash of that
+    attempt whatever the status."""
+    note(job, "ran")
+    os._exit(job.request["status"])
+
+
+HOSTILE = {"exits": exits, "interrupts": interrupts, "forks": forks, "echo": echo, "ends": ends_its_process}

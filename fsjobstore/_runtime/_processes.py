@@ -319,7 +319,9 @@ class ProcessPool:
     def _exited(self, index: int, status: int, stopping: bool) -> bool:
         killed = self._killed.pop(index, None)
         view = self._board.read(index)
-        clean = os.waitstatus_to_exitcode(status) == 0 and killed is None
+        # A child that exits while it holds a job crashed, whatever its status (a handler's
+        # os._exit(0), a C library's exit(0)): it was not told to stop mid-job.
+        clean = os.waitstatus_to_exitcode(status) == 0 and killed is None and not view.busy
         if not clean and killed is None:
             log.warning("worker process %d exited with %s%s; its job is recovered", view.pid or -1,
                         os.waitstatus_to_exitcode(status), f" while running job {view.job_id}" if view.busy else "")
