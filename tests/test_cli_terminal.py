@@ -16,8 +16,8 @@ from fsjobstore import JobStore
 from fsjobstore._cli._terminal import SafeText, TerminalFormatter, json_text, printable
 
 # Retitles and clears the terminal, then reverses the text after it; a C1 CSI.
-HOSTILE = "boom\x1b]0;PWN\x07\x1b[2J\u202eX\x9b"
-RAW = ("\x1b", "\x07", "\u202e", "\x9b")
+HOSTILE = "boom\x1b]0;PWN\x07\x1b[2J\u202eX\x9b\u2028Y"
+RAW = ("\x1b", "\x07", "\u202e", "\x9b", "\u2028")
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
