@@ -226,6 +226,9 @@ def test_a_create_refused_with_init_leaves_no_store_behind(tmp_path: Path) -> No
         assert done.returncode == code and "Traceback" not in done.stderr, (extra, done.stderr)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"], (extra, done.stderr)
         assert list(empty.iterdir()) == []
+        # Every line names its command, as every other line of the command line does.
+        assert all(line.startswith(("fsjobstore create: ", "usage: ", " ")) for line in done.stderr.splitlines()), \
+            done.stderr
 
 
 def test_init_refuses_a_store_among_another_stores_directories_and_warns_in_its_root(tmp_path: Path) -> None:

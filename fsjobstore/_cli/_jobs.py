@@ -265,7 +265,8 @@ def _store_to_create_in(args: argparse.Namespace) -> Iterator[JobStore]:
                 entry = os.path.join(args.dir, name)
                 shutil.rmtree(entry, ignore_errors=True) if os.path.isdir(entry) and not os.path.islink(entry) \
                     else os.unlink(entry)
-        print(f"fsjobstore: removed the new store at {store.path} again: nothing was created", file=sys.stderr)
+        print(f"fsjobstore create: removed the new store at {store.path} again: nothing was created",
+              file=sys.stderr)
         raise
 
 
