@@ -47,6 +47,7 @@ if _sys.argv[0].endswith("/fsjobstore") or _sys.orig_argv[1:3] == ["-m", "fsjobs
 from typing import TYPE_CHECKING, Any  # after the guard: these imports take a while
 
 from ._core._counters import QueueCounters, StoreCounters
+from ._core._quarantine import QuarantinedFile
 from ._core._worker_registry import WorkerInfo
 from ._errors import (
     CorruptJob,
@@ -152,6 +153,7 @@ __all__ = [
     "LogLine",
     "NotificationLease",
     "Progress",
+    "QuarantinedFile",
     "QueueCounters",
     "RecoveryReport",
     "RunSummary",

@@ -355,3 +355,47 @@ def test_init_and_create_take_a_retention_and_stats_and_status_show_the_stores(t
     assert cli("recover", root).returncode == 0  # one retention pass
     assert cli("get", root, gone).returncode == 3
     assert cli("get", root, kept).returncode == 0
+
+
+def test_quarantine_lists_each_file_moved_aside_with_where_it_was_why_and_when(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    assert cli("init", str(root)).returncode == 0
+    done = cli("quarantine", str(root))
+    assert done.returncode == 0 and "no file was moved aside" in done.stdout, done.stderr
+    for name in ("junk", "bad\x1b[2Jname"):
+        (root / "jobs" / "active" / name).write_text("x")
+    with JobStore(str(root)) as store:
+        assert store.recover().quarantined == 2
+        found = store.quarantined()
+        assert sorted(q.origin for q in found) == ["jobs/active/bad\x1b[2Jname", "jobs/active/junk"]
+        assert [q.at for q in found] == sorted(q.at for q in found)  # oldest first
+        assert all("unrecognised name in jobs/active" in q.reason and q.at > 0 for q in found), found
+        assert len(store.quarantined(limit=1)) == 1
+    shown = cli("quarantine", str(root))
+    assert shown.returncode == 0 and "jobs/active/junk  unrecognised name in jobs/active" in shown.stdout, shown
+    assert "\x1b" not in shown.stdout and "bad\\x1b[2Jname" in shown.stdout  # a planted name, escaped
+    assert "2 files in" in shown.stdout
+    listed = json.loads(cli("quarantine", str(root), "--json").stdout)
+    assert sorted(q["origin"] for q in listed) == ["jobs/active/bad\x1b[2Jname", "jobs/active/junk"]
+    # A note that is gone (its write failed) or planted in its place: the file's name answers.
+    junk = next(q["name"] for q in listed if q["origin"] == "jobs/active/junk")
+    (root / "quarantine" / f"{junk}.reason").unlink()
+    os.mkfifo(root / "quarantine" / f"{junk}.reason")
+    again = json.loads(cli("quarantine", str(root), "--json", "--limit", "5").stdout)
+    entry = next(q for q in again if q["name"] == junk)
+    assert entry["origin"] == "jobs/active/junk" and "unreadable" in entry["reason"], entry
+    refused = cli("quarantine", str(root), "--limit", "0")
+    assert refused.returncode == 2 and "--limit" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_the_store_refuses_a_quarantine_listing_limit_out_of_range(tmp_path: Path) -> None:
+    from fsjobstore import InvalidRequest
+
+    with JobStore(str(tmp_path / "s")) as store:
+        for bad in (0, -1, 10_001, 1.5, True, "5"):
+            try:
+                store.quarantined(limit=bad)  # type: ignore[arg-type]
+            except InvalidRequest as exc:
+                assert "limit" in str(exc)
+            else:
+                raise AssertionError(f"limit={bad!r} was taken")

@@ -1,5 +1,5 @@
 """Commands that read or change jobs and stores: init, create, get, fulfill, queue, cancel,
-retry, wait, pause, resume, workers, stats, recover, verify (the bulk forms of cancel and retry,
+retry, wait, pause, resume, workers, quarantine, stats, recover, verify (the bulk forms of cancel and retry,
 and list, purge and status, are in :mod:`._ops` and :mod:`._status`)."""
 
 from __future__ import annotations
@@ -145,6 +145,12 @@ def add(subparsers: Any) -> None:
 
     subcommand(subparsers, "workers", workers, reads=True, help="list the workers running on the store",
                example="fsjobstore workers ./jobs --json")
+
+    p = subcommand(subparsers, "quarantine", quarantine, reads=True,
+                   help="list the files the store moved aside as unusable (quarantine/): where each was, why, when",
+                   example="fsjobstore quarantine ./jobs --limit 20")
+    p.add_argument("--limit", type=number(low=1, high=10_000, integer=True), default=None, metavar="N",
+                   help="the oldest N only, 1 to 10,000 (default: all)")
 
     subcommand(subparsers, "stats", stats, reads=True, help="count jobs per state and queue",
                example="fsjobstore stats ./jobs --json")
@@ -406,6 +412,23 @@ def workers(args: argparse.Namespace) -> int:
         render.print_json([dataclasses.asdict(w) for w in found])
     else:
         render.print_workers(found)
+    return OK
+
+
+def quarantine(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        found = store.quarantined(limit=args.limit)
+        where = os.path.join(store.path, "quarantine")
+    if args.json:
+        render.print_json([dataclasses.asdict(q) for q in found])
+        return OK
+    for q in found:
+        print(f"{render.when(q.at)}  {q.origin}  {q.reason}")
+    print(f"{len(found):,} file{'s' if len(found) != 1 else ''} in {where}" if found else
+          f"nothing in {where}: no file was moved aside")
+    if found:
+        print("The store never removes them: look (each note beside its file, NAME.reason, says the same), "
+              "keep what matters, then delete them.")
     return OK
 
 

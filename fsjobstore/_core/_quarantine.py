@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import threading
 import time
+from dataclasses import dataclass
 
 from .._format._layout import Layout
-from .._format._values import dumps
+from .._format._values import dumps, loads
 from .._os import _files as fs
 from .._os import _syscalls as sc
 
@@ -52,3 +54,43 @@ def move_aside(lay: Layout, file_mode: int, path: str, reason: str) -> bool:
     _tally.n = made_here() + 1
     log.warning("quarantined %s: %s", path, reason)
     return True
+
+
+NOTE_CAP = 64 * 1024  # a reason note is a line of JSON: a bigger one was not written by a store
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinedFile:
+    """A file the store moved aside (see :meth:`JobStore.quarantined`)."""
+
+    name: str  # its name in quarantine/
+    origin: str  # where it was, relative to the store's directory
+    reason: str  # why it was moved, as the store logged it
+    at: float  # when (seconds since the epoch, wall clock)
+
+
+def read_all(lay: Layout, limit: int | None = None) -> list[QuarantinedFile]:
+    """The files in quarantine/, oldest first (the first ``limit`` of them), each with its note.
+    A note that is missing (its write failed) or not a store's (planted, torn, not JSON) is
+    answered from the file's own name, with a reason saying so."""
+    names = sorted(n for n in fs.scan_names(lay.quarantine) if not n.endswith(".reason"))
+    return [_entry(lay, name) for name in names[:limit]]
+
+
+def _entry(lay: Layout, name: str) -> QuarantinedFile:
+    stamp, _, rel = name.partition(".")
+    at = int(stamp) / 1e9 if stamp.isdigit() else 0.0
+    guess = rel.replace("~", os.sep) or name  # the name's own account ("~" was "/")
+    try:
+        doc = loads(fs.read_regular(os.path.join(lay.quarantine, name + ".reason"), NOTE_CAP))
+    except FileNotFoundError:
+        return QuarantinedFile(name, guess, "(no note: its write failed)", at)
+    except (fs.Unreadable, ValueError) as exc:
+        return QuarantinedFile(name, guess, f"(its note is unreadable: {exc})", at)
+    if not isinstance(doc, dict):
+        return QuarantinedFile(name, guess, "(its note is unreadable: not a JSON object)", at)
+    origin, reason, when = doc.get("from"), doc.get("reason"), doc.get("at")
+    return QuarantinedFile(
+        name, origin if isinstance(origin, str) else guess,
+        reason if isinstance(reason, str) else "(its note gives no reason)",
+        float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) and math.isfinite(when) else at)

@@ -29,6 +29,8 @@ from .._core._control import Control
 from .._core._core import Core, Settings
 from .._core._counters import Counters, StoreCounters
 from .._core._opening import open_skeleton
+from .._core._quarantine import QuarantinedFile
+from .._core._quarantine import read_all as read_quarantined
 from .._core._worker_registry import WorkerInfo
 from .._errors import CorruptJob, InvalidRequest, JobExists, JobNotFound, WaitTimeout
 from .._format._job import Job, JobState
@@ -63,7 +65,7 @@ from .._transitions import _listing, _purge
 from .._transitions._by_id import ById
 from .._transitions._create import new_record, publish_new
 from .._transitions._leases import NotificationLease, OnCompromised, WorkLease
-from .._transitions._listing import notified
+from .._transitions._listing import MAX_LIMIT, notified
 from .._transitions._notify import Notifier
 from .._transitions._recovery import RecoveryReport, recover
 from .._transitions._retention import index_strays
@@ -540,6 +542,15 @@ class JobStore:
         each last published itself; a worker whose process died or stopped beating is left out."""
         self._check_open()
         return registry.read_all(self._core)
+
+    def quarantined(self, *, limit: int | None = None) -> list[QuarantinedFile]:
+        """The files the store moved aside as unusable (``quarantine/``: bad JSON, a planted
+        link or FIFO, an unrecognised name), oldest first, each with where it was, why, and
+        when; the first ``limit`` (1 .. 10,000, or None: all). Nothing is ever removed from there
+        by the store: look, keep what matters, then delete the directory's contents by hand."""
+        self._check_open()
+        cap = None if limit is None else integer(limit, "limit (or None)", at_least=1, at_most=MAX_LIMIT)
+        return read_quarantined(self._core.layout, cap)
 
     def publish_worker(self, info: Mapping[str, Any]) -> None:
         """Publish (or refresh) this process's entry in :meth:`workers` with ``info`` (JSON):
