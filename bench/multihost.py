@@ -27,8 +27,9 @@ R4 (with --bell-polls 0.025,0.01,0.005,0.0025) what a shorter doorbell poll buys
    The poll is the store's constant (25 ms), set in the bench's own processes only.
 R1 floor (with --floor) what R1's ratio can reach at all: bare workers, no fsjobstore, one on each
    mount, making only the calls a job needs in the store's design, level by level (role_floor:
-   bare, fenced, format, looks), against the raw rate and the store's drain, in each of --rounds
-   rounds, the drains' order turned by one each round; then each one's median ratio.
+   bare, fenced, format, looks), against the raw rate and the store's drain (as it runs, and
+   with its doorbell off: store-nobell), in each of --rounds rounds, the drains' order turned by
+   one each round; then each one's median ratio.
 
 Figures are this machine's, from one run; each line names what it measured.
 """
@@ -55,9 +56,11 @@ from fsjobstore import JobStore  # noqa: E402
 
 
 # == roles (run as child processes so a hung mount can only hang them) ==========================
-def role_drain(root: str, out: str) -> None:
+def role_drain(root: str, out: str, bells: str = "default") -> None:
+    """Drain the store at ``root``; ``bells`` "off": with its doorbell off (which a network
+    filesystem's default rings after every commit, at most once per GAP a process)."""
     n = 0
-    with JobStore(root, durable=False) as store:
+    with JobStore(root, durable=False, doorbell=False if bells == "off" else None) as store:
         started = time.monotonic()
         while (lease := store.pull_work(timeout=0)) is not None:
             lease.fulfill(b"")
@@ -176,13 +179,16 @@ def raw_rate(directory: Path, n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
-def drain(a: Path, b: Path | list[Path], scratch: Path, jobs: int, name: str = "m1") -> tuple[float, int]:
+def drain(a: Path, b: Path | list[Path], scratch: Path, jobs: int, name: str = "m1",
+          bells: str = "default") -> tuple[float, int]:
     """M1: (jobs/s, jobs drained) by one worker on each mount (``a``, then ``b``: one mount or
-    several), in a fresh store ``name``, its jobs created through ``a``."""
+    several), in a fresh store ``name``, its jobs created through ``a``; ``bells`` as
+    ``role_drain``'s."""
     with JobStore(a / name, durable=False) as store:
         for i in range(jobs):
             store.create({"i": i})
-    seconds, done = timed_children("drain", [a, *(b if isinstance(b, list) else [b])], name, scratch)
+    seconds, done = timed_children("drain", [a, *(b if isinstance(b, list) else [b])], name, scratch,
+                                   lambda k: (bells,))
     return done / seconds, done
 
 
@@ -223,7 +229,7 @@ def floor_rounds(a: Path, others: list[Path], scratch: Path, jobs: int, rounds: 
     """R1's floor at each level against the raw rate and the store's drain, in each round. The
     drains' order turns by one each round (round 1: bare first, the store last; round 2: fenced
     first, bare last; ...), so none always runs on the busiest volume; the raw rate comes first."""
-    order = [*FLOOR_LEVELS, "store"]
+    order = [*FLOOR_LEVELS, "store", "store-nobell"]
     got: dict[str, list[float]] = {name: [] for name in order}
     for k in range(rounds):
         (a / f"floor-raw{k}").mkdir()
@@ -231,8 +237,9 @@ def floor_rounds(a: Path, others: list[Path], scratch: Path, jobs: int, rounds: 
         turn = order[k % len(order):] + order[:k % len(order)]
         rates = {}
         for name in turn:
-            if name == "store":
-                rates[name] = drain(a, others, scratch, jobs, f"floor-store{k}")[0]
+            if name.startswith("store"):
+                rates[name] = drain(a, others, scratch, jobs, f"floor-{name}{k}",
+                                    "off" if name == "store-nobell" else "default")[0]
             else:
                 rates[name] = floor_drain(a, others, scratch, jobs, f"floor-{name}{k}", name)
             got[name].append(rates[name] / raw)
@@ -301,7 +308,7 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "role":
         name, *args = sys.argv[2:]
         if name == "drain":
-            role_drain(args[0], args[1])
+            role_drain(*args)
         elif name == "waiter":
             role_waiter(args[0], args[1], int(args[2]), args[3])
         elif name == "idle":
@@ -322,7 +329,7 @@ def main() -> int:
     parser.add_argument("--floor", action="store_true",
                         help="with --replicated: R1's floor only: bare workers making only the calls a job needs "
                              "in the store's design (levels bare, fenced, format, looks), against the raw rate and "
-                             "the store's drain")
+                             "the store's drain, with its doorbell on and off")
     args = parser.parse_args()
     reason = gluster.available()
     if reason is not None:
