@@ -47,6 +47,7 @@ CANCEL_RE = re.compile(rf"(?P<id>{_ID})\.json\Z")
 QUEUE_RE = QUEUE_NAME_RE  # the one rule (_values.check_queue_name)
 RUN_RE = re.compile(rf"(?P<token>{_TOKEN})\.jsonl\Z")
 BELL_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.(?P<kind>work|done)\.(?P<n>[0-9a-f]{1,16})\Z")
+EAR_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.ear\.(?P<kind>done)\Z")  # a process that waits for results
 WORKER_RE = re.compile(r"(?P<owner>[0-9a-f]{16})\.json\Z")
 GENERATED_ID_RE = re.compile(r"[0-9a-f]{32}\Z")  # what create() makes up (generated_id; uuid4 before)
 TARGET_RE = re.compile(r"(?P<key>[0-9a-f]{32})\.json\Z")

@@ -788,14 +788,20 @@ class JobStore:
         if timeout is not None:  # checked as wait() checks it: a negative or NaN one is a mistake
             timeout = number(timeout, "timeout (seconds, or None)", at_least=0)
         deadline = None if timeout is None else time.monotonic() + timeout
-        for record in _groups.read(self._core, group_id):
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                self.wait(record.id, left)
-            except JobNotFound:
-                continue  # removed by retention: it was final
-            except WaitTimeout:
-                raise WaitTimeout(f"group {group_id} was not all final after {timeout} s") from None
+        # One ear for the whole wait, not one per member: ringers look for ears once a second.
+        ear = self._core.doorbell.listener(("done",)) if self._core.doorbell.enabled else None
+        try:
+            for record in _groups.read(self._core, group_id):
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    self.wait(record.id, left)
+                except JobNotFound:
+                    continue  # removed by retention: it was final
+                except WaitTimeout:
+                    raise WaitTimeout(f"group {group_id} was not all final after {timeout} s") from None
+        finally:
+            if ear is not None:
+                ear.close()
         return self.get_group(group_id)
 
     # == limits ===================================================================================

@@ -96,15 +96,19 @@ class Waiting:
         deadline = None if timeout is None else core.clock() + timeout
         waker = core.start_final_waker()
         bell = core.doorbell.listener(("done",)) if core.doorbell.enabled else None
-        while True:
-            generation = waker.generation if waker else 0
-            if core.tree.require(job_id).state.is_final:
-                return True
-            remaining = float("inf") if deadline is None else deadline - core.clock()
-            if remaining <= 0:
-                return False
-            self._sleep(waker, generation, min(remaining, core.settings.poll_interval), bell)
-            core.check_open()
+        try:
+            while True:
+                generation = waker.generation if waker else 0
+                if core.tree.require(job_id).state.is_final:
+                    return True
+                remaining = float("inf") if deadline is None else deadline - core.clock()
+                if remaining <= 0:
+                    return False
+                self._sleep(waker, generation, min(remaining, core.settings.poll_interval), bell)
+                core.check_open()
+        finally:
+            if bell is not None:
+                bell.close()
 
 
 class Wakeups:
@@ -180,3 +184,5 @@ class Wakeups:
 
     def close(self) -> None:
         self._waker.stop()
+        if self._bell is not None:
+            self._bell.close()

@@ -33,6 +33,7 @@ from .._errors import JobExists
 from .._format._layout import (
     ACTIVE_RE,
     BELL_RE,
+    EAR_RE,
     FINAL_RE,
     NOTIFY_LOCK_RE,
     OWNER_RE,
@@ -375,7 +376,7 @@ def _sweep_lease(core: Core, me: str, counts: dict[str, int], name: str) -> None
 
 def _sweep_bells(core: Core, me: str, counts: dict[str, int]) -> None:
     for name in fs.scan_names(core.layout.doorbell):
-        m = BELL_RE.match(name)
+        m = BELL_RE.match(name) or EAR_RE.match(name)
         if m and m["owner"] != me and _gone(core, m["owner"]):
             counts["temp_files_removed"] += fs.unlink(os.path.join(core.layout.doorbell, name))
 
