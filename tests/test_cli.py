@@ -399,3 +399,28 @@ def test_the_store_refuses_a_quarantine_listing_limit_out_of_range(tmp_path: Pat
                 assert "limit" in str(exc)
             else:
                 raise AssertionError(f"limit={bad!r} was taken")
+
+
+def test_a_planted_name_that_is_not_utf8_or_holds_a_newline_is_quarantined_noted_and_listed_on_one_line(
+        tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    assert cli("init", str(root)).returncode == 0
+    active = os.fsencode(root / "jobs" / "active")
+    for name in (b"raw\x9b31mbyte", b"nl\nline"):
+        with open(active + b"/" + name, "w") as fh:
+            fh.write("a")
+    done = cli("recover", str(root))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "quarantined  2" in done.stdout, done.stdout
+    with JobStore(str(root)) as store:
+        found = store.quarantined()
+    assert all(not q.reason.startswith("(") for q in found), found  # each note was written
+    assert sorted(q.origin for q in found) == ["jobs/active/nl\nline", "jobs/active/raw\\x9b31mbyte"]
+    raw = subprocess.run([sys.executable, "-m", "fsjobstore", "quarantine", str(root)], capture_output=True)
+    assert raw.returncode == 0 and b"\x9b" not in raw.stdout and b"\x1b" not in raw.stdout, raw.stdout
+    lines = raw.stdout.decode().splitlines()
+    assert len(lines) == 3 and "nl\\nline" in raw.stdout.decode(), lines  # two entries, then the footer
+    listed = subprocess.run([sys.executable, "-m", "fsjobstore", "quarantine", str(root), "--json"],
+                            capture_output=True)
+    names = {q["name"] for q in json.loads(listed.stdout.decode("utf-8"))}
+    assert names == {q.name for q in found}  # exact, the undecodable byte as JSON's \udc9b

@@ -52,6 +52,7 @@ from ._args import (
     subcommand,
     time_limit,
 )
+from ._terminal import printable
 
 SECONDS = number(low=0, high=SECONDS_MAX, above=True, unit="seconds")  # a time limit, or a wait
 DELAY = number(low=0, high=SECONDS_MAX, unit="seconds")
@@ -419,16 +420,19 @@ def quarantine(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         found = store.quarantined(limit=args.limit)
         where = os.path.join(store.path, "quarantine")
+        total = store.statistics().quarantined if args.limit is not None and len(found) == args.limit else len(found)
     if args.json:
         render.print_json([dataclasses.asdict(q) for q in found])
         return OK
-    for q in found:
-        print(f"{render.when(q.at)}  {q.origin}  {q.reason}")
-    print(f"{len(found):,} file{'s' if len(found) != 1 else ''} in {where}" if found else
-          f"nothing in {where}: no file was moved aside")
-    if found:
-        print("The store never removes them: look (each note beside its file, NAME.reason, says the same), "
-              "keep what matters, then delete them.")
+    for q in found:  # one line each, whatever a planted name holds (a newline among it)
+        print(f"{render.when(q.at)}  {printable(q.origin, newlines=False)}  {printable(q.reason, newlines=False)}"
+              f"  [{printable(q.name, newlines=False)}]")
+    if not found:
+        print(f"nothing in {where}: no file was moved aside")
+        return OK
+    shown = f"the oldest {len(found):,} of {total:,}" if total > len(found) else f"{len(found):,}"
+    print(f"{shown} file{'s' if total != 1 else ''} in {where} [as named there]. The store never removes "
+          "them: look (each NAME.reason beside its file says the same), keep what matters, then delete them.")
     return OK
 
 

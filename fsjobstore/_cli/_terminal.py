@@ -13,9 +13,11 @@ from typing import Any, TextIO
 
 # C0 controls but tab and newline, DEL, the C1 controls (U+0080-U+009F: a terminal may read
 # U+009B as CSI), the line and paragraph separators (U+2028, U+2029: a line break to some
-# terminals, pagers and editors, which would let job text forge a line of the output), and the
-# bidirectional overrides, embeddings and isolates (Trojan Source).
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# terminals, pagers and editors, which would let job text forge a line of the output), the
+# bidirectional overrides, embeddings and isolates (Trojan Source), and lone surrogates (a
+# planted file name that is not UTF-8, as Python reads it: written out, its raw bytes).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                     "\ud800-\udfff]")
 
 
 def _escape(match: re.Match[str]) -> str:

@@ -49,11 +49,17 @@ def move_aside(lay: Layout, file_mode: int, path: str, reason: str) -> bool:
         log.warning("cannot quarantine %s (%s): %s", path, reason, exc)
         return False
     with contextlib.suppress(OSError):
-        doc = {"from": os.path.relpath(path, lay.root), "reason": reason, "at": time.time()}
+        doc = {"from": _text(os.path.relpath(path, lay.root)), "reason": _text(reason), "at": time.time()}
         fs.write_new(dest + ".reason", dumps(doc) + b"\n", durable=False, mode=file_mode)
     _tally.n = made_here() + 1
     log.warning("quarantined %s: %s", path, reason)
     return True
+
+
+def _text(text: str) -> str:
+    """``text`` as JSON can hold it: a planted name that is not UTF-8 (read as lone surrogates)
+    with its bytes written as ``\\x9b``."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 NOTE_CAP = 64 * 1024  # a reason note is a line of JSON: a bigger one was not written by a store
@@ -80,7 +86,7 @@ def read_all(lay: Layout, limit: int | None = None) -> list[QuarantinedFile]:
 def _entry(lay: Layout, name: str) -> QuarantinedFile:
     stamp, _, rel = name.partition(".")
     at = int(stamp) / 1e9 if stamp.isdigit() else 0.0
-    guess = rel.replace("~", os.sep) or name  # the name's own account ("~" was "/")
+    guess = _text(rel.replace("~", os.sep) or name)  # the name's own account ("~" was "/")
     try:
         doc = loads(fs.read_regular(os.path.join(lay.quarantine, name + ".reason"), NOTE_CAP))
     except FileNotFoundError:
