@@ -196,3 +196,23 @@ def test_a_root_whose_parent_cannot_be_made_is_a_storage_error_not_a_bare_os_err
     with pytest.raises(StorageError, match="cannot make the store's parent directory") as caught:
         JobStore("/proc/no-such-dir/jobs")
     assert isinstance(caught.value, JobStoreError)
+
+
+def test_a_store_this_user_can_read_but_not_write_is_refused_saying_so_and_opens_read_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A copy made read-only: the hint for stores shared by several users would mislead. (As
+    # root, which CI runs as, permissions do not refuse: the answer of access() stands in.)
+    from fsjobstore._core import _opening
+
+    root = tmp_path / "s"
+    with JobStore(str(root)) as store:
+        job = store.create("x")
+    real = os.access
+    monkeypatch.setattr(_opening.os, "access", lambda path, mode, **kw: not mode & os.W_OK and real(path, mode))
+    with pytest.raises(UntrustedStore, match=r"can be read but not written by this user.*read_only=True"):
+        JobStore(str(root), create=False)
+    with JobStore(str(root), read_only=True) as reader:
+        assert reader.get(job.id).request == "x"
+    monkeypatch.setattr(_opening.os, "access", lambda path, mode, **kw: False)
+    with pytest.raises(UntrustedStore, match=r"cannot be read and written by this user.*group"):
+        JobStore(str(root), create=False)

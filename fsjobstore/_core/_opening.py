@@ -79,6 +79,11 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
     if not exists:
         _check_ancestors(root)
     if exists and not _may_use(root):
+        if _may(root, os.R_OK | os.X_OK):  # a copy made read-only, a mount read-only for this user
+            raise UntrustedStore(
+                f"{root} can be read but not written by this user (uid {os.geteuid()}): make it writable for "
+                "this user, or open it read-only, which changes nothing: JobStore(path, read_only=True), "
+                "or fsjobstore web DIR --read-only")
         raise UntrustedStore(
             f"{root} cannot be read and written by this user (uid {os.geteuid()}): a store used by several "
             "users must be created with JobStore(path, group=...), and each user be in that group"
@@ -368,7 +373,10 @@ def _group_name(gid: int) -> str | None:
 
 
 def _may_use(path: str) -> bool:
-    mode = os.R_OK | os.W_OK | os.X_OK
+    return _may(path, os.R_OK | os.W_OK | os.X_OK)
+
+
+def _may(path: str, mode: int) -> bool:
     if os.access in os.supports_effective_ids:
         return os.access(path, mode, effective_ids=True)
     return os.access(path, mode)
