@@ -191,8 +191,8 @@ def free_orphan(core: Core, job_id: str) -> bool:
         if not same:
             return False  # another create freed it and reserved it anew meanwhile
         fs.unlink(marker)
-        log.warning("the reservation of id %s named no job (its file was removed by hand?): the id is free again",
-                    job_id)
+        log.warning("the reservation of id %s named no job (its file removed by hand, or the reservation brought "
+                    "back by a power cut or a network filesystem's heal): the id is free again", job_id)
         return True
     finally:
         sc.close_read(fd)  # releases the flock

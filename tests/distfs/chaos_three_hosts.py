@@ -135,6 +135,10 @@ def run(bed: gluster.GlusterBed, *, jobs: int, kills: int, seed: int, brick_kill
             raise
         report.update({"host_c_" + k.split("_", 2)[2]: v for k, v in host_c.summary().items()})
         report.update(bricks.finish(timeout=300))
+        for leftover in report["examples"]["removal_leftovers"]:  # "ids/<id> names no job", say
+            name = str(mounts[0].path / "chaos" / "store" / leftover.split(" ", 1)[0])
+            print(f"chaos: removal leftover {leftover}\n{bricks_story(volume, name, [m.path for m in mounts])}\n"
+                  f"{bricks_story(volume, os.path.dirname(name), [m.path for m in mounts])}", file=sys.stderr)
         report["bricks_differ"] = differing_copies(volume, "chaos/store")[:10]
         report["quarantined"] = quarantined_copies(volume, "chaos/store")
         return report
