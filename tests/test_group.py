@@ -153,4 +153,5 @@ def test_a_private_store_tells_another_user_how_to_share_one(root: str) -> None:
             return str(exc)
         return "opened"
 
-    assert "created with JobStore(path, group=...)" in run_as(WORKER, other)
+    said = run_as(WORKER, other)
+    assert "created with JobStore(path, group=...)" in said and "JobStore(path, read_only=True)" in said, said

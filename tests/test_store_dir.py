@@ -209,10 +209,10 @@ def test_a_store_this_user_can_read_but_not_write_is_refused_saying_so_and_opens
         job = store.create("x")
     real = os.access
     monkeypatch.setattr(_opening.os, "access", lambda path, mode, **kw: not mode & os.W_OK and real(path, mode))
-    with pytest.raises(UntrustedStore, match=r"can be read but not written by this user.*read_only=True"):
+    with pytest.raises(UntrustedStore, match=r"can be read but not written by this user .*, its owner.*read_only=True"):
         JobStore(str(root), create=False)
     with JobStore(str(root), read_only=True) as reader:
         assert reader.get(job.id).request == "x"
     monkeypatch.setattr(_opening.os, "access", lambda path, mode, **kw: False)
-    with pytest.raises(UntrustedStore, match=r"cannot be read and written by this user.*group"):
+    with pytest.raises(UntrustedStore, match=r"cannot be read and written .*, and each user be in that group\Z"):
         JobStore(str(root), create=False)

@@ -79,14 +79,16 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
     if not exists:
         _check_ancestors(root)
     if exists and not _may_use(root):
-        if _may(root, os.R_OK | os.X_OK):  # a copy made read-only, a mount read-only for this user
-            raise UntrustedStore(
-                f"{root} can be read but not written by this user (uid {os.geteuid()}): make it writable for "
-                "this user, or open it read-only, which changes nothing: JobStore(path, read_only=True), "
-                "or fsjobstore web DIR --read-only")
+        readable = _may(root, os.R_OK | os.X_OK)
+        to_read = ("open it read-only, which changes nothing: JobStore(path, read_only=True), "
+                   "or fsjobstore web DIR --read-only")
+        if readable and os.stat(root).st_uid == os.geteuid():  # its own store, made read-only (a copy)
+            raise UntrustedStore(f"{root} can be read but not written by this user (uid {os.geteuid()}), "
+                                 f"its owner: make it writable, or {to_read}")
         raise UntrustedStore(
             f"{root} cannot be read and written by this user (uid {os.geteuid()}): a store used by several "
             "users must be created with JobStore(path, group=...), and each user be in that group"
+            + (f"; to only read it, {to_read}" if readable else "")
         )
     doc = _read_marker(layout)
     made_now = False
