@@ -150,8 +150,8 @@ def add(subparsers: Any) -> None:
     p = subcommand(subparsers, "quarantine", quarantine, reads=True,
                    help="list the files the store moved aside as unusable (quarantine/): where each was, why, when",
                    example="fsjobstore quarantine ./jobs --limit 20")
-    p.add_argument("--limit", type=number(low=1, high=10_000, integer=True), default=None, metavar="N",
-                   help="the oldest N only, 1 to 10,000 (default: all)")
+    p.add_argument("--limit", type=number(low=1, high=_ops.LIST_MAX, integer=True), default=None, metavar="N",
+                   help=f"the oldest N only, 1 to {_ops.LIST_MAX:,} (default: all)")
 
     subcommand(subparsers, "stats", stats, reads=True, help="count jobs per state and queue",
                example="fsjobstore stats ./jobs --json")

@@ -20,7 +20,7 @@ from ._terminal import json_text
 
 STATES = [s.value for s in JobState]
 PURGEABLE = ["pending", "scheduled", "deferred", "fulfilled", "failed", "cancelled"]
-LIST_MAX = 10_000  # the store's bound on one page (JobStore.jobs(limit=...))
+LIST_MAX = 10_000  # the store's bound on one page (JobStore.jobs(limit=...), JobStore.quarantined(limit=...))
 
 LIST_HELP = """\
 columns: ID (whole, to paste), STATE, QUEUE, ATT (attempts begun / allowed), AGE (since it was

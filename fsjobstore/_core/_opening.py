@@ -78,7 +78,7 @@ def open_skeleton(layout: Layout, *, durable: bool | None, group: str | int | No
         raise StoreNotFound(f"{root} is a file, not a store directory")
     if not exists:
         _check_ancestors(root)
-    if exists and not _may_use(root):
+    if exists and not _may(root, os.R_OK | os.W_OK | os.X_OK):
         readable = _may(root, os.R_OK | os.X_OK)
         to_read = ("open it read-only, which changes nothing: JobStore(path, read_only=True), "
                    "or fsjobstore web DIR --read-only")
@@ -372,10 +372,6 @@ def _group_name(gid: int) -> str | None:
         return grp.getgrgid(gid).gr_name
     except KeyError:
         return None
-
-
-def _may_use(path: str) -> bool:
-    return _may(path, os.R_OK | os.W_OK | os.X_OK)
 
 
 def _may(path: str, mode: int) -> bool:

@@ -75,12 +75,16 @@ class QuarantinedFile:
     at: float  # when (seconds since the epoch, wall clock)
 
 
+def names(lay: Layout) -> list[str]:
+    """The names of the files in quarantine/, oldest first (their notes left out)."""
+    return sorted(n for n in fs.scan_names(lay.quarantine) if not n.endswith(".reason"))
+
+
 def read_all(lay: Layout, limit: int | None = None) -> list[QuarantinedFile]:
     """The files in quarantine/, oldest first (the first ``limit`` of them), each with its note.
     A note that is missing (its write failed) or not a store's (planted, torn, not JSON) is
     answered from the file's own name, with a reason saying so."""
-    names = sorted(n for n in fs.scan_names(lay.quarantine) if not n.endswith(".reason"))
-    return [_entry(lay, name) for name in names[:limit]]
+    return [_entry(lay, name) for name in names(lay)[:limit]]
 
 
 def _entry(lay: Layout, name: str) -> QuarantinedFile:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
-from .._core import _buckets
+from .._core import _buckets, _quarantine
 from .._core._control import Control
 from .._core._core import Core
 from .._core._pending import ENOUGH
@@ -340,7 +340,7 @@ def statistics(core: Core, control: Control, counts: DirCounts, active_queue: Ca
                 state, _, q = key.partition(".")
                 add(q, state, k)
     counts.finish(present)
-    quarantined = sum(1 for n in fs.scan_names(lay.quarantine) if not n.endswith(".reason"))
+    quarantined = len(_quarantine.names(lay))
     waker = core.waker
     total = {state: sum(row[state] for row in by_queue.values()) for state in _FINAL}
     return StoreStatistics(
